@@ -1,0 +1,94 @@
+package clock
+
+import (
+	"testing"
+	"time"
+)
+
+func TestInstantSubCountsSuspend(t *testing.T) {
+	f := NewFake(time.Unix(1000, 0))
+	a := f.Now()
+	f.Advance(2 * time.Second)
+	if got := f.Now().Sub(a); got != 2*time.Second {
+		t.Fatalf("after Advance(2s): Sub = %v; want 2s", got)
+	}
+	f.Suspend(20 * time.Second)
+	if got := f.Now().Sub(a); got != 22*time.Second {
+		t.Fatalf("after Suspend(20s): Sub = %v; want 22s (wall counts a suspend)", got)
+	}
+	b := f.Now()
+	f.StepWall(-30 * time.Second)
+	f.Advance(time.Second)
+	if got := f.Now().Sub(b); got != time.Second {
+		t.Fatalf("after a backward wall step: Sub = %v; want 1s (monotonic wins)", got)
+	}
+	if !f.Now().Elapsed(b, time.Second) || f.Now().Elapsed(b, time.Second+1) {
+		t.Fatalf("Elapsed is inconsistent with Sub")
+	}
+}
+
+func TestFakeTimersFireInOrderAtTheirInstant(t *testing.T) {
+	f := NewFake(time.Unix(0, 0))
+	start := f.Now()
+	t1 := f.NewTimer(3 * time.Second)
+	t2 := f.NewTimer(1 * time.Second)
+	t3 := f.NewTimer(10 * time.Second)
+	f.Advance(5 * time.Second)
+	for i, tm := range []Timer{t2, t1} {
+		select {
+		case <-tm.C():
+		default:
+			t.Fatalf("timer %d did not fire", i)
+		}
+	}
+	select {
+	case <-t3.C():
+		t.Fatal("t3 fired early")
+	default:
+	}
+	if !t3.Stop() {
+		t.Fatal("Stop on an armed timer = false")
+	}
+	if t3.Stop() {
+		t.Fatal("second Stop = true")
+	}
+	if got := f.Now().Sub(start); got != 5*time.Second {
+		t.Fatalf("elapsed = %v; want 5s", got)
+	}
+	f.Suspend(time.Hour)
+	t1.Reset(time.Second)
+	f.Suspend(time.Hour)
+	select {
+	case <-t1.C():
+		t.Fatal("a suspend fired a timer")
+	default:
+	}
+}
+
+func TestBlockUntil(t *testing.T) {
+	f := NewFake(time.Unix(0, 0))
+	done := make(chan struct{})
+	go func() {
+		tm := f.NewTimer(time.Second)
+		<-tm.C()
+		close(done)
+	}()
+	if !f.BlockUntil(1, nil) {
+		t.Fatal("BlockUntil returned false")
+	}
+	f.Advance(time.Second)
+	<-done
+}
+
+func TestRealClockMoves(t *testing.T) {
+	var c Real
+	a := c.Now()
+	tm := c.NewTimer(time.Millisecond)
+	<-tm.C()
+	if d := c.Now().Sub(a); d < time.Millisecond {
+		t.Fatalf("elapsed %v after a 1ms timer", d)
+	}
+	if n := testing.AllocsPerRun(100, func() { _ = c.Now() }); n != 0 {
+		t.Fatalf("Real.Now allocates %v", n)
+	}
+}

@@ -1,0 +1,28 @@
+// Package wire holds everything that crosses a process boundary in pinned:
+// the registry's JSON bodies, the data-plane header names and reasons, the
+// URL paths, the Redis key schema and the grammar of namespaces and ids.
+// Registry, worker, proxy and host all import it; nothing here does I/O.
+//
+// # Protocol version
+//
+// [Version] names the registry protocol spoken by this module. It changes
+// only when a body shape, a header or a key changes meaning; additions that
+// old peers ignore (unknown JSON fields are ignored on both sides) do not
+// bump it. History:
+//
+//   - 1 (2026-12-02): first version. Bodies as in SPEC §5 of the design
+//     (camelCase JSON), x-pinned-proxy-secret / x-pinned-session /
+//     x-pinned-reason headers, keys under "pinned:".
+//
+// # Invariants
+//
+//   - Every JSON name is camelCase and matches SPEC §5 exactly; unknown fields
+//     are ignored when decoding.
+//   - Namespaces are written "/name" (one path segment with a leading slash).
+//   - [CheckSegment] accepts exactly the id grammar documented on it, never
+//     allocates, and every accepted segment is safe to splice into a URL path
+//     and a Redis key unescaped: it contains no '/', '%', '{', '}', space,
+//     control byte or non-ASCII byte, and is never "." or "..".
+//   - Every Redis key built here is touched only by single-key atomic
+//     operations, so the schema works unchanged on Redis Cluster.
+package wire

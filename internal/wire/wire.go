@@ -1,0 +1,80 @@
+package wire
+
+// Version is the registry protocol version (see the package doc for its history).
+const Version = 1
+
+// Registry endpoints served by the pinboard.
+const (
+	PathRegister  = "/registry/register"
+	PathHeartbeat = "/registry/heartbeat"
+	PathRelease   = "/registry/release"
+	PathPush      = "/registry/push"
+	PathWorkers   = "/registry/workers"
+	PathOverview  = "/registry/overview"
+	PathHealthz   = "/healthz"
+)
+
+// PathChallenge is served by every worker on its advertise URL; the pinboard
+// fetches PathChallenge?challenge=<challenge> with HeaderProxySecret set.
+const (
+	PathChallenge  = "/_pinned/challenge"
+	QueryChallenge = "challenge"
+)
+
+// Data-plane and registry header names. HTTP header names are
+// case-insensitive; these are the spellings pinned sends.
+const (
+	// HeaderProxySecret carries the worker's secret on every proxied request
+	// and on the challenge fetch.
+	HeaderProxySecret = "X-Pinned-Proxy-Secret"
+	// HeaderSession carries the session id of the placement a proxied request
+	// was routed by: a fencing token the host checks against its current session.
+	HeaderSession = "X-Pinned-Session"
+	// HeaderReason says why pinned itself (not the application) answered a
+	// 503 or 403; its values are the Reason* constants.
+	HeaderReason = "X-Pinned-Reason"
+	// HeaderRetryAfter is the standard Retry-After header (RFC 9110 §10.2.3),
+	// carried by every 503 pinned produces.
+	HeaderRetryAfter = "Retry-After"
+)
+
+// HeaderPrefix is the prefix of every pinned header; the proxy drops
+// client-supplied headers with this prefix (case-insensitively).
+const HeaderPrefix = "x-pinned-"
+
+// Values of HeaderReason. The host produces the first five; the proxy adds
+// its own for answers it makes without reaching a host.
+const (
+	ReasonCapacity  = "capacity"  // host: max instances reached
+	ReasonDraining  = "draining"  // host: draining, no new activations
+	ReasonClosing   = "closing"   // host: instance closing or release in flight; re-resolve
+	ReasonLease     = "lease"     // host: no valid lease, or not the current session
+	ReasonForbidden = "forbidden" // host: wrong or missing proxy secret (403)
+
+	ReasonNoWorker    = "no_worker"   // proxy: no live, undrained worker serves the namespace
+	ReasonUnreachable = "unreachable" // proxy: worker could not be reached; request provably not sent
+	ReasonOverloaded  = "overloaded"  // proxy: per-worker queue full or queue timeout
+	ReasonStore       = "store"       // proxy: the directory (Redis) could not be read
+)
+
+// Registry NACK values, sent as 409 {"nack": ...}.
+const (
+	NackReregister = "reregister" // unknown session: abort local instances, register fresh
+	NackSuperseded = "superseded" // another session took over: stop for good
+)
+
+// Control message types delivered in heartbeat acks.
+const (
+	MessageDrain    = "drain"
+	MessageWindDown = "wind_down"
+)
+
+// Limits shared by both ends of the registry protocol.
+const (
+	// MaxBodyBytes bounds every registry request body (413 beyond).
+	MaxBodyBytes = 64 << 10
+	// MaxChallengeResponseBytes bounds the challenge response the pinboard reads.
+	MaxChallengeResponseBytes = 4 << 10
+	// DefaultLeaseMs is the pinboard's default lease (expiresInMs).
+	DefaultLeaseMs = 10_000
+)
