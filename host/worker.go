@@ -1,0 +1,49 @@
+package host
+
+import "context"
+
+// Worker is the fleet registration a host serves under; *worker.Worker
+// implements it. A host whose Config.Worker is nil runs in local mode.
+//
+// The dependency points one way: package worker imports host (for
+// Attached), host never imports worker.
+type Worker interface {
+	// Attach is called once by New with the host being created. The worker
+	// reports the host's headroom in its heartbeats and calls AbortAll and
+	// CloseIdle on lease loss, reregistration and wind-down.
+	Attach(h Attached) error
+	// Admit checks one data-plane request inline, before it activates or
+	// reaches an instance (a watchdog alone is not enough to fence). secret
+	// is the value of wire.HeaderProxySecret and session the value of
+	// wire.HeaderSession (nil when absent: the request is served under the
+	// current session). On success it returns the current lease's context,
+	// which is cancelled when the lease is lost or runs out locally, and "".
+	// Otherwise it returns nil and wire.ReasonForbidden (answer 403) or
+	// wire.ReasonLease (answer 503). Admit must not allocate.
+	Admit(secret, session []byte) (lease context.Context, reason string)
+	// Draining reports whether new activations are refused (drain or
+	// wind_down in progress).
+	Draining() bool
+	// Release tells the pinboard that the instance (namespace, id) has
+	// closed. It returns when the pinboard acknowledged it, when its bounded
+	// retries are exhausted, or when ctx ends.
+	Release(ctx context.Context, namespace, id string) error
+}
+
+// Attached is the view of a host that its Worker drives; *Host implements it.
+type Attached interface {
+	// Namespace is the host's namespace, "/name".
+	Namespace() string
+	// Headroom is how many more instances the host can activate now: its
+	// MaxInstances minus live instances, never negative.
+	Headroom() int
+	// Len is the number of live instances (activating and closing included).
+	Len() int
+	// AbortAll force-ends every instance (abort semantics: contexts
+	// cancelled, teardown once) with the given eviction reason, without
+	// waiting for teardowns to finish.
+	AbortAll(reason string)
+	// CloseIdle closes every instance that has no in-flight request, open
+	// stream or websocket, or running task, with the given eviction reason.
+	CloseIdle(reason string)
+}
