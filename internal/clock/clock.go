@@ -81,7 +81,13 @@ var origin = time.Now()
 
 // Now reads the current time.
 func (Real) Now() Instant {
-	t := time.Now()
+	return FromTime(time.Now())
+}
+
+// FromTime converts a time.Time read from the runtime clock (time.Now, or a
+// value derived from it such as fasthttp's RequestCtx.Time) into the Instant
+// Real.Now would have returned then, without reading the clock again.
+func FromTime(t time.Time) Instant {
 	return Instant{mono: int64(t.Sub(origin)), wall: t.UnixNano()}
 }
 

@@ -1,0 +1,22 @@
+//go:build !race
+
+package placecache
+
+import "testing"
+
+func TestGetDoesNotAllocate(t *testing.T) {
+	c, _ := New[string](Config{})
+	n := []byte("/counter/abc")
+	c.Put(n, "s", c.Begin(n))
+	if a := testing.AllocsPerRun(1000, func() {
+		if _, ok := c.Get(n, c.Now()); !ok {
+			t.Fatal("miss")
+		}
+	}); a != 0 {
+		t.Fatalf("Get allocates %v times per hit", a)
+	}
+	miss := []byte("/counter/none")
+	if a := testing.AllocsPerRun(1000, func() { c.Get(miss, c.Now()); c.Begin(miss) }); a != 0 {
+		t.Fatalf("Get+Begin allocate %v times per miss", a)
+	}
+}

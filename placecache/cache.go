@@ -1,0 +1,283 @@
+package placecache
+
+import (
+	"errors"
+	"fmt"
+	"hash/maphash"
+	"io"
+	"math/bits"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/VictoriaMetrics/metrics"
+
+	"github.com/pinned-go/pinned/internal/clock"
+)
+
+// Defaults for Config's zero values.
+const (
+	DefaultShards     = 256
+	DefaultMaxEntries = 1 << 20
+	DefaultTTL        = 10 * time.Second
+)
+
+// Config configures a Cache. The zero value is valid.
+type Config struct {
+	// Name labels this cache's metrics: pinned_placecache_*{cache="<Name>"}.
+	// It must be a plain identifier. Default "placements".
+	Name string
+	// Shards is the number of independently locked shards, rounded up to a
+	// power of two. Default DefaultShards.
+	Shards int
+	// MaxEntries bounds the number of entries. Default DefaultMaxEntries.
+	MaxEntries int
+	// TTL is how long an entry may be served without being re-read, the
+	// safety net against a lost invalidation. Keep it ≤ the lease. Default
+	// DefaultTTL.
+	TTL time.Duration
+	// Clock defaults to clock.Real.
+	Clock clock.Clock
+	// Metrics, when set, receives hits, misses, invalidations, evictions,
+	// refused puts and size.
+	Metrics *metrics.Set
+}
+
+// Cache maps names to values of type V. It is safe for concurrent use.
+type Cache[V any] struct {
+	name     string
+	seed     maphash.Seed
+	shards   []shard[V]
+	mask     uint64
+	perShard int
+	ttl      time.Duration
+	clock    clock.Clock
+}
+
+type entry[V any] struct {
+	v  V
+	at clock.Instant
+}
+
+// shard is padded so that two shards' hot fields never share a cache line.
+type shard[V any] struct {
+	mu  sync.RWMutex
+	m   map[string]entry[V]
+	seq uint64 // guarded by mu; bumped by every invalidation of the shard
+
+	hits, misses, invalidations, evictions, refused atomic.Uint64
+	_                                               [64]byte
+}
+
+// Token is captured by Begin before a store read and handed to Put.
+type Token struct {
+	shard uint32
+	seq   uint64
+}
+
+// New returns an empty cache.
+func New[V any](cfg Config) (*Cache[V], error) {
+	if cfg.Name == "" {
+		cfg.Name = "placements"
+	}
+	for _, r := range cfg.Name {
+		if !(r == '_' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9') {
+			return nil, fmt.Errorf("placecache: Config.Name %q must be letters, digits and '_'", cfg.Name)
+		}
+	}
+	if cfg.Shards < 0 || cfg.MaxEntries < 0 || cfg.TTL < 0 {
+		return nil, errors.New("placecache: Config.Shards, MaxEntries and TTL must not be negative")
+	}
+	if cfg.Shards == 0 {
+		cfg.Shards = DefaultShards
+	}
+	n := 1 << bits.Len(uint(cfg.Shards-1))
+	if cfg.MaxEntries == 0 {
+		cfg.MaxEntries = DefaultMaxEntries
+	}
+	if cfg.TTL == 0 {
+		cfg.TTL = DefaultTTL
+	}
+	c := &Cache[V]{
+		name:     cfg.Name,
+		seed:     maphash.MakeSeed(),
+		shards:   make([]shard[V], n),
+		mask:     uint64(n - 1),
+		perShard: max(1, (cfg.MaxEntries+n-1)/n),
+		ttl:      cfg.TTL,
+		clock:    clock.Or(cfg.Clock),
+	}
+	for i := range c.shards {
+		c.shards[i].m = make(map[string]entry[V])
+	}
+	if cfg.Metrics != nil {
+		cfg.Metrics.RegisterMetricsWriter(c.writeMetrics)
+	}
+	return c, nil
+}
+
+func (c *Cache[V]) shardOf(name []byte) (uint32, *shard[V]) {
+	i := uint32(maphash.Bytes(c.seed, name) & c.mask)
+	return i, &c.shards[i]
+}
+
+func (c *Cache[V]) shardOfString(name string) (uint32, *shard[V]) {
+	i := uint32(maphash.String(c.seed, name) & c.mask)
+	return i, &c.shards[i]
+}
+
+// Now reads the cache's clock. Callers that already hold a fresh reading
+// (the proxy has fasthttp's per-request time) pass theirs to Get instead:
+// on some virtual machines a clock read costs more than the whole lookup.
+func (c *Cache[V]) Now() clock.Instant { return c.clock.Now() }
+
+// Get returns the value cached for name, if it is present and younger than
+// the TTL at now. It does not allocate.
+func (c *Cache[V]) Get(name []byte, now clock.Instant) (V, bool) {
+	_, s := c.shardOf(name)
+	s.mu.RLock()
+	e, ok := s.m[string(name)]
+	s.mu.RUnlock()
+	if ok && now.Sub(e.at) < c.ttl {
+		s.hits.Add(1)
+		return e.v, true
+	}
+	s.misses.Add(1)
+	var zero V
+	return zero, false
+}
+
+// Begin captures the shard's invalidation sequence for name. Call it before
+// reading the store, and pass the token to Put.
+func (c *Cache[V]) Begin(name []byte) Token {
+	i, s := c.shardOf(name)
+	s.mu.RLock()
+	seq := s.seq
+	s.mu.RUnlock()
+	return Token{shard: i, seq: seq}
+}
+
+// Put caches v for name unless the shard was invalidated since t was taken
+// by Begin; it reports whether v was stored.
+func (c *Cache[V]) Put(name []byte, v V, t Token) bool {
+	i, s := c.shardOf(name)
+	if i != t.shard {
+		panic("placecache: Put with a token from another name")
+	}
+	now := c.clock.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.seq != t.seq {
+		s.refused.Add(1)
+		return false
+	}
+	if _, ok := s.m[string(name)]; !ok && len(s.m) >= c.perShard {
+		c.evictLocked(s, now)
+	}
+	s.m[string(name)] = entry[V]{v: v, at: now}
+	return true
+}
+
+// evictLocked removes one entry: an expired one among the first few the map
+// yields, else the first. Go randomises map iteration order, so the victim is
+// effectively random.
+func (c *Cache[V]) evictLocked(s *shard[V], now clock.Instant) {
+	const probes = 8
+	var victim string
+	n := 0
+	for k, e := range s.m {
+		if n == 0 {
+			victim = k
+		}
+		if now.Sub(e.at) >= c.ttl {
+			victim = k
+			break
+		}
+		if n++; n == probes {
+			break
+		}
+	}
+	delete(s.m, victim)
+	s.evictions.Add(1)
+}
+
+// Invalidate drops name and refuses every in-flight Put into its shard.
+func (c *Cache[V]) Invalidate(name string) {
+	_, s := c.shardOfString(name)
+	s.mu.Lock()
+	s.seq++
+	delete(s.m, name)
+	s.mu.Unlock()
+	s.invalidations.Add(1)
+}
+
+// InvalidateIf drops name only while its cached value satisfies match (for
+// example: still points at the endpoint that just refused the request), and
+// refuses in-flight Puts into its shard either way.
+func (c *Cache[V]) InvalidateIf(name []byte, match func(V) bool) {
+	_, s := c.shardOf(name)
+	s.mu.Lock()
+	s.seq++
+	if e, ok := s.m[string(name)]; ok && match(e.v) {
+		delete(s.m, string(name))
+	}
+	s.mu.Unlock()
+	s.invalidations.Add(1)
+}
+
+// InvalidateAll drops everything and refuses every in-flight Put.
+func (c *Cache[V]) InvalidateAll() {
+	for i := range c.shards {
+		s := &c.shards[i]
+		s.mu.Lock()
+		s.seq++
+		clear(s.m)
+		s.mu.Unlock()
+		s.invalidations.Add(1)
+	}
+}
+
+// Len returns the number of cached entries (expired ones not yet replaced
+// included).
+func (c *Cache[V]) Len() int {
+	n := 0
+	for i := range c.shards {
+		s := &c.shards[i]
+		s.mu.RLock()
+		n += len(s.m)
+		s.mu.RUnlock()
+	}
+	return n
+}
+
+// Stats is a snapshot of the cache's counters.
+type Stats struct {
+	Hits, Misses, Invalidations, Evictions, RefusedPuts uint64
+	Size                                                int
+}
+
+// Stats sums the per-shard counters.
+func (c *Cache[V]) Stats() Stats {
+	var st Stats
+	for i := range c.shards {
+		s := &c.shards[i]
+		st.Hits += s.hits.Load()
+		st.Misses += s.misses.Load()
+		st.Invalidations += s.invalidations.Load()
+		st.Evictions += s.evictions.Load()
+		st.RefusedPuts += s.refused.Load()
+	}
+	st.Size = c.Len()
+	return st
+}
+
+func (c *Cache[V]) writeMetrics(w io.Writer) {
+	st := c.Stats()
+	l := `{cache="` + c.name + `"}`
+	metrics.WriteCounterUint64(w, "pinned_placecache_hits_total"+l, st.Hits)
+	metrics.WriteCounterUint64(w, "pinned_placecache_misses_total"+l, st.Misses)
+	metrics.WriteCounterUint64(w, "pinned_placecache_invalidations_total"+l, st.Invalidations)
+	metrics.WriteCounterUint64(w, "pinned_placecache_evictions_total"+l, st.Evictions)
+	metrics.WriteCounterUint64(w, "pinned_placecache_refused_puts_total"+l, st.RefusedPuts)
+	metrics.WriteGaugeUint64(w, "pinned_placecache_entries"+l, uint64(st.Size))
+}

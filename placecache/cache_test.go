@@ -1,0 +1,200 @@
+package placecache
+
+import (
+	"bytes"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/VictoriaMetrics/metrics"
+
+	"github.com/pinned-go/pinned/internal/clock"
+)
+
+func newCache(t *testing.T, cfg Config) *Cache[string] {
+	t.Helper()
+	c, err := New[string](cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func TestGetPut(t *testing.T) {
+	c := newCache(t, Config{})
+	name := []byte("/counter/a")
+	if _, ok := c.Get(name, c.Now()); ok {
+		t.Fatal("Get on an empty cache = ok")
+	}
+	if !c.Put(name, "s1", c.Begin(name)) {
+		t.Fatal("Put refused without an invalidation")
+	}
+	if v, ok := c.Get(name, c.Now()); !ok || v != "s1" {
+		t.Fatalf("Get = %q, %v; want s1, true", v, ok)
+	}
+	st := c.Stats()
+	if st.Hits != 1 || st.Misses != 1 || st.Size != 1 {
+		t.Fatalf("Stats = %+v; want 1 hit, 1 miss, size 1", st)
+	}
+}
+
+// The second-level-cache race: a value read from the store before an
+// invalidation must not be inserted after it.
+func TestPutAfterInvalidationIsRefused(t *testing.T) {
+	c := newCache(t, Config{})
+	name := []byte("/counter/a")
+	tok := c.Begin(name)
+	// ... the store read happens here; meanwhile the value changes and the
+	// invalidation is processed:
+	c.Invalidate("/counter/a")
+	if c.Put(name, "stale", tok) {
+		t.Fatal("Put after an invalidation of its shard was accepted")
+	}
+	if _, ok := c.Get(name, c.Now()); ok {
+		t.Fatal("stale value is cached")
+	}
+	if c.Stats().RefusedPuts != 1 {
+		t.Fatalf("RefusedPuts = %d; want 1", c.Stats().RefusedPuts)
+	}
+
+	tok = c.Begin(name)
+	c.InvalidateAll()
+	if c.Put(name, "stale", tok) {
+		t.Fatal("Put after InvalidateAll was accepted")
+	}
+	if !c.Put(name, "fresh", c.Begin(name)) {
+		t.Fatal("Put with a fresh token was refused")
+	}
+}
+
+func TestInvalidate(t *testing.T) {
+	c := newCache(t, Config{})
+	for i := 0; i < 100; i++ {
+		n := []byte(fmt.Sprintf("/ns/%d", i))
+		c.Put(n, "s", c.Begin(n))
+	}
+	c.Invalidate("/ns/7")
+	if _, ok := c.Get([]byte("/ns/7"), c.Now()); ok {
+		t.Fatal("invalidated entry still served")
+	}
+	if _, ok := c.Get([]byte("/ns/8"), c.Now()); !ok {
+		t.Fatal("Invalidate dropped another entry")
+	}
+	c.InvalidateIf([]byte("/ns/8"), func(v string) bool { return v == "other" })
+	if _, ok := c.Get([]byte("/ns/8"), c.Now()); !ok {
+		t.Fatal("InvalidateIf dropped a non-matching entry")
+	}
+	c.InvalidateIf([]byte("/ns/8"), func(v string) bool { return v == "s" })
+	if _, ok := c.Get([]byte("/ns/8"), c.Now()); ok {
+		t.Fatal("InvalidateIf kept a matching entry")
+	}
+	c.InvalidateAll()
+	if n := c.Len(); n != 0 {
+		t.Fatalf("Len after InvalidateAll = %d", n)
+	}
+}
+
+func TestTTL(t *testing.T) {
+	fc := clock.NewFake(time.Unix(0, 0))
+	c := newCache(t, Config{TTL: 10 * time.Second, Clock: fc})
+	name := []byte("/ns/a")
+	c.Put(name, "s", c.Begin(name))
+	fc.Advance(9 * time.Second)
+	if _, ok := c.Get(name, c.Now()); !ok {
+		t.Fatal("entry expired before its TTL")
+	}
+	fc.Advance(time.Second)
+	if _, ok := c.Get(name, c.Now()); ok {
+		t.Fatal("entry served at its TTL")
+	}
+	// A suspend counts: the entry must not survive a wall-clock jump past
+	// the lease either.
+	c.Put(name, "s", c.Begin(name))
+	fc.Suspend(time.Minute)
+	if _, ok := c.Get(name, c.Now()); ok {
+		t.Fatal("entry served after a suspend longer than its TTL")
+	}
+}
+
+func TestBoundedSize(t *testing.T) {
+	c := newCache(t, Config{Shards: 4, MaxEntries: 40})
+	for i := 0; i < 1000; i++ {
+		n := []byte(fmt.Sprintf("/ns/%d", i))
+		c.Put(n, "s", c.Begin(n))
+	}
+	if n := c.Len(); n > 40 {
+		t.Fatalf("Len = %d; want ≤ 40", n)
+	}
+	if c.Stats().Evictions < 960 {
+		t.Fatalf("Evictions = %d; want ≥ 960", c.Stats().Evictions)
+	}
+}
+
+func TestConfig(t *testing.T) {
+	if _, err := New[string](Config{Name: "bad name"}); err == nil {
+		t.Error("New accepted a metric-breaking name")
+	}
+	if _, err := New[string](Config{TTL: -1}); err == nil {
+		t.Error("New accepted a negative TTL")
+	}
+	c := newCache(t, Config{Shards: 100})
+	if len(c.shards) != 128 {
+		t.Errorf("shards = %d; want 128 (next power of two)", len(c.shards))
+	}
+}
+
+// Concurrent readers, writers and invalidators; the race detector checks the
+// locking, and the final check proves an invalidation is never undone by a
+// Put whose read began before it.
+func TestConcurrent(t *testing.T) {
+	c := newCache(t, Config{Shards: 8})
+	names := make([][]byte, 64)
+	for i := range names {
+		names[i] = []byte(fmt.Sprintf("/ns/%d", i))
+	}
+	var wg sync.WaitGroup
+	for g := 0; g < 4; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 2000; i++ {
+				n := names[(i*7+g)%len(names)]
+				if _, ok := c.Get(n, c.Now()); !ok {
+					c.Put(n, "v", c.Begin(n))
+				}
+				if i%50 == 0 {
+					c.Invalidate(string(n))
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	n := names[0]
+	tok := c.Begin(n)
+	c.Invalidate(string(n))
+	if c.Put(n, "late", tok) {
+		t.Fatal("late Put accepted")
+	}
+}
+
+func TestMetrics(t *testing.T) {
+	set := metrics.NewSet()
+	c := newCache(t, Config{Name: "sessions", Metrics: set})
+	n := []byte("s1")
+	c.Get(n, c.Now())
+	c.Put(n, "x", c.Begin(n))
+	c.Get(n, c.Now())
+	var b bytes.Buffer
+	set.WritePrometheus(&b)
+	for _, want := range []string{
+		`pinned_placecache_hits_total{cache="sessions"} 1`,
+		`pinned_placecache_misses_total{cache="sessions"} 1`,
+		`pinned_placecache_entries{cache="sessions"} 1`,
+	} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("metrics output lacks %q:\n%s", want, b.String())
+		}
+	}
+}

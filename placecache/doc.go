@@ -1,0 +1,35 @@
+// Package placecache is the pinboard's in-process cache of placements
+// ("/<namespace>/<id>" → holder) and sessions (session id → worker endpoint).
+// It sits in front of the store, so that a proxied request in steady state
+// costs no Redis round trip, and it is kept honest by the store's
+// invalidations (rueidis client-side caching on Redis, direct calls with the
+// in-memory store).
+//
+// # The second-level-cache race and how it is closed
+//
+// A reader misses, reads the store, and inserts what it read. If the value
+// changes in the store and the invalidation for it is processed between the
+// read and the insert, a naive cache would insert the old value after the
+// invalidation and keep it until its TTL (Lettuce had exactly this bug,
+// redis/lettuce#3481). Every shard therefore carries an invalidation
+// sequence number: a reader captures it with Begin before reading the store,
+// and Put inserts only if no invalidation touched that shard since. An
+// invalidation of everything (InvalidateAll, used on connection loss and
+// FLUSHALL) bumps every shard. A Put that loses this race is simply dropped:
+// the next request misses again.
+//
+// # Invariants
+//
+//   - Get never allocates and takes only its shard's read lock; no lock or
+//     counter is shared by all requests (counters live in the shards and are
+//     summed when metrics are written).
+//   - An entry is never returned after an Invalidate/InvalidateAll that
+//     completed before the Get started, and never returned once older than
+//     Config.TTL (the safety net when an invalidation is lost; keep it at or
+//     below the lease).
+//   - Put after an invalidation of the same shard that happened after the
+//     matching Begin is refused.
+//   - Size is bounded by Config.MaxEntries (rounded up to a multiple of the
+//     shard count); inserting into a full shard evicts an arbitrary entry of
+//     that shard, expired entries first when one is found cheaply.
+package placecache
