@@ -147,7 +147,11 @@ func (l *loop) run(ctx context.Context) error {
 			fired = timer.C()
 		}
 		if w.hooks != nil && w.hooks.idle != nil {
-			w.hooks.idle()
+			inflight := l.inflight
+			if l.regInFlight {
+				inflight++
+			}
+			w.hooks.idle(inflight)
 		}
 		var err error
 		select {

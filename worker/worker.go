@@ -66,8 +66,8 @@ type Worker struct {
 
 // testHooks lets the package's tests observe and drive the loop.
 type testHooks struct {
-	idle func()        // called by the loop just before it blocks
-	poke chan struct{} // wakes the loop for one idle pass
+	idle func(inflight int) // called by the loop just before it blocks, with its calls in flight
+	poke chan struct{}      // wakes the loop for one idle pass
 }
 
 // New validates cfg and returns a worker with a fresh clientId and secret
