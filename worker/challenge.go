@@ -91,10 +91,10 @@ func (w *Worker) HandleChallenge(ctx *fasthttp.RequestCtx) {
 	writeJSON(ctx, fasthttp.StatusOK, wire.ChallengeResponse{Value: value})
 }
 
-// Mount registers HandleChallenge at GET wire.PathChallenge on r, next to the
-// hosts' routes.
+// Mount registers HandleChallenge at wire.PathChallenge on r, next to the
+// hosts' routes, for every method (it answers 405 itself to all but GET).
 func (w *Worker) Mount(r *router.Router) {
-	r.GET(wire.PathChallenge, w.HandleChallenge)
+	r.ANY(wire.PathChallenge, w.HandleChallenge)
 }
 
 // writeJSON answers status with v as a JSON body.
