@@ -58,6 +58,7 @@ type fakeHost struct {
 
 type abortRec struct {
 	reason   string
+	live     int // instances the host held when the abort came
 	at       clock.Instant
 	admitted bool // whether Admit still said yes while the abort ran
 }
@@ -79,7 +80,7 @@ func (h *fakeHost) AbortAll(reason string) {
 	_, why := h.w.Admit(h.w.secret, nil)
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.aborts = append(h.aborts, abortRec{reason: reason, at: h.clk.Now(), admitted: why == ""})
+	h.aborts = append(h.aborts, abortRec{reason: reason, live: h.busy + h.idle, at: h.clk.Now(), admitted: why == ""})
 	h.busy, h.idle = 0, 0
 }
 func (h *fakeHost) CloseIdle(reason string) {
@@ -135,6 +136,7 @@ type fakePinboard struct {
 	t      *testing.T
 	clk    *clock.Fake
 	url    string
+	ln     net.Listener
 	srv    *fasthttp.Server
 	client *fasthttp.Client
 	closed chan struct{}
@@ -166,6 +168,7 @@ func newFakePinboard(t *testing.T, clk *clock.Fake) *fakePinboard {
 		t:        t,
 		clk:      clk,
 		url:      "http://" + ln.Addr().String(),
+		ln:       ln,
 		client:   &fasthttp.Client{},
 		closed:   make(chan struct{}),
 		notify:   func() {},
@@ -185,6 +188,7 @@ func (p *fakePinboard) stop() {
 		close(p.closed)
 	}
 	_ = p.srv.Shutdown()
+	_ = p.ln.Close() // in case Serve had not started yet: Shutdown does not stop it then
 	p.client.CloseIdleConnections()
 }
 
@@ -427,6 +431,7 @@ type harness struct {
 	host *fakeHost
 	logs *syncBuffer
 	adv  *fasthttp.Server
+	ln   net.Listener
 
 	mu       sync.Mutex
 	waiters  []*waiter
@@ -491,6 +496,7 @@ func newHarness(t *testing.T, tweak ...func(*Config)) *harness {
 	r := router.New()
 	w.Mount(r)
 	h.adv = &fasthttp.Server{Handler: r.Handler}
+	h.ln = ln
 	go h.adv.Serve(ln) //nolint:errcheck // ends with Shutdown
 
 	t.Cleanup(h.close)
@@ -520,6 +526,7 @@ func (h *harness) close() {
 		}
 	}
 	_ = h.adv.Shutdown()
+	_ = h.ln.Close()
 	logs := h.logs.String()
 	if strings.Contains(logs, testToken) {
 		h.t.Errorf("the logs contain the deployment token:\n%s", logs)
