@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pinned-go/pinned/internal/clock"
 	"github.com/pinned-go/pinned/internal/wire"
 )
 
@@ -269,5 +270,24 @@ func TestAttachValidates(t *testing.T) {
 	}
 	if err := w.Attach(&fakeHost{ns: "no-slash"}); err == nil {
 		t.Error("Attach of namespace \"no-slash\" succeeded; want an error")
+	}
+}
+
+// The loop on the real clock: registration and a few heartbeats, fast.
+func TestRealClockSmoke(t *testing.T) {
+	h := newHarness(t, func(c *Config) {
+		c.Clock = clock.Real{}
+		c.HeartbeatInterval = 20 * time.Millisecond
+		c.RetryInterval = 10 * time.Millisecond
+	})
+	h.register()
+	h.until("three acked heartbeats", func() bool {
+		return len(h.pb.heartbeatList()) >= 3 && h.inflight == 0
+	})
+	if !h.w.Ready() || h.w.Remaining() <= 0 || h.w.Remaining() > DefaultLease-DefaultLeaseBuffer {
+		t.Fatalf("Ready() = %v, Remaining() = %v; want a live lease of at most 5s", h.w.Ready(), h.w.Remaining())
+	}
+	if got := h.metric(`pinned_heartbeats_total{result="failed"}`); got != "0" {
+		t.Fatalf(`pinned_heartbeats_total{result="failed"} = %s; want 0`, got)
 	}
 }
