@@ -439,6 +439,7 @@ type harness struct {
 	frozen   chan struct{} // non-nil: the loop blocks at its next idle pass
 	isFrozen chan struct{}
 
+	step    time.Duration // advance's step: every timer of the test must fall on a multiple
 	poke    chan struct{}
 	cancel  context.CancelFunc
 	runErr  error
@@ -461,6 +462,7 @@ func newHarness(t *testing.T, tweak ...func(*Config)) *harness {
 		poke:     make(chan struct{}, 1),
 		isFrozen: make(chan struct{}, 1),
 		runDone:  make(chan struct{}),
+		step:     100 * time.Millisecond,
 	}
 	h.pb = newFakePinboard(t, clk)
 	h.pb.notify = h.pokeLoop
@@ -596,12 +598,13 @@ func (h *harness) settle() {
 	h.until("the loop to settle", func() bool { return h.inflight == h.pb.heldCount() })
 }
 
-// advance moves the clock by d in steps of at most 100 ms, settling after
-// each, so that every call happens at the instant its timer fired.
+// advance moves the clock by d in steps of at most h.step, settling after
+// each, so that every call happens at the instant its timer fired (when the
+// timers fall on multiples of h.step).
 func (h *harness) advance(d time.Duration) {
 	h.t.Helper()
 	for d > 0 {
-		s := min(d, 100*time.Millisecond)
+		s := min(d, h.step)
 		h.clk.Advance(s)
 		d -= s
 		h.settle()

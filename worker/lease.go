@@ -182,8 +182,9 @@ type leaseHandlers struct {
 
 // ConfigureLease replaces the lease buffer (when o.Buffer is not 0) and both
 // handlers (nil removes one). Handlers run on the worker's loop goroutine and
-// must return promptly: while one runs, heartbeats are not processed. A
-// buffer change applies at once, to the current lease too.
+// must return promptly (while one runs, heartbeats are not processed) and
+// must not call Shutdown, which waits for that goroutine. A buffer change
+// applies at once, to the current lease too.
 func (w *Worker) ConfigureLease(o LeaseOptions) error {
 	if o.Buffer < 0 {
 		return errors.New("worker: LeaseOptions.Buffer is negative: use a positive duration, or 0 to keep the current one")

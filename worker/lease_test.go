@@ -302,3 +302,23 @@ func TestLeaseHandlers(t *testing.T) {
 		t.Fatalf("OnRegained(%q); want the new session %q", regained[0], h.w.Session())
 	}
 }
+
+// Heartbeats of a lost session that hang (here: 8, the cap) must not keep
+// the next session from heartbeating.
+func TestHungCallsOfALostSessionDoNotBlockTheNext(t *testing.T) {
+	h := newHarness(t, func(c *Config) { c.RetryInterval = 250 * time.Millisecond })
+	h.step = 50 * time.Millisecond
+	h.pb.onHeartbeat = func(_ int, req wire.HeartbeatRequest) action {
+		return action{drop: req.SessionID == "s1"}
+	}
+	h.register()
+	h.advanceTo(5 * time.Second)
+	h.until("session s2", func() bool { return h.w.Session() == "s2" })
+	if n := len(h.pb.heartbeatList()); n != maxInflightHeartbeats {
+		t.Fatalf("%d heartbeats of s1 in flight; want the cap %d", n, maxInflightHeartbeats)
+	}
+	h.advanceTo(20 * time.Second)
+	if !h.w.Ready() || h.w.Session() != "s2" {
+		t.Fatalf("Ready() = %v, Session() = %q; want s2 kept alive", h.w.Ready(), h.w.Session())
+	}
+}

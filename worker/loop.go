@@ -59,7 +59,8 @@ func (w *Worker) Run(ctx context.Context) error {
 		hosts:   hosts,
 		ns:      namespaces(hosts),
 		log:     w.log,
-		results: make(chan result, maxInflightHeartbeats+2),
+		results: make(chan result),
+		quit:    make(chan struct{}),
 		stopReq: w.stopReq,
 	}
 	if w.hooks != nil {
@@ -69,6 +70,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	if w.current.Load() != nil {
 		l.lose(ErrStopped, w.clock.Now())
 	}
+	close(l.quit) // calls still in flight drop their results
 	l.calls.Wait()
 	w.pinboard.close()
 	return err
@@ -93,14 +95,17 @@ type result struct {
 }
 
 // loop is the state of one Run. Only the Run goroutine touches it; registry
-// calls run on goroutines it owns (calls) and report on results.
+// calls run on goroutines it owns (calls) and report on results (or drop
+// their result once quit is closed).
 type loop struct {
 	w       *Worker
 	hosts   []host.Attached
 	ns      []string
 	log     *slog.Logger // w.log plus the session attr while registered
 	results chan result
+	quit    chan struct{} // closed when the loop has stopped reading results
 	calls   sync.WaitGroup
+	pending int // calls started and not yet handled, all kinds and sessions
 	poke    <-chan struct{}
 	stopReq <-chan struct{} // nil after it fired
 
@@ -114,7 +119,7 @@ type loop struct {
 	// Heartbeats of the current session.
 	seq       uint64 // attempt counter (registrations count too)
 	lastAcked uint64 // seq of the call anchoring the lease
-	inflight  int    // heartbeat calls in flight, any session
+	inflight  int    // heartbeat calls of the current session in flight
 	nextSend  clock.Instant
 	sendNow   bool // drain state changed: tell the pinboard at once
 	troubled  bool // a heartbeat failed or went unacked since the last renewal
@@ -147,11 +152,7 @@ func (l *loop) run(ctx context.Context) error {
 			fired = timer.C()
 		}
 		if w.hooks != nil && w.hooks.idle != nil {
-			inflight := l.inflight
-			if l.regInFlight {
-				inflight++
-			}
-			w.hooks.idle(inflight)
+			w.hooks.idle(l.pending)
 		}
 		var err error
 		select {
@@ -243,12 +244,16 @@ func (l *loop) nextWake(now clock.Instant) (clock.Instant, bool) {
 func (l *loop) start(r result, path string, body any, pair challengePair) {
 	w := l.w
 	w.challenges.add(pair)
+	l.pending++
 	l.calls.Add(1)
 	go func() {
 		defer l.calls.Done()
 		r.reply = w.pinboard.post(path, body, time.Time{})
 		w.challenges.remove(pair.challenge)
-		l.results <- r // never blocks: the buffer holds every call that can be in flight
+		select {
+		case l.results <- r:
+		case <-l.quit:
+		}
 	}()
 }
 
@@ -316,18 +321,19 @@ func (l *loop) handle(r result) error {
 	if l.sess != nil && !w.leaseValid(w.current.Load(), now) {
 		l.lose(ErrLeaseExpired, now)
 	}
+	l.pending--
 	switch r.kind {
 	case callRegister:
 		l.regInFlight = false
 		return l.onRegister(r, now)
 	default:
-		l.inflight--
 		if r.final {
 			l.finalDone = true
 		}
 		if r.sess != l.sess {
 			return nil // answer for a session already given up
 		}
+		l.inflight--
 		return l.onHeartbeat(r, now)
 	}
 }
@@ -484,6 +490,7 @@ func (l *loop) lose(cause error, now clock.Instant) {
 	}
 	w.m.leaseLost[lossLabel(cause)].Inc()
 	l.sess = nil
+	l.inflight = 0 // the old session's calls no longer hold slots
 	l.log = w.log
 	l.everLost = true
 	l.troubled = false
