@@ -16,6 +16,9 @@
 // Run's context is the hard stop (everything is aborted when it ends); on
 // SIGTERM call Shutdown, which drains first and then makes Run return.
 //
+// Run's context is the hard stop (everything is aborted when it ends); on
+// SIGTERM call Shutdown, which drains first and then makes Run return.
+//
 // # The lease
 //
 // Every registration and every heartbeat is a call sent at a known instant
@@ -49,8 +52,9 @@
 //     superseded, selfAbort withdraws the lease (Admit refuses from then on),
 //     cancels the session context and calls AbortAll("lease") on every
 //     attached host. Only then does the worker register again, with a new
-//     session: no instance of the old session is left when the new one starts
-//     serving, and requests routed by the old session's placements are
+//     session: when the new one starts serving, every instance of the old one
+//     has been aborted (its context cancelled; a teardown may still be
+//     finishing), and requests routed by the old session's placements are
 //     refused (the session header no longer matches).
 //   - Ready is false while unregistered, past the deadline, superseded or
 //     stopped; the gauge pinned_registered reads Ready at scrape time.
