@@ -1,0 +1,67 @@
+package worker
+
+import (
+	"testing"
+	"time"
+
+	"github.com/pinned-go/pinned/internal/clock"
+	"github.com/pinned-go/pinned/internal/wire"
+)
+
+// newLeasedWorker returns a worker holding session "s1", anchored now on
+// clk, without any network (for Admit tests and benchmarks).
+func newLeasedWorker(tb testing.TB, clk clock.Clock) *Worker {
+	tb.Helper()
+	w, err := New(Config{PinboardURL: "http://127.0.0.1:1", AdvertiseURL: "http://127.0.0.1:2", Token: "t", Clock: clk})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	w.current.Store(anchorLease(newSession("s1"), clk.Now(), 1, DefaultLease))
+	return w
+}
+
+func TestAdmit(t *testing.T) {
+	clk := clock.NewFake(t0Wall)
+	w := newLeasedWorker(t, clk)
+	secret := w.secret
+	f := func(name string, secret, session []byte, want string) {
+		t.Helper()
+		ctx, why := w.Admit(secret, session)
+		if why != want {
+			t.Errorf("Admit(%s) = %q; want %q", name, why, want)
+		}
+		if (ctx != nil) != (want == "") {
+			t.Errorf("Admit(%s) context = %v; want one exactly when admitted", name, ctx)
+		}
+	}
+	f("right secret, no session header", secret, nil, "")
+	f("right secret, empty session header", secret, []byte{}, "")
+	f("right secret, current session", secret, []byte("s1"), "")
+	f("right secret, other session", secret, []byte("s0"), wire.ReasonLease)
+	f("right secret, session prefix", secret, []byte("s"), wire.ReasonLease)
+	f("wrong secret", []byte("nope"), nil, wire.ReasonForbidden)
+	f("wrong secret, current session", append([]byte{}, secret[:len(secret)-1]...), []byte("s1"), wire.ReasonForbidden)
+	f("missing secret", nil, nil, wire.ReasonForbidden)
+
+	clk.Advance(5*time.Second - time.Nanosecond)
+	f("1ns before the local deadline", secret, nil, "")
+	clk.Advance(time.Nanosecond)
+	f("at the local deadline", secret, nil, wire.ReasonLease)
+	f("wrong secret past the deadline", []byte("nope"), nil, wire.ReasonForbidden)
+
+	w.current.Store(nil)
+	f("unregistered", secret, nil, wire.ReasonLease)
+}
+
+func BenchmarkAdmit(b *testing.B) {
+	w := newLeasedWorker(b, clock.Real{})
+	secret, session := w.secret, []byte("s1")
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if _, why := w.Admit(secret, session); why != "" {
+				b.Fatal(why)
+			}
+		}
+	})
+}

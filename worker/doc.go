@@ -1,0 +1,130 @@
+// Package worker is one application process's registration with the
+// pinboard: it proves its advertise URL, holds a lease through heartbeats,
+// fences the hosts attached to it when the lease is lost, relays drain and
+// wind_down, and releases placements. *Worker implements host.Worker; several
+// hosts (one per namespace) share one worker. Protocol: SPEC §4–5; bodies,
+// headers and paths in internal/wire.
+//
+// # Wiring
+//
+//	w, err := worker.New(worker.Config{PinboardURL: ..., AdvertiseURL: ..., Token: ...})
+//	h, err := host.New(host.Config{..., Worker: w})   // calls w.Attach(h)
+//	w.Mount(r)                                         // GET /_pinned/challenge next to the hosts
+//	go w.Run(ctx)                                      // register, heartbeat, fence
+//	... readiness probe: w.Ready(); SIGTERM: w.Shutdown(ctx)
+//
+// Run's context is the hard stop (everything is aborted when it ends); on
+// SIGTERM call Shutdown, which drains first and then makes Run return.
+//
+// Run's context is the hard stop (everything is aborted when it ends); on
+// SIGTERM call Shutdown, which drains first and then makes Run return.
+//
+// # The lease
+//
+// Every registration and every heartbeat is a call sent at a known instant
+// on Config.Clock. When the pinboard acknowledges it with expiresInMs, the
+// lease becomes
+//
+//	expires  = send time + expiresInMs    (ExpiresAt: when the pinboard may re-place our ids)
+//	deadline = expires − LeaseBuffer      (when this worker stops serving)
+//
+// anchored at the SEND time of the acknowledged call (anchorLease), never at
+// the time the answer arrived. Elapsed time is measured with
+// clock.Instant.Sub, the larger of monotonic and wall elapsed time, so a
+// machine suspend counts. Acks of older attempts never move the anchor back.
+//
+// The lease is a context, as in rueidislock: each session has one, Admit
+// returns it, and hosts derive instance contexts from it. It is cancelled
+// (context.Cause says why: ErrLeaseExpired, ErrReregister, ErrSuperseded,
+// ErrStopped) when the lease is lost.
+//
+// # Fencing: what is guaranteed
+//
+//   - Admit checks inline, on every request, without locks or allocation:
+//     the proxy secret (constant time; otherwise wire.ReasonForbidden), the
+//     session header (when present) against the current session, and the
+//     lease against the clock right now (leaseValid; otherwise
+//     wire.ReasonLease). It does not depend on any timer having fired, so a
+//     frozen or suspended process refuses every request the moment it wakes
+//     past its deadline.
+//   - When the deadline passes without an ack (the loop's watchdog timer, or
+//     the loop noticing on any wake-up), or on a 409 reregister or
+//     superseded, selfAbort withdraws the lease (Admit refuses from then on),
+//     cancels the session context and calls AbortAll("lease") on every
+//     attached host. Only then does the worker register again, with a new
+//     session: when the new one starts serving, every instance of the old one
+//     has been aborted (its context cancelled; a teardown may still be
+//     finishing), and requests routed by the old session's placements are
+//     refused (the session header no longer matches).
+//   - Ready is false while unregistered, past the deadline, superseded or
+//     stopped; the gauge pinned_registered reads Ready at scrape time.
+//   - What is not guaranteed: mutual exclusion against a process paused
+//     between Admit and its write to storage (Kleppmann): the window is
+//     bounded by the lease, and the session id is the fencing token a
+//     storage layer can check.
+//
+// # Timing
+//
+// Heartbeats go every HeartbeatInterval (3 s) after the last acked send. A
+// heartbeat that is not acknowledged within RetryInterval (0.5 s) — it failed,
+// was lost, or is slow — is followed by another one (the first stays in flight
+// and still counts when its ack arrives), every RetryInterval until an ack
+// arrives or the deadline passes, with at most 8 calls in flight. With the
+// defaults (lease 10 s, buffer 5 s) four attempts fit before the deadline,
+// so one lost heartbeat never costs the lease. New and every ack with a new
+// lease length validate this with CheckTiming (buffer < lease, at least
+// MinHeartbeatAttempts attempts); an unworkable lease from the pinboard ends
+// Run with an ErrBadTiming error.
+//
+// Registration failures are retried after a "full jitter" delay, uniform in
+// [0, min(BackoffMax, BackoffBase·2^(n−1))] after the n-th consecutive
+// failure (BackoffMax 30 s). A 401 is logged as an error (the token is wrong)
+// and retried like any failure. Only a superseded NACK stops the loop: Run
+// returns ErrSuperseded.
+//
+// Every registration and heartbeat carries a fresh challenge pair (128-bit
+// values from crypto/rand). HandleChallenge answers a challenge only while
+// its call is in flight and only to a caller presenting the worker's secret.
+//
+// # Drain and wind_down
+//
+// Control messages arrive in heartbeat acks (queued by POST /registry/push)
+// and Shutdown starts the same states locally. The state only escalates:
+// none → drain → wind_down; a deadline (unix ms) is kept when it is the
+// earliest seen. Neither is ever undone in the life of the process; a
+// re-registration reports it too.
+//
+//   - drain: Draining() is true, so hosts answer new activations 503 +
+//     x-pinned-reason: draining; existing instances and requests keep serving
+//     and go away by idle eviction; heartbeats and registrations report
+//     draining, the deadline as drainDeadline, and headroom 0. Nothing is
+//     aborted by drain itself, at its deadline or ever.
+//   - wind_down: drain, plus CloseIdle("wind_down") on every host at once and
+//     again on every heartbeat tick (instances close as they go idle), plus
+//     AbortAll("wind_down") when the deadline passes (none without deadline).
+//
+// "drain complete" is logged once every host is empty.
+//
+// # Concurrency
+//
+// Admit, Draining, Ready, Session, ExpiresAt, Remaining, Release and
+// HandleChallenge are safe for concurrent use at any time. All lease
+// transitions happen on the Run goroutine; the lease is an immutable snapshot
+// behind an atomic pointer. Registry calls run on goroutines owned by Run,
+// which waits for them before returning. OnLost and OnRegained run on the Run
+// goroutine and must return promptly. Attach must happen before Run.
+//
+// New does no I/O and starts no goroutine. Logs go to Config.Logger tagged
+// logger=pinned.worker with the client id and, once registered, the
+// session; the token and the secret are never logged.
+//
+// # Metrics (on Config.Metrics)
+//
+//	pinned_registered                          1 while Ready
+//	pinned_lease_remaining_seconds             Remaining
+//	pinned_draining                            1 while Draining
+//	pinned_heartbeats_total{result}            ok, late, failed, unauthorized, reregister, superseded
+//	pinned_registrations_total{result}         ok, failed, unauthorized
+//	pinned_releases_total{result}              ok, failed, unauthorized, gave_up
+//	pinned_lease_lost_total{reason}            expired, reregister, superseded, stopped, bad_timing
+package worker

@@ -1,0 +1,175 @@
+package worker
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/pinned-go/pinned/internal/clock"
+	"github.com/pinned-go/pinned/internal/wire"
+)
+
+// drainMode orders the drain states; a worker only ever moves up.
+type drainMode int32
+
+const (
+	modeNone     drainMode = iota
+	modeDrain              // refuse new activations, keep serving
+	modeWindDown           // also close idle instances, abort the rest at the deadline
+)
+
+func (m drainMode) String() string {
+	switch m {
+	case modeDrain:
+		return wire.MessageDrain
+	case modeWindDown:
+		return wire.MessageWindDown
+	}
+	return "none"
+}
+
+// drainState is the worker's drain state: mode is read lock-free by
+// Draining (on every activation); mode and deadlineMs change together under mu.
+type drainState struct {
+	mode       atomic.Int32
+	mu         sync.Mutex
+	deadlineMs int64 // unix ms; 0 = none
+}
+
+// Draining implements host.Worker: true once a drain or wind_down started
+// (from the pinboard or Shutdown). It never becomes false again.
+func (w *Worker) Draining() bool { return drainMode(w.drain.mode.Load()) != modeNone }
+
+// drainSnapshot returns the mode and the deadline (unix ms, 0 = none).
+func (w *Worker) drainSnapshot() (drainMode, int64) {
+	w.drain.mu.Lock()
+	defer w.drain.mu.Unlock()
+	return drainMode(w.drain.mode.Load()), w.drain.deadlineMs
+}
+
+// enterDrain raises the drain state to at least mode and the deadline to the
+// earliest one seen (0 = none). On a change it logs, closes idle instances
+// when wind_down starts, and wakes the loop so the next heartbeat reports it
+// at once.
+func (w *Worker) enterDrain(mode drainMode, deadlineMs int64, source string) {
+	w.drain.mu.Lock()
+	old, oldDeadline := drainMode(w.drain.mode.Load()), w.drain.deadlineMs
+	if mode > old {
+		w.drain.mode.Store(int32(mode))
+	}
+	if deadlineMs > 0 && (oldDeadline == 0 || deadlineMs < oldDeadline) {
+		w.drain.deadlineMs = deadlineMs
+	}
+	now, nowDeadline := drainMode(w.drain.mode.Load()), w.drain.deadlineMs
+	w.drain.mu.Unlock()
+	if now == old && nowDeadline == oldDeadline {
+		return
+	}
+	attrs := []any{"mode", now.String(), "source", source}
+	if nowDeadline != 0 {
+		attrs = append(attrs, "deadline", time.UnixMilli(nowDeadline))
+	}
+	w.log.Info("drain started", attrs...)
+	if now == modeWindDown && old != modeWindDown {
+		for _, h := range w.attached() {
+			h.CloseIdle(reasonWindDown)
+		}
+	}
+	select {
+	case w.kick <- struct{}{}:
+	default:
+	}
+}
+
+// applyMessage acts on one control message from a heartbeat ack.
+func (w *Worker) applyMessage(m wire.Message) {
+	switch m.Type {
+	case wire.MessageDrain:
+		w.enterDrain(modeDrain, m.DeadlineMs, "pinboard")
+	case wire.MessageWindDown:
+		w.enterDrain(modeWindDown, m.DeadlineMs, "pinboard")
+	default:
+		w.log.Warn("unknown control message ignored", "type", m.Type)
+	}
+}
+
+// driveDrain does the time-driven part of draining, on the loop: abort what
+// remains at the wind_down deadline, and note when the hosts are empty.
+func (l *loop) driveDrain(now clock.Instant) {
+	mode, deadline := l.w.drainSnapshot()
+	if mode == modeNone {
+		return
+	}
+	if mode == modeWindDown && deadline != 0 && !l.deadlineAborted && now.Wall().UnixMilli() >= deadline {
+		l.deadlineAborted = true
+		n := live(l.hosts)
+		for _, h := range l.hosts {
+			h.AbortAll(reasonWindDown)
+		}
+		l.log.Warn("wind_down deadline reached; remaining instances aborted", "instances", n, "reason", reasonWindDown)
+	}
+	if !l.drainComplete && live(l.hosts) == 0 {
+		l.drainComplete = true
+		l.log.Info("drain complete: no instance left", "mode", mode.String())
+	}
+}
+
+// Shutdown is the application's graceful stop (e.g. on SIGTERM):
+//
+//  1. wind_down starts (Draining is true, so hosts refuse new activations
+//     with 503 draining); the next heartbeat, sent at once, reports draining
+//     with headroom 0 and ctx's deadline as drainDeadline;
+//  2. idle instances are closed now and every ShutdownPollInterval (each
+//     close makes the host release the placement), until every host is
+//     empty (Len() == 0) or ctx ends, which aborts what remains;
+//  3. Run sends a final heartbeat (draining, headroom 0), stops heartbeating
+//     and returns nil; Shutdown waits for that.
+//
+// The protocol has no deregister call: the session ends in Redis when its
+// lease runs out, but with every placement released nothing routes to it.
+// Shutdown returns nil when the hosts emptied before ctx ended, otherwise an
+// error wrapping ctx's cause. It is safe to call without Run and more than once.
+func (w *Worker) Shutdown(ctx context.Context) error {
+	var deadlineMs int64
+	if d, ok := ctx.Deadline(); ok {
+		deadlineMs = d.UnixMilli()
+	}
+	w.enterDrain(modeWindDown, deadlineMs, "shutdown")
+	err := w.awaitEmpty(ctx)
+	w.stopped.Do(func() { close(w.stopReq) })
+	w.mu.Lock()
+	started := w.started
+	w.mu.Unlock()
+	if started {
+		<-w.runDone
+	}
+	return err
+}
+
+// awaitEmpty closes idle instances until the hosts are empty or ctx ends;
+// then it aborts what remains.
+func (w *Worker) awaitEmpty(ctx context.Context) error {
+	hosts := w.attached()
+	for {
+		for _, h := range hosts {
+			h.CloseIdle(reasonShutdown)
+		}
+		if live(hosts) == 0 {
+			return nil
+		}
+		t := w.clock.NewTimer(w.cfg.ShutdownPollInterval)
+		select {
+		case <-t.C():
+		case <-ctx.Done():
+			t.Stop()
+			n := live(hosts)
+			for _, h := range hosts {
+				h.AbortAll(reasonShutdown)
+			}
+			w.log.Warn("shutdown deadline reached; remaining instances aborted", "instances", n, "reason", reasonShutdown)
+			return fmt.Errorf("shutdown: aborted %d instances: %w", n, context.Cause(ctx))
+		}
+	}
+}

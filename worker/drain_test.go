@@ -1,0 +1,189 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/pinned-go/pinned/internal/wire"
+)
+
+// drain: new activations refused (Draining), existing instances keep
+// serving, heartbeats report draining, the deadline and headroom 0; nothing
+// is closed or aborted, not even at the deadline.
+func TestDrainMessage(t *testing.T) {
+	h := newHarness(t)
+	h.register()
+	h.host.set(1, 1)
+	deadline := t0Wall.Add(60 * time.Second).UnixMilli()
+	h.pb.push(wire.Message{Type: wire.MessageDrain, DeadlineMs: deadline})
+	if h.w.Draining() {
+		t.Fatal("Draining() = true before the message arrived")
+	}
+	h.advanceTo(3 * time.Second)
+	h.until("the draining heartbeat", func() bool { return len(h.pb.heartbeatList()) >= 2 })
+	if !h.w.Draining() || h.metric("pinned_draining") != "1" {
+		t.Fatal("Draining() = false after a drain message")
+	}
+	hb := h.pb.heartbeatList()[1]
+	if got := hb.at.Sub(at(0)); got != 3*time.Second {
+		t.Errorf("draining heartbeat sent at t0+%v; want at once (t0+3s)", got)
+	}
+	if !hb.req.Draining || hb.req.DrainDeadline != deadline || hb.req.Headroom != 0 {
+		t.Fatalf("heartbeat after drain = %+v; want draining, deadline %d, headroom 0", hb.req, deadline)
+	}
+	if why := h.admit(""); why != "" {
+		t.Fatalf("Admit while draining = %q; want existing instances served", why)
+	}
+	h.advanceTo(70 * time.Second)
+	if a, c := h.host.abortList(), h.host.closeIdleList(); len(a) != 0 || len(c) != 0 || h.host.Len() != 2 {
+		t.Fatalf("drain closed or aborted instances: aborts %+v, CloseIdle %v, %d left", a, c, h.host.Len())
+	}
+	last := h.pb.heartbeatList()
+	if r := last[len(last)-1].req; !r.Draining || r.DrainDeadline != deadline {
+		t.Fatalf("late heartbeat = %+v; want still draining with the deadline", r)
+	}
+	if strings.Contains(h.logs.String(), "drain complete") {
+		t.Fatal("drain complete logged while instances remain")
+	}
+	h.host.set(0, 0)
+	h.advance(3 * time.Second)
+	if !strings.Contains(h.logs.String(), "msg=\"drain complete") {
+		t.Fatalf("no drain complete log once the host emptied:\n%s", h.logs.String())
+	}
+}
+
+// wind_down: drain, plus idle instances closed at once and on every tick,
+// plus the rest aborted exactly at the deadline.
+func TestWindDownMessage(t *testing.T) {
+	h := newHarness(t)
+	h.register()
+	h.host.set(1, 2)
+	deadline := t0Wall.Add(8 * time.Second)
+	h.pb.push(wire.Message{Type: wire.MessageWindDown, DeadlineMs: deadline.UnixMilli()})
+	h.advanceTo(3 * time.Second)
+	h.until("the draining heartbeat", func() bool { return len(h.pb.heartbeatList()) >= 2 })
+	if !h.w.Draining() {
+		t.Fatal("Draining() = false after wind_down")
+	}
+	if c := h.host.closeIdleList(); len(c) == 0 || c[0] != reasonWindDown || h.host.Len() != 1 {
+		t.Fatalf("CloseIdle calls %v, %d instances left; want CloseIdle(%q) at once, the busy one left", c, h.host.Len(), reasonWindDown)
+	}
+	n := len(h.host.closeIdleList())
+	h.host.set(1, 1) // another instance went idle
+	h.advanceTo(6 * time.Second)
+	if c := h.host.closeIdleList(); len(c) <= n || h.host.Len() != 1 {
+		t.Fatalf("CloseIdle calls %v, %d instances left; want another CloseIdle on the next tick", c, h.host.Len())
+	}
+	expectWindDownAbortAt(t, h, 8*time.Second)
+}
+
+func expectWindDownAbortAt(t *testing.T, h *harness, off time.Duration) {
+	t.Helper()
+	h.advanceTo(off - time.Nanosecond)
+	if a := h.host.abortList(); len(a) != 0 {
+		t.Fatalf("aborted before the wind_down deadline: %+v", a)
+	}
+	h.clk.Advance(time.Nanosecond)
+	h.until("the deadline abort", func() bool { return len(h.host.abortList()) > 0 })
+	a := h.host.abortList()[0]
+	if a.reason != reasonWindDown || a.at.Sub(at(0)) != off || a.live != 1 {
+		t.Fatalf("abort = %+v at t0+%v; want AbortAll(%q) of 1 instance at t0+%v", a, a.at.Sub(at(0)), reasonWindDown, off)
+	}
+}
+
+func TestShutdownDrainsThenStops(t *testing.T) {
+	h := newHarness(t)
+	h.register()
+	h.host.set(1, 1)
+	done := make(chan error, 1)
+	go func() { done <- h.w.Shutdown(context.Background()) }()
+	h.until("the draining heartbeat", func() bool {
+		hb := h.pb.heartbeatList()
+		return len(hb) == 1 && hb[0].req.Draining && hb[0].req.Headroom == 0 && h.host.Len() == 1
+	})
+	if !h.w.Draining() {
+		t.Fatal("Draining() = false during Shutdown")
+	}
+	h.settle()
+	h.clk.BlockUntil(2, nil) // the loop's timer and Shutdown's poll
+	h.host.set(0, 1)         // the busy instance finished
+	h.clk.Advance(DefaultShutdownPollInterval)
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Shutdown() = %v; want nil", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Shutdown did not return")
+	}
+	select {
+	case <-h.w.runDone:
+	default:
+		t.Fatal("Shutdown returned before Run")
+	}
+	<-h.runDone
+	if h.runErr != nil {
+		t.Fatalf("Run() after Shutdown = %v; want nil", h.runErr)
+	}
+	hb := h.pb.heartbeatList()
+	if last := hb[len(hb)-1].req; len(hb) < 2 || !last.Draining || last.Headroom != 0 {
+		t.Fatalf("heartbeats %+v; want a final one reporting draining and headroom 0", hb)
+	}
+	for _, a := range h.host.abortList() {
+		if a.live != 0 {
+			t.Fatalf("Shutdown aborted live instances: %+v", a)
+		}
+	}
+	if h.w.Ready() {
+		t.Fatal("Ready() = true after Shutdown")
+	}
+}
+
+func TestShutdownDeadlineAbortsTheRest(t *testing.T) {
+	h := newHarness(t)
+	h.register()
+	h.host.set(2, 0)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- h.w.Shutdown(ctx) }()
+	h.until("the draining heartbeat", func() bool { return len(h.pb.heartbeatList()) == 1 })
+	cancel()
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("Shutdown() = %v; want an error wrapping context.Canceled", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Shutdown did not return")
+	}
+	if a := h.host.abortList(); len(a) == 0 || a[0].reason != reasonShutdown || a[0].live != 2 {
+		t.Fatalf("aborts = %+v; want AbortAll(%q) of the 2 busy instances", a, reasonShutdown)
+	}
+}
+
+func TestShutdownWithoutRun(t *testing.T) {
+	h := newHarness(t)
+	h.host.set(0, 3)
+	if err := h.w.Shutdown(context.Background()); err != nil {
+		t.Fatalf("Shutdown() = %v; want nil", err)
+	}
+	if h.host.Len() != 0 || !h.w.Draining() {
+		t.Fatalf("after Shutdown: %d instances, Draining() = %v; want 0, true", h.host.Len(), h.w.Draining())
+	}
+	if err := h.w.Shutdown(context.Background()); err != nil {
+		t.Fatalf("second Shutdown() = %v; want nil", err)
+	}
+}
+
+func TestDrainOnlyEscalates(t *testing.T) {
+	h := newHarness(t)
+	h.w.enterDrain(modeWindDown, 2000, "test")
+	h.w.enterDrain(modeDrain, 1000, "test")
+	h.w.enterDrain(modeDrain, 3000, "test")
+	if mode, dl := h.w.drainSnapshot(); mode != modeWindDown || dl != 1000 {
+		t.Fatalf("drain state = %v, %d; want wind_down, 1000 (highest mode, earliest deadline)", mode, dl)
+	}
+}

@@ -1,0 +1,55 @@
+package worker
+
+import (
+	"github.com/VictoriaMetrics/metrics"
+)
+
+// Result label values of the worker's counters.
+const (
+	resultOK           = "ok"
+	resultLate         = "late"         // heartbeat acked after RetryInterval
+	resultFailed       = "failed"       // transport error, 5xx, malformed answer, other status
+	resultUnauthorized = "unauthorized" // 401: the token is wrong
+	resultReregister   = "reregister"   // 409 reregister (or an ack asking for it)
+	resultSuperseded   = "superseded"   // 409 superseded
+	resultGaveUp       = "gave_up"      // release: attempts exhausted
+)
+
+// workerMetrics are the worker's series, resolved once in New.
+type workerMetrics struct {
+	heartbeats    map[string]*metrics.Counter
+	registrations map[string]*metrics.Counter
+	releases      map[string]*metrics.Counter
+	leaseLost     map[string]*metrics.Counter
+}
+
+func newWorkerMetrics(s *metrics.Set, w *Worker) *workerMetrics {
+	vec := func(name, label string, values ...string) map[string]*metrics.Counter {
+		m := make(map[string]*metrics.Counter, len(values))
+		for _, v := range values {
+			m[v] = s.NewCounter(name + `{` + label + `="` + v + `"}`)
+		}
+		return m
+	}
+	m := &workerMetrics{
+		heartbeats: vec("pinned_heartbeats_total", "result",
+			resultOK, resultLate, resultFailed, resultUnauthorized, resultReregister, resultSuperseded),
+		registrations: vec("pinned_registrations_total", "result",
+			resultOK, resultFailed, resultUnauthorized),
+		releases: vec("pinned_releases_total", "result",
+			resultOK, resultFailed, resultUnauthorized, resultGaveUp),
+		leaseLost: vec("pinned_lease_lost_total", "reason",
+			lossExpired, lossReregister, lossSuperseded, lossStopped, lossTiming),
+	}
+	s.NewGauge("pinned_registered", func() float64 { return b2f(w.Ready()) })
+	s.NewGauge("pinned_lease_remaining_seconds", func() float64 { return w.Remaining().Seconds() })
+	s.NewGauge("pinned_draining", func() float64 { return b2f(w.Draining()) })
+	return m
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}

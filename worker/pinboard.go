@@ -1,0 +1,141 @@
+package worker
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/url"
+	"strconv"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/pinned-go/pinned/internal/wire"
+)
+
+// pinboardClient makes the worker's registry calls. Its HostClient retries
+// nothing itself; the loop and Release decide about retries.
+type pinboardClient struct {
+	hc     *fasthttp.HostClient
+	base   string // scheme://host[:port][/prefix]
+	auth   string // "Bearer <token>"
+	perReq time.Duration
+}
+
+func newPinboardClient(u *url.URL, cfg Config) *pinboardClient {
+	isTLS := u.Scheme == "https"
+	return &pinboardClient{
+		hc: &fasthttp.HostClient{
+			Addr:                      fasthttp.AddMissingPort(u.Host, isTLS),
+			IsTLS:                     isTLS,
+			Name:                      "pinned-worker",
+			MaxConns:                  cfg.MaxConns,
+			MaxConnWaitTimeout:        cfg.RequestTimeout,
+			ReadTimeout:               cfg.RequestTimeout,
+			WriteTimeout:              cfg.RequestTimeout,
+			MaxResponseBodySize:       wire.MaxBodyBytes,
+			MaxIdemponentCallAttempts: 1,
+			DisablePathNormalizing:    true,
+		},
+		base:   u.String(),
+		auth:   "Bearer " + cfg.Token,
+		perReq: cfg.RequestTimeout,
+	}
+}
+
+// reply is the outcome of one registry call: err for a transport failure
+// (status 0), otherwise the status and the body.
+type reply struct {
+	status int
+	body   []byte
+	err    error
+}
+
+// post sends in as JSON to path and waits for the answer until deadline (or
+// the request timeout, whichever is first).
+func (p *pinboardClient) post(path string, in any, deadline time.Time) reply {
+	b, err := json.Marshal(in)
+	if err != nil {
+		return reply{err: fmt.Errorf("cannot encode %s body: %w", path, err)}
+	}
+	req := fasthttp.AcquireRequest()
+	resp := fasthttp.AcquireResponse()
+	defer fasthttp.ReleaseRequest(req)
+	defer fasthttp.ReleaseResponse(resp)
+	req.SetRequestURI(p.base + path)
+	req.Header.SetMethod(fasthttp.MethodPost)
+	req.Header.Set(fasthttp.HeaderAuthorization, p.auth)
+	req.Header.SetContentType("application/json")
+	req.SetBody(b)
+	if d := time.Now().Add(p.perReq); deadline.IsZero() || d.Before(deadline) {
+		deadline = d
+	}
+	if err := p.hc.DoDeadline(req, resp, deadline); err != nil {
+		return reply{err: fmt.Errorf("cannot reach the pinboard at %s: %w", p.base, err)}
+	}
+	return reply{status: resp.StatusCode(), body: append([]byte(nil), resp.Body()...)}
+}
+
+// close drops the idle connections to the pinboard.
+func (p *pinboardClient) close() { p.hc.CloseIdleConnections() }
+
+// describe says what went wrong with a non-200 reply, for logs: the status
+// and the pinboard's wire.Error message when there is one (bounded; the
+// pinboard's errors never contain our token or secret).
+func (r reply) describe() string {
+	if r.err != nil {
+		return r.err.Error()
+	}
+	s := "HTTP " + strconv.Itoa(r.status)
+	var e wire.Error
+	if json.Unmarshal(r.body, &e) == nil && e.Error != "" {
+		msg := e.Error
+		if len(msg) > 200 {
+			msg = msg[:200] + "…"
+		}
+		s += ": " + msg
+		if e.Field != "" {
+			s += " (field " + e.Field + ")"
+		}
+	}
+	return s
+}
+
+// nack returns the NACK of a 409 reply ("" for anything else). An
+// unparseable 409 counts as reregister, the safe reading.
+func (r reply) nack() string {
+	if r.err != nil || r.status != fasthttp.StatusConflict {
+		return ""
+	}
+	var n wire.Nack
+	if json.Unmarshal(r.body, &n) == nil && n.Nack == wire.NackSuperseded {
+		return wire.NackSuperseded
+	}
+	return wire.NackReregister
+}
+
+// decodeRegister parses a 200 registration answer.
+func decodeRegister(b []byte) (wire.RegisterResponse, error) {
+	var r wire.RegisterResponse
+	if err := json.Unmarshal(b, &r); err != nil {
+		return r, fmt.Errorf("malformed registration answer: %w", err)
+	}
+	if r.SessionID == "" {
+		return r, fmt.Errorf("malformed registration answer: empty sessionId")
+	}
+	if r.ExpiresInMs <= 0 {
+		return r, fmt.Errorf("malformed registration answer: expiresInMs %d is not positive", r.ExpiresInMs)
+	}
+	return r, nil
+}
+
+// decodeAck parses a 200 heartbeat answer.
+func decodeAck(b []byte) (wire.HeartbeatResponse, error) {
+	var r wire.HeartbeatResponse
+	if err := json.Unmarshal(b, &r); err != nil {
+		return r, fmt.Errorf("malformed heartbeat ack: %w", err)
+	}
+	if r.ExpiresInMs <= 0 {
+		return r, fmt.Errorf("malformed heartbeat ack: expiresInMs %d is not positive", r.ExpiresInMs)
+	}
+	return r, nil
+}

@@ -1,0 +1,71 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/pinned-go/pinned/internal/wire"
+)
+
+// ErrReleaseRefused is returned (wrapped) by Release when the pinboard
+// refused the call in a way a retry cannot fix (a 4xx other than 408/429):
+// 401 means Config.Token is wrong; 400 means a malformed namespace or id.
+var ErrReleaseRefused = errors.New("the pinboard refused the release")
+
+// Release implements host.Worker: POST /registry/release {clientId,
+// namespace, id}, telling the pinboard that the instance closed so the id can
+// be placed again. It makes at most Config.ReleaseAttempts calls, each bounded
+// by Config.RequestTimeout, waiting Config.ReleaseBackoff (doubled each time)
+// between them, and stops early when ctx ends. It returns nil once the
+// pinboard answered 200 (whether or not a placement was freed: the pinboard
+// frees it only when it belongs to this client's current session).
+// Transport errors, 5xx, 408 and 429 are retried; other answers are not.
+// Release is safe for concurrent use and works with or without Run.
+func (w *Worker) Release(ctx context.Context, namespace, id string) error {
+	body := wire.ReleaseRequest{ClientID: w.clientID, Namespace: namespace, ID: id}
+	wait := w.cfg.ReleaseBackoff
+	var last reply
+	for attempt := 1; ; attempt++ {
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("cannot release %s: %w", wire.PlacementName(namespace, id), context.Cause(ctx))
+		}
+		var deadline time.Time
+		if d, ok := ctx.Deadline(); ok {
+			deadline = d
+		}
+		last = w.pinboard.post(wire.PathRelease, body, deadline)
+		switch {
+		case last.err == nil && last.status == fasthttp.StatusOK:
+			w.m.releases[resultOK].Inc()
+			return nil
+		case last.err == nil && last.status == fasthttp.StatusUnauthorized:
+			w.m.releases[resultUnauthorized].Inc()
+			w.log.Error("release failed: the pinboard refused the deployment token (401); set Config.Token to the pinboard's token",
+				"namespace", namespace, "instance", id)
+			return fmt.Errorf("cannot release %s: %w: %s", wire.PlacementName(namespace, id), ErrReleaseRefused, last.describe())
+		case last.err == nil && last.status < 500 && last.status != fasthttp.StatusRequestTimeout && last.status != fasthttp.StatusTooManyRequests:
+			w.m.releases[resultFailed].Inc()
+			w.log.Warn("release refused", "namespace", namespace, "instance", id, "reason", last.describe())
+			return fmt.Errorf("cannot release %s: %w: %s", wire.PlacementName(namespace, id), ErrReleaseRefused, last.describe())
+		}
+		w.m.releases[resultFailed].Inc()
+		if attempt >= w.cfg.ReleaseAttempts {
+			break
+		}
+		t := w.clock.NewTimer(wait)
+		select {
+		case <-t.C():
+		case <-ctx.Done():
+			t.Stop()
+		}
+		wait *= 2
+	}
+	w.m.releases[resultGaveUp].Inc()
+	w.log.Warn("release gave up; the placement is freed when the session expires",
+		"namespace", namespace, "instance", id, "attempts", w.cfg.ReleaseAttempts, "reason", last.describe())
+	return fmt.Errorf("cannot release %s after %d attempts: %s", wire.PlacementName(namespace, id), w.cfg.ReleaseAttempts, last.describe())
+}

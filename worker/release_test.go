@@ -1,0 +1,118 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/pinned-go/pinned/internal/wire"
+)
+
+// release runs Release on a goroutine and advances the fake clock through
+// its backoff waits until it returns.
+func release(t *testing.T, h *harness, ctx context.Context, waits ...time.Duration) error {
+	t.Helper()
+	done := make(chan error, 1)
+	stop := make(chan struct{})
+	go func() { done <- h.w.Release(ctx, "/counter", "abc"); close(stop) }()
+	for _, d := range waits {
+		if !h.clk.BlockUntil(1, stop) {
+			t.Fatalf("Release returned before its wait of %v", d)
+		}
+		h.clk.Advance(d)
+	}
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(10 * time.Second):
+		t.Fatal("Release did not return")
+		return nil
+	}
+}
+
+func TestRelease(t *testing.T) {
+	h := newHarness(t)
+	if err := release(t, h, context.Background()); err != nil {
+		t.Fatalf("Release() = %v; want nil", err)
+	}
+	want := wire.ReleaseRequest{ClientID: h.w.ClientID(), Namespace: "/counter", ID: "abc"}
+	if got := h.pb.releaseList(); len(got) != 1 || got[0] != want {
+		t.Fatalf("release calls = %+v; want [%+v]", got, want)
+	}
+	if got := h.metric(`pinned_releases_total{result="ok"}`); got != "1" {
+		t.Errorf(`pinned_releases_total{result="ok"} = %s; want 1`, got)
+	}
+}
+
+func TestReleaseRetries(t *testing.T) {
+	h := newHarness(t)
+	h.pb.onRelease = func(n int) action {
+		if n < 3 {
+			return action{status: 503}
+		}
+		return action{}
+	}
+	if err := release(t, h, context.Background(), 200*time.Millisecond, 400*time.Millisecond); err != nil {
+		t.Fatalf("Release() = %v; want nil after two 503s", err)
+	}
+	if n := len(h.pb.releaseList()); n != 3 {
+		t.Fatalf("%d release calls; want 3", n)
+	}
+}
+
+func TestReleaseGivesUp(t *testing.T) {
+	h := newHarness(t)
+	h.pb.onRelease = func(int) action { return action{status: 503} }
+	err := release(t, h, context.Background(), 200*time.Millisecond, 400*time.Millisecond)
+	if err == nil || !strings.Contains(err.Error(), "after 3 attempts") {
+		t.Fatalf("Release() = %v; want an error after 3 attempts", err)
+	}
+	if n := len(h.pb.releaseList()); n != 3 {
+		t.Fatalf("%d release calls; want 3", n)
+	}
+	if got := h.metric(`pinned_releases_total{result="gave_up"}`); got != "1" {
+		t.Errorf(`pinned_releases_total{result="gave_up"} = %s; want 1`, got)
+	}
+}
+
+func TestReleaseDoesNotRetryRefusals(t *testing.T) {
+	f := func(status int) {
+		t.Run(strconv.Itoa(status), func(t *testing.T) {
+			h := newHarness(t)
+			h.pb.onRelease = func(int) action { return action{status: status} }
+			if err := release(t, h, context.Background()); !errors.Is(err, ErrReleaseRefused) {
+				t.Fatalf("Release() after %d = %v; want ErrReleaseRefused", status, err)
+			}
+			if n := len(h.pb.releaseList()); n != 1 {
+				t.Fatalf("%d release calls after %d; want 1", n, status)
+			}
+		})
+	}
+	f(400)
+	f(401)
+}
+
+func TestReleaseStopsWhenCtxEnds(t *testing.T) {
+	h := newHarness(t)
+	h.pb.onRelease = func(int) action { return action{status: 503} }
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	stop := make(chan struct{})
+	go func() { done <- h.w.Release(ctx, "/counter", "abc"); close(stop) }()
+	h.clk.BlockUntil(1, stop) // waiting after the first failure
+	cancel()
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("Release() = %v; want context.Canceled", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Release did not return when ctx ended")
+	}
+	if n := len(h.pb.releaseList()); n != 1 {
+		t.Fatalf("%d release calls; want 1", n)
+	}
+}
