@@ -16,9 +16,6 @@
 // Run's context is the hard stop (everything is aborted when it ends); on
 // SIGTERM call Shutdown, which drains first and then makes Run return.
 //
-// Run's context is the hard stop (everything is aborted when it ends); on
-// SIGTERM call Shutdown, which drains first and then makes Run return.
-//
 // # The lease
 //
 // Every registration and every heartbeat is a call sent at a known instant
