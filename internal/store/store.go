@@ -177,4 +177,3 @@ type ReapStats struct {
 	Sessions   int // sessions collected
 	Placements int // placements deleted
 }
-
