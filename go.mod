@@ -3,8 +3,19 @@ module github.com/pinned-go/pinned
 go 1.26.0
 
 require (
+	github.com/VictoriaMetrics/metrics v1.45.0
+	github.com/fasthttp/router v1.5.4
 	github.com/redis/rueidis v1.0.80
+	github.com/valyala/fasthttp v1.79.0
 	go.uber.org/goleak v1.3.0
 )
 
-require golang.org/x/sys v0.50.0 // indirect
+require (
+	github.com/klauspost/compress v1.20.4 // indirect
+	github.com/molecule-man/go-brrr v1.3.1 // indirect
+	github.com/savsgio/gotils v0.0.0-20240704082632-aef3928b8a38 // indirect
+	github.com/valyala/bytebufferpool v1.0.0 // indirect
+	github.com/valyala/fastrand v1.1.0 // indirect
+	github.com/valyala/histogram v1.2.0 // indirect
+	golang.org/x/sys v0.50.0 // indirect
+)

@@ -10,19 +10,14 @@ import (
 	"github.com/redis/rueidis"
 	"go.uber.org/goleak"
 
+	"github.com/pinned-go/pinned/internal/leakcheck"
 	"github.com/pinned-go/pinned/internal/redistest"
 	"github.com/pinned-go/pinned/internal/store"
 	"github.com/pinned-go/pinned/internal/store/storetest"
 	"github.com/pinned-go/pinned/internal/wire"
 )
 
-// IgnoreRueidisProbe is the goleak option for the one goroutine rueidis
-// leaves behind by design: when NewClient probes a standalone server for
-// cluster mode (or a dial fails), the abandoned cluster client schedules a
-// delayed slot refresh that sleeps up to a second and then ends by itself.
-var IgnoreRueidisProbe = goleak.IgnoreAnyFunction("github.com/redis/rueidis.(*call).DelayDo.func1")
-
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m, IgnoreRueidisProbe) }
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m, leakcheck.Options()...) }
 
 // admin is a plain client (no tracking) that tests use to poke Redis.
 func admin(t *testing.T, srv *redistest.Server) rueidis.Client {
