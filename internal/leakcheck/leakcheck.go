@@ -21,6 +21,9 @@ func Options() []goleak.Option {
 		// fasthttp: a HostClient's idle-connection cleaner ends after its
 		// last connection closes, checking every MaxIdleConnDuration.
 		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*HostClient).connsCleaner"),
+		// fasthttp: a Client's host-map cleaner ends once no host client
+		// has a connection left, checking every second or so.
+		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*Client).mCleaner"),
 		// rueidis: when NewClient probes a standalone server for cluster
 		// mode, or a dial fails, the abandoned cluster client schedules a
 		// delayed slot refresh that sleeps up to a second, then ends.
