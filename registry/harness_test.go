@@ -40,7 +40,7 @@ type env struct {
 	st    store.Store
 	url   string
 	hc    *fasthttp.HostClient
-	fake  *clock.Fake   // memstore only
+	fake  *clock.Fake // memstore only
 	mem   *memstore.Store
 	redis *redistest.Server
 	logs  *bytes.Buffer

@@ -58,10 +58,10 @@ type registryMetrics struct {
 	sessions    *metrics.Gauge
 	storeUp     *metrics.Gauge
 
-	maxSeries  int
-	nsMu       sync.Mutex
-	nsGauges   map[string]*metrics.Gauge // label value -> placements gauge
-	nsNames    map[string]string         // label value -> metric name
+	maxSeries int
+	nsMu      sync.Mutex
+	nsGauges  map[string]*metrics.Gauge // label value -> placements gauge
+	nsNames   map[string]string         // label value -> metric name
 }
 
 // Registration failure reasons (besides the challenge reasons).

@@ -26,14 +26,14 @@ type Mode int
 
 // Modes.
 const (
-	OK         Mode = iota // {"value": Value(challenge)} when the secret matches, else 403
-	WrongValue             // a value that does not match
-	Redirect               // 302 to a URL that would answer correctly
-	Huge                   // a 200 body larger than the 4 KiB cap (with a Marker inside)
-	HugeChunked            // the same, chunked, so only reading reveals the size
-	Slow                   // no answer until the test ends
-	Malformed              // a 200 that is not {"value": ...} (with a Marker inside)
-	Status500              // a 500 (with a Marker inside)
+	OK          Mode = iota // {"value": Value(challenge)} when the secret matches, else 403
+	WrongValue              // a value that does not match
+	Redirect                // 302 to a URL that would answer correctly
+	Huge                    // a 200 body larger than the 4 KiB cap (with a Marker inside)
+	HugeChunked             // the same, chunked, so only reading reveals the size
+	Slow                    // no answer until the test ends
+	Malformed               // a 200 that is not {"value": ...} (with a Marker inside)
+	Status500               // a 500 (with a Marker inside)
 )
 
 // Marker is a string the misbehaving modes put in their bodies: a test
