@@ -15,16 +15,23 @@
 //     still exists: it never re-creates a record).
 //   - Heartbeat: one owner-checked script on pinned:s:<sid> (unknown → no
 //     write; superseded → no write; else update fields and PEXPIRE), then
-//     owner-checked PEXPIRE of the client and URL pointers, ZADD XX GT on
-//     pinned:w, and last the take-all script on pinned:q:<cid> (LRANGE + DEL
-//     in one script: each message is handed out exactly once).
-//   - Claim: index add (HSETNX on pinned:o:<sid>) before the SET-NX script on
-//     pinned:p:<ns>/<id>, so a crash can leave only a spurious index entry,
-//     never an unindexed placement; an index add again after winning (see
-//     the race below); on losing, the index entry is removed unless the
-//     placement turned out to be ours.
-//   - Replace: index add, compare-and-set script, index add again, then the
-//     loser side (old session, or this one when the swap lost) is unindexed.
+//     one pipeline: owner-checked PEXPIRE of the client and URL pointers,
+//     ZADD XX GT on pinned:w, and the take-all script on pinned:q:<cid>
+//     (LRANGE + DEL in one script: each message is handed out exactly once).
+//     Two round trips.
+//   - Claim: index add (HSETNX on pinned:o:<sid>) then the SET-NX script on
+//     pinned:p:<ns>/<id>, pipelined in one round trip (in order on a single
+//     node), so a crash can leave only a spurious index entry, never an
+//     unindexed placement (on a cluster the two keys may sit on different
+//     nodes and that ordering is best effort); an index add again after
+//     winning (see the race below); on losing, the index entry is removed
+//     unless the placement turned out to be ours. Two or three round trips.
+//   - Replace: index add and compare-and-set (one round trip), index add
+//     again, then the loser side (old session, or this one when the swap
+//     lost) is unindexed.
+//   - Pipelined scripts run by EVALSHA; one that finds its script missing
+//     (NOSCRIPT after a restart or SCRIPT FLUSH) is re-run alone, which
+//     loads it.
 //   - Release and Reap: compare-and-delete script, then unindex.
 //   - Unindex is always "HDEL, then GET the placement, and index again if it
 //     names this session". Together with "index again after every winning

@@ -63,10 +63,15 @@ func (s *Store) Claim(ctx context.Context, ns, id, sessionID string) (string, er
 		return "", err
 	}
 	name := wire.PlacementName(ns, id)
-	if err := s.indexAdd(ctx, c, sessionID, ns, name); err != nil {
-		return "", err
+	// Index first, claim second, in one round trip: Redis runs a pipeline
+	// in order on one node (see the package doc for cluster mode).
+	res := pipeline(ctx, c,
+		scriptIndexAdd.with([]string{wire.KeyOwned(sessionID)}, name, wire.OwnedCountPrefix+ns),
+		scriptClaim.with([]string{wire.KeyPlacement(ns, id)}, sessionID))
+	if err := res[0].Error(); err != nil {
+		return "", s.wrap(ctx, "index", err)
 	}
-	holder, err := scriptClaim.Exec(ctx, c, []string{wire.KeyPlacement(ns, id)}, []string{sessionID}).ToString()
+	holder, err := res[1].ToString()
 	if err != nil {
 		return "", s.wrap(ctx, "claim", err)
 	}
@@ -86,10 +91,13 @@ func (s *Store) Replace(ctx context.Context, ns, id, old, sessionID string) (str
 		return "", err
 	}
 	name := wire.PlacementName(ns, id)
-	if err := s.indexAdd(ctx, c, sessionID, ns, name); err != nil {
-		return "", err
+	res := pipeline(ctx, c,
+		scriptIndexAdd.with([]string{wire.KeyOwned(sessionID)}, name, wire.OwnedCountPrefix+ns),
+		scriptReplace.with([]string{wire.KeyPlacement(ns, id)}, old, sessionID))
+	if err := res[0].Error(); err != nil {
+		return "", s.wrap(ctx, "index", err)
 	}
-	holder, err := scriptReplace.Exec(ctx, c, []string{wire.KeyPlacement(ns, id)}, []string{old, sessionID}).ToString()
+	holder, err := res[1].ToString()
 	if err != nil {
 		return "", s.wrap(ctx, "replace", err)
 	}

@@ -216,3 +216,35 @@ func TestKeyLayout(t *testing.T) {
 		t.Errorf("index hash = %v; want {/n/x: 1, #/n: 1}", idx)
 	}
 }
+
+// Pipelined scripts run by SHA; after SCRIPT FLUSH (or a Redis restart)
+// they must load themselves again.
+func TestScriptsSurviveScriptFlush(t *testing.T) {
+	srv := redistest.Start(t)
+	adm := admin(t, srv)
+	s := open(t, Config{URL: srv.URL})
+	defer s.Close()
+	ctx := context.Background()
+	if _, err := s.Register(ctx, store.Session{ID: "s1", ClientID: "c1", AdvertiseURL: "http://h", Namespaces: []string{"/n"}}, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	s.Push(ctx, "c1", wire.Message{Type: wire.MessageDrain})
+	if err := adm.Do(ctx, adm.B().ScriptFlush().Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	if w, err := s.Claim(ctx, "/n", "x", "s1"); w != "s1" || err != nil {
+		t.Fatalf("Claim after SCRIPT FLUSH = %q, %v", w, err)
+	}
+	if c, _ := s.PlacementCounts(ctx, "s1"); c["/n"] != 1 {
+		t.Fatalf("PlacementCounts after SCRIPT FLUSH = %v; want /n: 1", c)
+	}
+	adm.Do(ctx, adm.B().ScriptFlush().Build())
+	_, msgs, err := s.Heartbeat(ctx, "s1", store.Update{}, time.Minute)
+	if err != nil || len(msgs) != 1 {
+		t.Fatalf("Heartbeat after SCRIPT FLUSH = %v, %v; want the queued message", msgs, err)
+	}
+	adm.Do(ctx, adm.B().ScriptFlush().Build())
+	if w, err := s.Replace(ctx, "/n", "x", "s1", "s2"); w != "s2" || err != nil {
+		t.Fatalf("Replace after SCRIPT FLUSH = %q, %v", w, err)
+	}
+}

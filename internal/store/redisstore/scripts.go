@@ -1,6 +1,9 @@
 package redisstore
 
 import (
+	"context"
+	"crypto/sha1"
+	"encoding/hex"
 	"strings"
 
 	"github.com/redis/rueidis"
@@ -8,10 +11,43 @@ import (
 	"github.com/pinned-go/pinned/internal/wire"
 )
 
+// script is a single-key Lua script that can run alone (Exec: EVALSHA,
+// falling back to EVAL) or as one command of a pipeline (call).
+type script struct {
+	*rueidis.Lua
+	sha string
+}
+
+// call is one pipelined invocation of a script.
+type call struct {
+	s    *script
+	keys []string
+	args []string
+}
+
+func (s *script) with(keys []string, args ...string) call { return call{s, keys, args} }
+
+// pipeline runs calls in one round trip, in order on a single node. A call
+// that finds the script missing (NOSCRIPT, after a Redis restart) is re-run
+// with Exec, which loads it.
+func pipeline(ctx context.Context, c rueidis.Client, calls ...call) []rueidis.RedisResult {
+	cmds := make(rueidis.Commands, len(calls))
+	for i, x := range calls {
+		cmds[i] = c.B().Evalsha().Sha1(x.s.sha).Numkeys(int64(len(x.keys))).Key(x.keys...).Arg(x.args...).Build()
+	}
+	res := c.DoMulti(ctx, cmds...)
+	for i, r := range res {
+		if e, ok := rueidis.IsRedisErr(r.Error()); ok && e.IsNoScript() {
+			res[i] = calls[i].s.Exec(ctx, c, calls[i].keys, calls[i].args)
+		}
+	}
+	return res
+}
+
 // lua builds a script, substituting the session hash field names from wire
 // (written {cid}, {sup}, ... in the source) so the key schema has one source
 // of truth. Every script touches exactly KEYS[1].
-func lua(src string) *rueidis.Lua {
+func lua(src string) *script {
 	r := strings.NewReplacer(
 		"{cid}", wire.FieldClientID,
 		"{headroom}", wire.FieldHeadroom,
@@ -22,7 +58,9 @@ func lua(src string) *rueidis.Lua {
 		"{hb}", wire.FieldLastHeartbeat,
 		"{exp}", wire.FieldExpiresAt,
 	)
-	return rueidis.NewLuaScript(r.Replace(src))
+	src = r.Replace(src)
+	sum := sha1.Sum([]byte(src))
+	return &script{Lua: rueidis.NewLuaScript(src), sha: hex.EncodeToString(sum[:])}
 }
 
 // Status codes returned by scripts.

@@ -154,19 +154,26 @@ func (s *Store) Heartbeat(ctx context.Context, id string, u store.Update, lease 
 	if err != nil {
 		return store.Session{}, nil, err
 	}
-	// Extend the client and URL pointers while they still name this
-	// session, and the janitor's score.
-	if err := scriptRefreshPointer.Exec(ctx, c, []string{wire.KeyClient(sess.ClientID)}, []string{id, ms(lease)}).Error(); err != nil {
-		return store.Session{}, nil, s.wrap(ctx, "heartbeat", err)
+	// One round trip: extend the client and URL pointers while they still
+	// name this session, the janitor's score, and take the queue. A failed
+	// refresh is repaired by the next heartbeat (the pointers live a whole
+	// lease); only a failed take fails the heartbeat.
+	res := c.DoMulti(ctx,
+		c.B().Evalsha().Sha1(scriptRefreshPointer.sha).Numkeys(1).Key(wire.KeyClient(sess.ClientID)).Arg(id, ms(lease)).Build(),
+		c.B().Evalsha().Sha1(scriptRefreshPointer.sha).Numkeys(1).Key(wire.KeyAdvertise(sess.AdvertiseURL)).Arg(id, ms(lease)).Build(),
+		c.B().Zadd().Key(wire.KeyWorkers).Xx().Gt().ScoreMember().ScoreMember(float64(exp), id).Build(),
+		c.B().Evalsha().Sha1(scriptTakeAll.sha).Numkeys(1).Key(wire.KeyQueue(sess.ClientID)).Build())
+	for i, r := range res[:2] {
+		if e, ok := rueidis.IsRedisErr(r.Error()); ok && e.IsNoScript() {
+			key := []string{wire.KeyClient(sess.ClientID), wire.KeyAdvertise(sess.AdvertiseURL)}[i]
+			scriptRefreshPointer.Exec(ctx, c, []string{key}, []string{id, ms(lease)})
+		}
 	}
-	if err := scriptRefreshPointer.Exec(ctx, c, []string{wire.KeyAdvertise(sess.AdvertiseURL)}, []string{id, ms(lease)}).Error(); err != nil {
-		return store.Session{}, nil, s.wrap(ctx, "heartbeat", err)
+	take := res[3]
+	if e, ok := rueidis.IsRedisErr(take.Error()); ok && e.IsNoScript() {
+		take = scriptTakeAll.Exec(ctx, c, []string{wire.KeyQueue(sess.ClientID)}, nil)
 	}
-	if err := c.Do(ctx, c.B().Zadd().Key(wire.KeyWorkers).Xx().Gt().ScoreMember().ScoreMember(float64(exp), id).Build()).Error(); err != nil {
-		return store.Session{}, nil, s.wrap(ctx, "heartbeat", err)
-	}
-	// Last, so that a failure above leaves the messages queued.
-	raw, err := scriptTakeAll.Exec(ctx, c, []string{wire.KeyQueue(sess.ClientID)}, nil).AsStrSlice()
+	raw, err := take.AsStrSlice()
 	if err != nil {
 		return store.Session{}, nil, s.wrap(ctx, "heartbeat", err)
 	}
