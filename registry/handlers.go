@@ -44,6 +44,16 @@ func (r *Registry) authorized(ctx *fasthttp.RequestCtx) bool {
 	return false
 }
 
+// decodeRequest reads the body (bounded by wire.MaxBodyBytes) and parses it.
+func decodeRequest[T any](ctx *fasthttp.RequestCtx, parse func([]byte) (T, *badRequest)) (T, *badRequest) {
+	body, e := readBody(ctx, wire.MaxBodyBytes)
+	if e != nil {
+		var zero T
+		return zero, e
+	}
+	return parse(body)
+}
+
 func writeJSON(ctx *fasthttp.RequestCtx, code int, v any) int {
 	b, err := json.Marshal(v)
 	if err != nil { // only our own types are marshalled: a bug
@@ -82,12 +92,9 @@ func (r *Registry) storeFailed(ctx *fasthttp.RequestCtx, op string, err error) i
 }
 
 func (r *Registry) register(ctx *fasthttp.RequestCtx) int {
-	body, e := readBody(ctx, wire.MaxBodyBytes)
-	if e != nil {
-		r.m.registerFailures[failInvalid].Inc()
-		return writeBad(ctx, e)
-	}
-	req, e := parseRegister(body, r.maxNS, !r.allowPair)
+	req, e := decodeRequest(ctx, func(b []byte) (wire.RegisterRequest, *badRequest) {
+		return parseRegister(b, r.maxNS, !r.allowPair)
+	})
 	if e != nil {
 		r.m.registerFailures[failInvalid].Inc()
 		r.log.Warn("registration refused", "reason", "invalid", "field", e.field, "err", e.msg, "client", req.ClientID)
@@ -136,11 +143,7 @@ func (r *Registry) register(ctx *fasthttp.RequestCtx) int {
 }
 
 func (r *Registry) heartbeat(ctx *fasthttp.RequestCtx) int {
-	body, e := readBody(ctx, wire.MaxBodyBytes)
-	if e != nil {
-		return writeBad(ctx, e)
-	}
-	req, e := parseHeartbeat(body)
+	req, e := decodeRequest(ctx, parseHeartbeat)
 	if e != nil {
 		return writeBad(ctx, e)
 	}
@@ -189,11 +192,7 @@ func (r *Registry) heartbeat(ctx *fasthttp.RequestCtx) int {
 }
 
 func (r *Registry) release(ctx *fasthttp.RequestCtx) int {
-	body, e := readBody(ctx, wire.MaxBodyBytes)
-	if e != nil {
-		return writeBad(ctx, e)
-	}
-	req, e := parseRelease(body)
+	req, e := decodeRequest(ctx, parseRelease)
 	if e != nil {
 		return writeBad(ctx, e)
 	}
@@ -219,11 +218,7 @@ func (r *Registry) release(ctx *fasthttp.RequestCtx) int {
 }
 
 func (r *Registry) push(ctx *fasthttp.RequestCtx) int {
-	body, e := readBody(ctx, wire.MaxBodyBytes)
-	if e != nil {
-		return writeBad(ctx, e)
-	}
-	req, e := parsePush(body)
+	req, e := decodeRequest(ctx, parsePush)
 	if e != nil {
 		return writeBad(ctx, e)
 	}

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
-	"net"
 	"strings"
 	"testing"
 	"time"
@@ -89,23 +88,9 @@ func newEnv(t *testing.T, kind string, opts ...envOpt) *env {
 		t.Fatal(err)
 	}
 	e.reg = reg
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &fasthttp.Server{Handler: reg.NewRouter(nil).Handler, MaxIdleWorkerDuration: 100 * time.Millisecond}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = srv.Serve(ln)
-	}()
-	t.Cleanup(func() {
-		_ = ln.Close() // in case Shutdown runs before Serve registered ln
-		_ = srv.Shutdown()
-		<-done
-	})
-	e.url = "http://" + ln.Addr().String()
-	e.hc = &fasthttp.HostClient{Addr: ln.Addr().String(), MaxIdleConnDuration: time.Second}
+	addr := serve(t, reg.NewRouter(nil))
+	e.url = "http://" + addr
+	e.hc = &fasthttp.HostClient{Addr: addr, MaxIdleConnDuration: time.Second}
 	t.Cleanup(e.hc.CloseIdleConnections)
 	return e
 }

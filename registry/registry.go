@@ -1,6 +1,7 @@
 package registry
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/base64"
@@ -130,7 +131,7 @@ func New(cfg Config) (*Registry, error) {
 	if err != nil {
 		return nil, fmt.Errorf("registry: %w", err)
 	}
-	lease := cmpOr(cfg.Lease, DefaultLease)
+	lease := cmp.Or(cfg.Lease, DefaultLease)
 	if lease < MinLease {
 		return nil, fmt.Errorf("registry: Lease %v is below the minimum %v", lease, MinLease)
 	}
@@ -157,27 +158,19 @@ func New(cfg Config) (*Registry, error) {
 		st:        cfg.Store,
 		lease:     lease,
 		leaseMs:   lease.Milliseconds(),
-		verifier:  &verifier{timeout: cmpOr(cfg.ChallengeTimeout, DefaultChallengeTimeout), allow: cfg.AdvertiseNetworks},
+		verifier:  &verifier{timeout: cmp.Or(cfg.ChallengeTimeout, DefaultChallengeTimeout), allow: cfg.AdvertiseNetworks},
 		allowPair: cfg.AllowUnverified,
-		sem:       make(chan struct{}, cmpOr(cfg.MaxConcurrentChallenges, DefaultMaxConcurrentChallenges)),
-		maxNS:     cmpOr(cfg.MaxNamespaces, DefaultMaxNamespaces),
-		storeTO:   cmpOr(cfg.StoreTimeout, DefaultStoreTimeout),
-		interval:  cmpOr(cfg.ReapInterval, DefaultReapInterval),
-		grace:     cmpOr(cfg.ReapGrace, lease),
+		sem:       make(chan struct{}, cmp.Or(cfg.MaxConcurrentChallenges, DefaultMaxConcurrentChallenges)),
+		maxNS:     cmp.Or(cfg.MaxNamespaces, DefaultMaxNamespaces),
+		storeTO:   cmp.Or(cfg.StoreTimeout, DefaultStoreTimeout),
+		interval:  cmp.Or(cfg.ReapInterval, DefaultReapInterval),
+		grace:     cmp.Or(cfg.ReapGrace, lease),
 		clock:     clock.Or(cfg.Clock),
-		log:       cmpOr(cfg.Logger, slog.Default()).With("logger", "pinned.registry"),
-		m:         newRegistryMetrics(set, cmpOr(cfg.MaxNamespaceSeries, DefaultMaxNamespaceSeries)),
+		log:       cmp.Or(cfg.Logger, slog.Default()).With("logger", "pinned.registry"),
+		m:         newRegistryMetrics(set, cmp.Or(cfg.MaxNamespaceSeries, DefaultMaxNamespaceSeries)),
 	}
 	r.tokens.Store(ts)
 	return r, nil
-}
-
-func cmpOr[T comparable](v, def T) T {
-	var zero T
-	if v == zero {
-		return def
-	}
-	return v
 }
 
 // Metrics returns the set holding the registry's metrics (Config.Metrics,

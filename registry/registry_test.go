@@ -647,6 +647,7 @@ func TestRouterPlugsInDataPlane(t *testing.T) {
 	hc.CloseIdleConnections()
 }
 
+// serve serves rt on a 127.0.0.1 port until the test ends.
 func serve(t *testing.T, rt *router.Router) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")

@@ -1,6 +1,7 @@
 package pinboard
 
 import (
+	"cmp"
 	"crypto/rand"
 	"encoding/hex"
 	"flag"
@@ -151,7 +152,7 @@ func ParseSettings(args []string, getenv func(string) string, usage io.Writer) (
 		return s, fmt.Errorf("%s (or %s) is required: the deployment token workers and operators present (run with -dev for a local pinboard)", EnvToken, EnvTokenFile)
 	}
 	if len(s.Tokens) == 0 {
-		return s, fmt.Errorf("%s holds no token", cmpOr(file, EnvToken))
+		return s, fmt.Errorf("%s holds no token", cmp.Or(file, EnvToken))
 	}
 	return s, nil
 }
@@ -185,12 +186,4 @@ func newDevToken() string {
 	var b [24]byte
 	rand.Read(b[:])
 	return "dev-" + hex.EncodeToString(b[:])
-}
-
-func cmpOr[T comparable](v, def T) T {
-	var zero T
-	if v == zero {
-		return def
-	}
-	return v
 }

@@ -1,6 +1,7 @@
 package pinboard
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -107,12 +108,12 @@ type Pinboard struct {
 func New(cfg Config) (*Pinboard, error) {
 	p := &Pinboard{
 		cfg:   cfg,
-		log:   cmpOr(cfg.Logger, slog.Default()).With("logger", "pinned.pinboard"),
+		log:   cmp.Or(cfg.Logger, slog.Default()).With("logger", "pinned.pinboard"),
 		clock: clock.Or(cfg.Clock),
 		own:   metrics.NewSet(),
 		dpSet: metrics.NewSet(),
 	}
-	root := cmpOr(cfg.Logger, slog.Default())
+	root := cmp.Or(cfg.Logger, slog.Default())
 	opts := store.Options{OnInvalidate: p.forward}
 	if cfg.Dev {
 		m, err := memstore.New(memstore.Config{Options: opts, Clock: p.clock})
@@ -324,7 +325,7 @@ func (p *Pinboard) Run(ctx context.Context) error {
 		t := p.clock.NewTimer(d)
 		<-t.C()
 	}
-	sctx, cancel := context.WithTimeout(context.Background(), cmpOr(p.cfg.ShutdownTimeout, DefaultShutdownTimeout))
+	sctx, cancel := context.WithTimeout(context.Background(), cmp.Or(p.cfg.ShutdownTimeout, DefaultShutdownTimeout))
 	defer cancel()
 	// Close the listeners ourselves too: a Shutdown that ran before Serve
 	// registered its listener would not.

@@ -2,6 +2,7 @@ package pinboard
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"io"
@@ -137,7 +138,7 @@ func start(t *testing.T, s Settings, dp func(DataPlaneDeps) (DataPlane, error)) 
 	if len(s.Tokens) == 0 {
 		s.Tokens = []string{token}
 	}
-	s.Lease = cmpOr(s.Lease, 2*time.Second)
+	s.Lease = cmp.Or(s.Lease, 2*time.Second)
 	s.ShutdownTimeout = 5 * time.Second
 	p, err := New(Config{Settings: s, Logger: slog.New(slog.NewTextHandler(logs, nil)), NewDataPlane: dp, PublicListener: pub, AdminListener: adm})
 	if err != nil {

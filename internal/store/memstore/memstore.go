@@ -1,6 +1,7 @@
 package memstore
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -93,8 +94,8 @@ func New(cfg Config) (*Store, error) {
 	s := &Store{
 		clock:      clock.Or(cfg.Clock),
 		onInv:      cfg.OnInvalidate,
-		maxQueue:   cmpOr(cfg.MaxQueuedMessages, DefaultMaxQueuedMessages),
-		queueTTL:   cmpOr(cfg.QueueTTL, DefaultQueueTTL),
+		maxQueue:   cmp.Or(cfg.MaxQueuedMessages, DefaultMaxQueuedMessages),
+		queueTTL:   cmp.Or(cfg.QueueTTL, DefaultQueueTTL),
 		sessions:   map[string]*session{},
 		clients:    map[string]string{},
 		urls:       map[string]string{},
@@ -106,14 +107,6 @@ func New(cfg Config) (*Store, error) {
 		done:       make(chan struct{}),
 	}
 	return s, nil
-}
-
-func cmpOr[T comparable](v, def T) T {
-	var zero T
-	if v == zero {
-		return def
-	}
-	return v
 }
 
 // Start starts the reaper goroutine that announces expiries (Expire) when the

@@ -1,6 +1,7 @@
 package redisstore
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -121,22 +122,22 @@ func New(cfg Config) (*Store, error) {
 	}
 	s := &Store{
 		clock:      clock.Or(cfg.Clock),
-		log:        cmpOr(cfg.Logger, slog.Default()).With("logger", "pinned.store"),
+		log:        cmp.Or(cfg.Logger, slog.Default()).With("logger", "pinned.store"),
 		onInv:      cfg.OnInvalidate,
-		cacheTTL:   cmpOr(cfg.CacheTTL, DefaultCacheTTL),
-		maxQueue:   cmpOr(cfg.MaxQueuedMessages, DefaultMaxQueuedMessages),
-		queueTTL:   cmpOr(cfg.QueueTTL, DefaultQueueTTL),
-		reapBatch:  cmpOr(cfg.ReapBatch, DefaultReapBatch),
-		backoffMin: cmpOr(cfg.ConnectBackoffMin, DefaultConnectBackoffMin),
-		backoffMax: cmpOr(cfg.ConnectBackoffMax, DefaultConnectBackoffMax),
+		cacheTTL:   cmp.Or(cfg.CacheTTL, DefaultCacheTTL),
+		maxQueue:   cmp.Or(cfg.MaxQueuedMessages, DefaultMaxQueuedMessages),
+		queueTTL:   cmp.Or(cfg.QueueTTL, DefaultQueueTTL),
+		reapBatch:  cmp.Or(cfg.ReapBatch, DefaultReapBatch),
+		backoffMin: cmp.Or(cfg.ConnectBackoffMin, DefaultConnectBackoffMin),
+		backoffMax: cmp.Or(cfg.ConnectBackoffMax, DefaultConnectBackoffMax),
 		closing:    make(chan struct{}),
 		lastErr:    errors.New("not connected yet"),
 	}
 	if s.backoffMax < s.backoffMin {
 		return nil, fmt.Errorf("redisstore: ConnectBackoffMax %v is below ConnectBackoffMin %v", s.backoffMax, s.backoffMin)
 	}
-	opt.CacheSizeEachConn = cmpOr(cfg.CacheBytesPerConn, DefaultCacheBytesPerConn)
-	opt.ClientName = cmpOr(opt.ClientName, "pinned")
+	opt.CacheSizeEachConn = cmp.Or(cfg.CacheBytesPerConn, DefaultCacheBytesPerConn)
+	opt.ClientName = cmp.Or(opt.ClientName, "pinned")
 	// OPTIN is rueidis's default; spelled out because the package doc's
 	// reasoning depends on it.
 	opt.ClientTrackingOptions = []string{"OPTIN"}
@@ -144,14 +145,6 @@ func New(cfg Config) (*Store, error) {
 	opt.OnInvalidations = s.onInvalidations
 	s.opt = opt
 	return s, nil
-}
-
-func cmpOr[T comparable](v, def T) T {
-	var zero T
-	if v == zero {
-		return def
-	}
-	return v
 }
 
 // Connect dials Redis, retrying with capped exponential backoff with jitter
