@@ -3,6 +3,7 @@ package registry
 import (
 	"bytes"
 	"context"
+	"errors"
 	"crypto/sha256"
 	"encoding/json"
 	"net"
@@ -742,5 +743,61 @@ func TestMintSessionID(t *testing.T) {
 			t.Fatalf("mintSessionID() = %q: want %d URL-safe, unique characters", id, wire.SessionIDLen)
 		}
 		seen[id] = true
+	}
+}
+
+// failingStore fails every call with a non-availability error.
+type failingStore struct{ store.Store }
+
+func (failingStore) Sessions(context.Context) ([]store.Session, error) {
+	return nil, errors.New("corrupt record")
+}
+
+func (failingStore) Ping(context.Context) error { return nil }
+
+func TestStoreErrorsAre500(t *testing.T) {
+	e := newEnv(t, "memstore")
+	reg, err := New(Config{Store: failingStore{e.st}, Tokens: []string{token}, Logger: e.reg.log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := serve(t, reg.NewRouter(nil))
+	e.url, e.hc = "http://"+addr, &fasthttp.HostClient{Addr: addr}
+	r := e.do("GET", wire.PathWorkers, token, nil)
+	if r.code != 500 || r.errField(t).Error == "" || strings.Contains(string(r.body), "corrupt") {
+		t.Fatalf("workers with a failing store = %d %s; want 500 without internals", r.code, r.body)
+	}
+}
+
+// With the server streaming large request bodies (as the proxy wants), the
+// registry still reads bodies up to its limit and refuses larger ones.
+func TestStreamedBodies(t *testing.T) {
+	e := newEnv(t, "memstore")
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &fasthttp.Server{Handler: e.reg.NewRouter(nil).Handler, StreamRequestBody: true, MaxRequestBodySize: 1024, MaxIdleWorkerDuration: 100 * time.Millisecond}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = srv.Serve(ln)
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		srv.Shutdown()
+		<-done
+	})
+	e.url, e.hc = "http://"+ln.Addr().String(), &fasthttp.HostClient{Addr: ln.Addr().String()}
+	padded := `{"sessionId":"unknownSession"` + strings.Repeat(" ", 8<<10) + `}`
+	if r := e.post(wire.PathHeartbeat, padded); r.code != 409 {
+		t.Fatalf("8 KiB streamed heartbeat = %d %s; want it read and answered 409 reregister", r.code, r.body)
+	}
+	if r := e.postChunked(wire.PathHeartbeat, padded); r.code != 409 {
+		t.Fatalf("8 KiB chunked heartbeat = %d %s; want 409", r.code, r.body)
+	}
+	huge := `{"sessionId":"s"` + strings.Repeat(" ", wire.MaxBodyBytes) + `}`
+	if r := e.postChunked(wire.PathHeartbeat, huge); r.code != 413 {
+		t.Fatalf("oversized chunked heartbeat = %d; want 413", r.code)
 	}
 }

@@ -395,3 +395,9 @@ func TestReloadTokens(t *testing.T) {
 		t.Fatalf("current token after a failed reload = %d; want 200", code)
 	}
 }
+
+func TestRedactURL(t *testing.T) {
+	if got := redactURL("redis://user:hunter2@10.0.0.5:6379/0"); strings.Contains(got, "hunter2") || !strings.Contains(got, "10.0.0.5:6379") {
+		t.Fatalf("redactURL = %q; want the host without the password", got)
+	}
+}
