@@ -12,7 +12,11 @@
 //     to every other. OnInvalidate is called after the mutex is released, so
 //     the change it reports is already visible to any reader, and the
 //     callback may read the store (the store.Options rule "must not call back
-//     into the store" exists for Redis and is harmless here).
+//     into the store" exists for Redis and is harmless here). It runs
+//     synchronously on the caller's goroutine, inside the mutating call
+//     (Claim calls OnInvalidate before it returns): a caller must not hold a
+//     lock that its OnInvalidate takes while it calls the store. (Redis
+//     calls it later, from a reader goroutine.)
 //   - A session is live while clock.Now().Elapsed(anchor, lease) is false,
 //     where anchor is the instant of its Register or last Heartbeat (so a
 //     machine suspend counts, as everywhere in pinned). Reads check this
