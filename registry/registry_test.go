@@ -3,9 +3,9 @@ package registry
 import (
 	"bytes"
 	"context"
-	"errors"
 	"crypto/sha256"
 	"encoding/json"
+	"errors"
 	"net"
 	"net/netip"
 	"slices"
