@@ -47,6 +47,11 @@ var (
 	// ErrSuperseded: a newer registration for the same clientId or advertise
 	// URL took over; the worker must stop.
 	ErrSuperseded = errors.New("store: session superseded")
+	// ErrClosed: the store was closed; create a new one.
+	ErrClosed = errors.New("store: closed")
+	// ErrUnavailable: the store cannot reach its backend (Redis down, not
+	// yet connected). It is temporary: retry later, and check Ping.
+	ErrUnavailable = errors.New("store: unavailable")
 )
 
 // Session is one worker registration. Times are unix milliseconds on the
@@ -150,4 +155,25 @@ type Store interface {
 	Ping(ctx context.Context) error
 	// Close releases the store's resources; it is idempotent.
 	Close()
+}
+
+// Reaper is implemented by stores whose expired sessions leave state behind
+// (their placements and placement index): both memstore and redisstore. It is
+// separate from Store so that fakes of Store need not implement it. The
+// registry's janitor calls Reap periodically.
+type Reaper interface {
+	// Reap collects every session whose lease ran out at least grace ago:
+	// it compare-and-deletes each placement the session still holds (a
+	// placement replaced meanwhile is left alone), drops the session's index
+	// and its namespace memberships. Reap is idempotent and safe to run
+	// concurrently from several pinboards. Placements of a dead session are
+	// also replaced on demand by the proxy (Replace); Reap only keeps the
+	// directory from growing.
+	Reap(ctx context.Context, grace time.Duration) (ReapStats, error)
+}
+
+// ReapStats says what one Reap call removed.
+type ReapStats struct {
+	Sessions   int // sessions collected
+	Placements int // placements deleted
 }

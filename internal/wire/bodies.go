@@ -122,8 +122,16 @@ type OverviewResponse struct {
 	Workers         []WorkerInfo                 `json:"workers"`
 }
 
-// Healthz is the body of GET /healthz.
+// Healthz is the body of GET /healthz (200 when OK, else 503).
 type Healthz struct {
 	OK    bool   `json:"ok"`
 	Store string `json:"store"` // "ok" or the error reaching Redis
+	// ShuttingDown is true once the pinboard has begun a graceful shutdown:
+	// load balancers should stop sending it traffic.
+	ShuttingDown bool `json:"shuttingDown,omitempty"`
+}
+
+// PushResponse is the 202 answer to a push.
+type PushResponse struct {
+	Queued bool `json:"queued"`
 }

@@ -13,6 +13,11 @@
 //   - 1 (2026-12-02): first version. Bodies as in SPEC §5 of the design
 //     (camelCase JSON), x-pinned-proxy-secret / x-pinned-session /
 //     x-pinned-reason headers, keys under "pinned:".
+//     Revised the same day, before any release (so no bump): pinned:n:<ns>
+//     is a SET of session ids (was a ZSET of expiries), pinned:o:<sid> is the
+//     session's placement index with "#<ns>" count fields (was counts only),
+//     the namespaces in [ReservedNamespaces] are refused at registration,
+//     and the session id grammar is [CheckSessionID].
 //
 // # Invariants
 //

@@ -102,3 +102,32 @@ func CheckNamespace(ns string) SegmentError {
 	}
 	return CheckSegment([]byte(ns[1:]), MaxNamespaceLen)
 }
+
+// ReservedNamespaces are the namespaces a worker may not register: their
+// paths are served by the pinboard itself on its public port (/registry/*,
+// /healthz) or by every worker (/_pinned/*), so the proxy never routes them.
+var ReservedNamespaces = [...]string{"/registry", "/healthz", "/_pinned"}
+
+// IsReservedNamespace reports whether ns is one of ReservedNamespaces.
+func IsReservedNamespace(ns string) bool {
+	for _, r := range ReservedNamespaces {
+		if ns == r {
+			return true
+		}
+	}
+	return false
+}
+
+// MaxSessionIDLen bounds a session id on the wire. The pinboard mints ids of
+// SessionIDLen bytes.
+const MaxSessionIDLen = 64
+
+// SessionIDLen is the length of the session ids the pinboard mints: 24
+// base64url characters, 144 random bits.
+const SessionIDLen = 24
+
+// CheckSessionID validates a session id as received on the wire: a segment
+// (see CheckSegment) of at most MaxSessionIDLen bytes.
+func CheckSessionID(id string) SegmentError {
+	return CheckSegment([]byte(id), MaxSessionIDLen)
+}

@@ -2,22 +2,33 @@ package wire
 
 // Redis key schema. Every key is read and written only by single-key atomic
 // commands or single-key Lua scripts, so no two keys ever need to share a
-// Redis Cluster slot and no key carries a hash tag. Ids and namespaces pass
-// CheckSegment, so they contain no '{' or '}' that could form an accidental
-// hash tag.
+// Redis Cluster slot and no key carries a hash tag. Ids, namespaces, client
+// ids and session ids pass CheckSegment, so they contain no '{' or '}' that
+// could form an accidental hash tag (an advertise URL could, which only moves
+// that one key to another slot: it is still touched alone).
 //
 //	pinned:s:<sessionId>      HASH   one worker session (fields below); PEXPIRE = the
 //	                                 pinboard's lease, refreshed only by an owner-checked
 //	                                 heartbeat script that never re-creates it
-//	pinned:c:<clientId>       STRING current sessionId of a client; PEXPIRE = lease
-//	pinned:a:<advertiseUrl>   STRING current sessionId at an advertise URL; PEXPIRE = lease
+//	pinned:c:<clientId>       STRING current sessionId of a client; PEXPIRE = lease,
+//	                                 refreshed by a heartbeat only while it still names
+//	                                 that heartbeat's session
+//	pinned:a:<advertiseUrl>   STRING current sessionId at an advertise URL; as pinned:c:
 //	pinned:q:<clientId>       LIST   queued control messages (JSON wire.Message), taken
-//	                                 all at once by a script (LRANGE + DEL)
-//	pinned:n:<namespace>      ZSET   sessionId -> expiry (unix ms) of sessions serving it
-//	pinned:w                  ZSET   sessionId -> expiry (unix ms) of every session
-//	pinned:p:<namespace>/<id> STRING sessionId holding the placement (SET NX to claim,
-//	                                 compare-and-set to replace, compare-and-delete to release)
-//	pinned:o:<sessionId>      HASH   namespace -> number of placements claimed by the session
+//	                                 all at once by a script (LRANGE + DEL); capped in
+//	                                 length, PEXPIRE refreshed by every push
+//	pinned:n:<namespace>      SET    sessionIds registered for the namespace (membership
+//	                                 only: liveness is the session hash); emptied by the janitor
+//	pinned:w                  ZSET   sessionId -> lease expiry (unix ms) of every session
+//	                                 (ZADD XX GT on heartbeat); the janitor scans it by score
+//	pinned:p:<namespace>/<id> STRING sessionId holding the placement; no TTL (SET NX to
+//	                                 claim, compare-and-set to replace, compare-and-delete
+//	                                 to release or reap)
+//	pinned:o:<sessionId>      HASH   the session's placement index: field "<namespace>/<id>"
+//	                                 -> "1" for every placement it may hold, and field
+//	                                 "#<namespace>" -> how many of those are in namespace
+//	                                 (written at registration for every namespace served);
+//	                                 the janitor reads it to reap the session's placements
 const (
 	KeyPrefix          = "pinned:"
 	KeyPrefixSession   = "pinned:s:"
@@ -46,6 +57,11 @@ const (
 	FieldExpiresAt     = "exp"      // unix ms
 )
 
+// OwnedCountPrefix starts the count fields of the placement index
+// (pinned:o:<sessionId>): "#/counter" -> number of indexed placements in
+// "/counter". Placement fields start with '/', so the two never collide.
+const OwnedCountPrefix = "#"
+
 // KeySession is the session hash key.
 func KeySession(sessionID string) string { return KeyPrefixSession + sessionID }
 
@@ -58,16 +74,33 @@ func KeyAdvertise(url string) string { return KeyPrefixAdvertise + url }
 // KeyQueue is the client's control-message queue.
 func KeyQueue(clientID string) string { return KeyPrefixQueue + clientID }
 
-// KeyNamespace is the sorted set of sessions serving a namespace ("/name").
+// KeyNamespace is the set of sessions registered for a namespace ("/name").
 func KeyNamespace(ns string) string { return KeyPrefixNamespace + ns }
 
-// KeyOwned is the per-session placement count hash.
+// KeyOwned is the per-session placement index.
 func KeyOwned(sessionID string) string { return KeyPrefixOwned + sessionID }
 
 // PlacementName is the in-process name of a placement: "<namespace>/<id>",
 // e.g. "/counter/abc". It is exactly the first two segments of the request
 // path, so the proxy can look placements up by a sub-slice of the raw path.
 func PlacementName(ns, id string) string { return ns + "/" + id }
+
+// SplitPlacementName splits "<namespace>/<id>" into its namespace ("/name")
+// and id. ok is false when name is not of that shape.
+func SplitPlacementName(name string) (ns, id string, ok bool) {
+	if len(name) < 4 || name[0] != '/' {
+		return "", "", false
+	}
+	for i := 1; i < len(name); i++ {
+		if name[i] == '/' {
+			if i == 1 || i == len(name)-1 {
+				return "", "", false
+			}
+			return name[:i], name[i+1:], true
+		}
+	}
+	return "", "", false
+}
 
 // KeyPlacement is the placement key of (namespace, id).
 func KeyPlacement(ns, id string) string { return KeyPrefixPlacement + ns + "/" + id }

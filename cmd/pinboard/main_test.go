@@ -1,0 +1,328 @@
+package main
+
+// End-to-end tests: the real pinboard binary, built by the test, run as a
+// process against a redis-server the test starts, driven over HTTP by a
+// minimal fake worker on 127.0.0.1.
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/rueidis"
+	"github.com/valyala/fasthttp"
+
+	"github.com/pinned-go/pinned/internal/fakeworker"
+	"github.com/pinned-go/pinned/internal/redistest"
+	"github.com/pinned-go/pinned/internal/wire"
+)
+
+const token = "e2e-token-0123456789abcdef"
+
+var (
+	buildOnce sync.Once
+	binary    string
+	buildErr  error
+)
+
+// build compiles the pinboard once per test binary.
+func build(t *testing.T) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "pinboard-e2e-")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		binary = filepath.Join(dir, "pinboard")
+		out, err := exec.Command("go", "build", "-o", binary, ".").CombinedOutput()
+		if err != nil {
+			buildErr = err
+			binary = string(out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatalf("go build: %v\n%s", buildErr, binary)
+	}
+	return binary
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if binary != "" && buildErr == nil {
+		os.RemoveAll(filepath.Dir(binary))
+	}
+	os.Exit(code)
+}
+
+// proc is a running pinboard process.
+type proc struct {
+	cmd    *exec.Cmd
+	public string
+	admin  string
+	stdout *lockedBuffer
+	logs   *lockedBuffer
+	exited chan struct{}
+}
+
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+var listening = regexp.MustCompile(`msg="pinboard listening".* public=(\S+) admin=(\S+)`)
+
+// startPinboard runs the binary with env (plus ports 127.0.0.1:0) and waits
+// for its "pinboard listening" line.
+func startPinboard(t *testing.T, args []string, env ...string) *proc {
+	t.Helper()
+	cmd := exec.Command(build(t), args...)
+	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "PINBOARD_LISTEN=127.0.0.1:0", "PINBOARD_ADMIN_LISTEN=127.0.0.1:0"}, env...)
+	p := &proc{cmd: cmd, stdout: &lockedBuffer{}, logs: &lockedBuffer{}, exited: make(chan struct{})}
+	cmd.Stdout = p.stdout
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	found := make(chan [2]string, 1)
+	go func() { // owned by the process: ends when it closes stderr
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			line := sc.Text()
+			p.logs.Write([]byte(line + "\n"))
+			if m := listening.FindStringSubmatch(line); m != nil {
+				found <- [2]string{m[1], m[2]}
+			}
+		}
+		_ = cmd.Wait()
+		close(p.exited)
+	}()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-p.exited
+	})
+	select {
+	case a := <-found:
+		p.public, p.admin = a[0], a[1]
+	case <-p.exited:
+		t.Fatalf("pinboard exited before listening: %v\n%s", cmd.ProcessState, p.logs)
+	case <-time.After(20 * time.Second):
+		t.Fatalf("pinboard not listening within 20s:\n%s", p.logs)
+	}
+	return p
+}
+
+var client = &fasthttp.Client{MaxIdleConnDuration: time.Second}
+
+func call(t *testing.T, method, addr, path, tok string, body any) (int, []byte) {
+	t.Helper()
+	req := fasthttp.AcquireRequest()
+	resp := fasthttp.AcquireResponse()
+	defer fasthttp.ReleaseRequest(req)
+	defer fasthttp.ReleaseResponse(resp)
+	req.SetRequestURI("http://" + addr + path)
+	req.Header.SetMethod(method)
+	if tok != "" {
+		req.Header.Set("Authorization", "Bearer "+tok)
+	}
+	if body != nil {
+		b, _ := json.Marshal(body)
+		req.SetBody(b)
+	}
+	if err := client.DoTimeout(req, resp, 10*time.Second); err != nil {
+		t.Fatalf("%s %s: %v", method, path, err)
+	}
+	return resp.StatusCode(), append([]byte(nil), resp.Body()...)
+}
+
+// waitHealthy polls /healthz of an external process until it answers 200.
+func waitHealthy(t *testing.T, p *proc) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		if code, _ := call(t, "GET", p.public, wire.PathHealthz, "", nil); code == 200 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("pinboard not healthy within 15s:\n%s", p.logs)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func (p *proc) terminate(t *testing.T) {
+	t.Helper()
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-p.exited:
+	case <-time.After(20 * time.Second):
+		t.Fatalf("pinboard did not exit within 20s of SIGTERM:\n%s", p.logs)
+	}
+	if code := p.cmd.ProcessState.ExitCode(); code != 0 {
+		t.Fatalf("exit status after SIGTERM = %d; want 0\n%s", code, p.logs)
+	}
+}
+
+func TestEndToEnd(t *testing.T) {
+	srv := redistest.Start(t)
+	p := startPinboard(t, nil, "PINBOARD_REDIS_URL="+srv.URL, "PINBOARD_TOKEN="+token, "PINBOARD_LEASE=3s")
+	waitHealthy(t, p)
+	w := fakeworker.Start(t, "worker-secret")
+
+	code, body := call(t, "POST", p.public, wire.PathRegister, token, wire.RegisterRequest{
+		ClientID: "e2e-client", Secret: "worker-secret", Namespaces: []string{"/counter"}, AdvertiseURL: w.URL,
+		Headroom: 4, Challenge: "reg-1", ChallengeValue: fakeworker.Value("reg-1"),
+	})
+	if code != 200 {
+		t.Fatalf("register = %d %s\n%s", code, body, p.logs)
+	}
+	var reg wire.RegisterResponse
+	json.Unmarshal(body, &reg)
+	if reg.ExpiresInMs != 3000 || reg.SessionID == "" {
+		t.Fatalf("register = %+v; want a session and the 3s lease", reg)
+	}
+	if w.Hits() != 1 {
+		t.Fatalf("the pinboard fetched the challenge %d times; want 1", w.Hits())
+	}
+
+	code, body = call(t, "POST", p.public, wire.PathPush, token, wire.PushRequest{ClientID: "e2e-client", Type: wire.MessageDrain, DeadlineMs: 99})
+	if code != 202 {
+		t.Fatalf("push = %d %s", code, body)
+	}
+	hb := func(n int) (int, wire.HeartbeatResponse) {
+		c := "hb-" + string(rune('0'+n))
+		code, body := call(t, "POST", p.public, wire.PathHeartbeat, token, wire.HeartbeatRequest{
+			SessionID: reg.SessionID, Headroom: 3, Challenge: c, ChallengeValue: fakeworker.Value(c),
+		})
+		var r wire.HeartbeatResponse
+		json.Unmarshal(body, &r)
+		return code, r
+	}
+	code, ack := hb(1)
+	if code != 200 || len(ack.Messages) != 1 || ack.Messages[0] != (wire.Message{Type: wire.MessageDrain, DeadlineMs: 99}) || ack.ExpiresInMs != 3000 {
+		t.Fatalf("heartbeat = %d %+v; want the drain message once", code, ack)
+	}
+	if code, ack = hb(2); code != 200 || len(ack.Messages) != 0 {
+		t.Fatalf("second heartbeat = %d %+v; want no messages", code, ack)
+	}
+
+	// A placement claimed (as the proxy would) and released by the worker.
+	admin := redisClient(t, srv)
+	admin("SET", "pinned:p:/counter/abc", reg.SessionID)
+	admin("HSET", "pinned:o:"+reg.SessionID, "/counter/abc", "1", "#/counter", "1")
+	code, body = call(t, "POST", p.public, wire.PathRelease, token, wire.ReleaseRequest{ClientID: "e2e-client", Namespace: "/counter", ID: "abc"})
+	if code != 200 || !strings.Contains(string(body), `"released":true`) {
+		t.Fatalf("release = %d %s", code, body)
+	}
+	if v := admin("EXISTS", "pinned:p:/counter/abc"); v != "0" {
+		t.Fatalf("placement still in Redis after release: EXISTS = %s", v)
+	}
+
+	code, body = call(t, "GET", p.public, wire.PathOverview, token, nil)
+	var ov wire.OverviewResponse
+	json.Unmarshal(body, &ov)
+	if code != 200 || ov.Sessions != 1 || ov.Namespaces["/counter"].Headroom != 3 || ov.LeaseMs != 3000 {
+		t.Fatalf("overview = %d %s", code, body)
+	}
+	if code, _ := call(t, "GET", p.public, wire.PathWorkers, "wrong-token-0123456789", nil); code != 401 {
+		t.Fatalf("workers with a wrong token = %d; want 401", code)
+	}
+	code, body = call(t, "GET", p.admin, "/metrics", "", nil)
+	if code != 200 || !bytes.Contains(body, []byte("pinned_registry_messages_delivered_total 1")) || !bytes.Contains(body, []byte("process_cpu_seconds_total")) {
+		t.Fatalf("admin /metrics = %d, lacks the registry or process metrics", code)
+	}
+	if strings.Contains(p.logs.String(), token) || strings.Contains(p.logs.String(), "worker-secret") {
+		t.Fatalf("a token or worker secret reached the logs:\n%s", p.logs)
+	}
+	p.terminate(t)
+	if !strings.Contains(p.logs.String(), "pinboard stopped") {
+		t.Fatalf("no clean stop in the logs:\n%s", p.logs)
+	}
+}
+
+// redisClient returns a function that runs one command on srv and returns
+// its reply as a string (the test's view of Redis, beside the pinboard).
+func redisClient(t *testing.T, srv *redistest.Server) func(args ...string) string {
+	t.Helper()
+	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr}, DisableCache: true, ForceSingleClient: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	return func(args ...string) string {
+		t.Helper()
+		r := c.Do(context.Background(), c.B().Arbitrary(args...).Build())
+		if err := r.Error(); err != nil {
+			t.Fatalf("redis %v: %v", args, err)
+		}
+		if n, err := r.AsInt64(); err == nil {
+			return strconv.FormatInt(n, 10)
+		}
+		v, _ := r.ToString()
+		return v
+	}
+}
+
+func TestMissingTokenExitsTwo(t *testing.T) {
+	cmd := exec.Command(build(t))
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH")}
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	err := cmd.Run()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 {
+		t.Fatalf("pinboard without a token: %v; want exit status 2", err)
+	}
+	if !strings.Contains(stderr.String(), "PINBOARD_TOKEN") {
+		t.Fatalf("stderr %q does not name PINBOARD_TOKEN", stderr.String())
+	}
+}
+
+func TestDevMode(t *testing.T) {
+	p := startPinboard(t, []string{"-dev"})
+	waitHealthy(t, p)
+	re := regexp.MustCompile(`dev token \(Authorization: Bearer <token>\): (\S+)`)
+	var m []string
+	for deadline := time.Now().Add(10 * time.Second); m == nil; {
+		if m = re.FindStringSubmatch(p.stdout.String()); m == nil {
+			if time.Now().After(deadline) {
+				t.Fatalf("no dev token printed on stdout: %q", p.stdout.String())
+			}
+			time.Sleep(10 * time.Millisecond) // polling another process's output
+		}
+	}
+	if code, body := call(t, "GET", p.public, wire.PathOverview, m[1], nil); code != 200 {
+		t.Fatalf("overview with the printed dev token = %d %s", code, body)
+	}
+	if strings.Contains(p.logs.String(), m[1]) {
+		t.Fatal("the dev token reached the log (it belongs on stdout only)")
+	}
+	p.terminate(t)
+}

@@ -1,0 +1,189 @@
+package pinboard
+
+import (
+	"cmp"
+	"crypto/rand"
+	"encoding/hex"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/netip"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/pinned-go/pinned/registry"
+)
+
+// Defaults of the pinboard's settings.
+const (
+	DefaultListen          = ":8080"
+	DefaultAdminListen     = "127.0.0.1:9090"
+	DefaultRedisURL        = "redis://127.0.0.1:6379/0"
+	DefaultLease           = registry.DefaultLease
+	DefaultShutdownTimeout = 15 * time.Second
+	// MinLease is the shortest PINBOARD_LEASE accepted: workers heartbeat
+	// every few seconds and abort 5 s before expiry by default, so a lease
+	// much below the default only makes sense for tests.
+	MinLease = time.Second
+)
+
+// Environment variables, each also settable by the flag in brackets.
+const (
+	EnvListen            = "PINBOARD_LISTEN"             // -listen
+	EnvAdminListen       = "PINBOARD_ADMIN_LISTEN"       // -admin-listen
+	EnvRedisURL          = "PINBOARD_REDIS_URL"          // -redis-url
+	EnvToken             = "PINBOARD_TOKEN"              // (no flag: argv is visible to every user)
+	EnvTokenFile         = "PINBOARD_TOKEN_FILE"         // -token-file
+	EnvLease             = "PINBOARD_LEASE"              // -lease
+	EnvAdvertiseNetworks = "PINBOARD_ADVERTISE_NETWORKS" // -advertise-networks
+	EnvShutdownTimeout   = "PINBOARD_SHUTDOWN_TIMEOUT"   // -shutdown-timeout
+	EnvShutdownDelay     = "PINBOARD_SHUTDOWN_DELAY"     // -shutdown-delay
+	EnvLogLevel          = "PINBOARD_LOG_LEVEL"          // -log-level
+	EnvLogFormat         = "PINBOARD_LOG_FORMAT"         // -log-format
+)
+
+// Settings is the parsed command line and environment: everything Main
+// needs besides the data plane. ParseSettings fills it.
+type Settings struct {
+	Listen            string
+	AdminListen       string
+	RedisURL          string
+	Tokens            []string
+	TokenFile         string // re-read by Pinboard.ReloadTokens (SIGHUP)
+	DevToken          bool   // the token was generated for -dev
+	Lease             time.Duration
+	AdvertiseNetworks []netip.Prefix
+	ShutdownTimeout   time.Duration
+	ShutdownDelay     time.Duration
+	Dev               bool
+	LogLevel          slog.Level
+	LogJSON           bool
+}
+
+// ParseSettings reads flags (args, without the program name) and the
+// environment (getenv). A flag wins over its variable, a variable over the
+// default. Errors name the variable or flag to fix; flag.ErrHelp is
+// returned for -h.
+func ParseSettings(args []string, getenv func(string) string, usage io.Writer) (Settings, error) {
+	s := Settings{}
+	env := func(name, def string) string {
+		if v := getenv(name); v != "" {
+			return v
+		}
+		return def
+	}
+	fs := flag.NewFlagSet("pinboard", flag.ContinueOnError)
+	fs.SetOutput(usage)
+	fs.StringVar(&s.Listen, "listen", env(EnvListen, DefaultListen), "public address: the registry, /healthz and the proxy ("+EnvListen+")")
+	fs.StringVar(&s.AdminListen, "admin-listen", env(EnvAdminListen, DefaultAdminListen), "admin address: /metrics and /debug/pprof ("+EnvAdminListen+")")
+	fs.StringVar(&s.RedisURL, "redis-url", env(EnvRedisURL, DefaultRedisURL), "Redis URL ("+EnvRedisURL+")")
+	fs.StringVar(&s.TokenFile, "token-file", getenv(EnvTokenFile), "file with the deployment token(s), one per line, reloaded on SIGHUP ("+EnvTokenFile+")")
+	lease := fs.String("lease", env(EnvLease, DefaultLease.String()), "lease granted to workers ("+EnvLease+")")
+	nets := fs.String("advertise-networks", getenv(EnvAdvertiseNetworks), "comma-separated CIDRs advertise URLs must resolve into; empty = any ("+EnvAdvertiseNetworks+")")
+	shutdown := fs.String("shutdown-timeout", env(EnvShutdownTimeout, DefaultShutdownTimeout.String()), "bound on graceful shutdown ("+EnvShutdownTimeout+")")
+	delay := fs.String("shutdown-delay", env(EnvShutdownDelay, "0s"), "time /healthz reports shutting down before the listener closes ("+EnvShutdownDelay+")")
+	level := fs.String("log-level", env(EnvLogLevel, "info"), "debug, info, warn or error ("+EnvLogLevel+")")
+	format := fs.String("log-format", env(EnvLogFormat, "text"), "text or json ("+EnvLogFormat+")")
+	fs.BoolVar(&s.Dev, "dev", false, "development mode: in-memory store, generated token printed at start")
+	if err := fs.Parse(args); err != nil {
+		return s, err
+	}
+	if fs.NArg() > 0 {
+		return s, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	var err error
+	dur := func(name, v string, min time.Duration) time.Duration {
+		d, e := time.ParseDuration(v)
+		if e == nil && d < min {
+			e = fmt.Errorf("must be at least %v", min)
+		}
+		if e != nil && err == nil {
+			err = fmt.Errorf("%s=%q: %v", name, v, e)
+		}
+		return d
+	}
+	s.Lease = dur(EnvLease, *lease, MinLease)
+	s.ShutdownTimeout = dur(EnvShutdownTimeout, *shutdown, time.Millisecond)
+	s.ShutdownDelay = dur(EnvShutdownDelay, *delay, 0)
+	if err != nil {
+		return s, err
+	}
+	for _, a := range []struct{ name, v string }{{EnvListen, s.Listen}, {EnvAdminListen, s.AdminListen}} {
+		if _, _, e := net.SplitHostPort(a.v); e != nil {
+			return s, fmt.Errorf("%s=%q: want host:port (%v)", a.name, a.v, e)
+		}
+	}
+	if *nets != "" {
+		for _, c := range strings.Split(*nets, ",") {
+			p, e := netip.ParsePrefix(strings.TrimSpace(c))
+			if e != nil {
+				return s, fmt.Errorf("%s: %q is not a CIDR (e.g. 10.0.0.0/8)", EnvAdvertiseNetworks, c)
+			}
+			s.AdvertiseNetworks = append(s.AdvertiseNetworks, p.Masked())
+		}
+	}
+	if e := s.LogLevel.UnmarshalText([]byte(*level)); e != nil {
+		return s, fmt.Errorf("%s=%q: want debug, info, warn or error", EnvLogLevel, *level)
+	}
+	switch *format {
+	case "text":
+	case "json":
+		s.LogJSON = true
+	default:
+		return s, fmt.Errorf("%s=%q: want text or json", EnvLogFormat, *format)
+	}
+	tok, file := getenv(EnvToken), s.TokenFile
+	switch {
+	case tok != "" && file != "":
+		return s, fmt.Errorf("both %s and %s are set: set one", EnvToken, EnvTokenFile)
+	case tok != "":
+		s.Tokens = splitTokens(strings.Split(tok, ","))
+		s.TokenFile = ""
+	case file != "":
+		if s.Tokens, err = ReadTokenFile(file); err != nil {
+			return s, err
+		}
+	case s.Dev:
+		s.Tokens, s.DevToken = []string{newDevToken()}, true
+	default:
+		return s, fmt.Errorf("%s (or %s) is required: the deployment token workers and operators present (run with -dev for a local pinboard)", EnvToken, EnvTokenFile)
+	}
+	if len(s.Tokens) == 0 {
+		return s, fmt.Errorf("%s holds no token", cmp.Or(file, EnvToken))
+	}
+	return s, nil
+}
+
+func splitTokens(parts []string) []string {
+	var out []string
+	for _, p := range parts {
+		if p = strings.TrimSpace(p); p != "" && !strings.HasPrefix(p, "#") {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// ReadTokenFile reads deployment tokens from path: one per line (the
+// current one and, during a rotation, the previous one); blank lines and
+// lines starting with '#' are ignored.
+func ReadTokenFile(path string) ([]string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", EnvTokenFile, err)
+	}
+	toks := splitTokens(strings.Split(string(b), "\n"))
+	if len(toks) == 0 {
+		return nil, fmt.Errorf("%s: %s holds no token", EnvTokenFile, path)
+	}
+	return toks, nil
+}
+
+func newDevToken() string {
+	var b [24]byte
+	rand.Read(b[:])
+	return "dev-" + hex.EncodeToString(b[:])
+}

@@ -1,0 +1,45 @@
+// Package pinboard wires the pinboard binary: settings from flags and the
+// environment (ParseSettings), the store (redisstore, or memstore with
+// -dev), the registry, the data plane (the proxy, plugged in through
+// Config.NewDataPlane), the public and admin fasthttp servers, signals and
+// graceful shutdown (Main). cmd/pinboard is a one-line main around Main so
+// that tests can start a whole pinboard in-process.
+//
+// # Ports
+//
+// The public listener (PINBOARD_LISTEN, default :8080) serves /registry/*,
+// /healthz, and hands every other request to the data plane; its router
+// never redirects (RedirectTrailingSlash and RedirectFixedPath are off) and
+// a wrong method on a registry path is a 405. The admin listener
+// (PINBOARD_ADMIN_LISTEN, default 127.0.0.1:9090) serves /metrics (the
+// pinboard's, the registry's and the data plane's sets plus go_* and
+// process_*) and /debug/pprof/*; neither is ever reachable on the public
+// port.
+//
+// # Plugging in the proxy
+//
+// Config.NewDataPlane receives DataPlaneDeps{Store, Lease, Logger, Metrics,
+// Clock} and returns a DataPlane: Handle serves every non-registry request;
+// Invalidate receives every store invalidation (wired as the store's
+// OnInvalidate before anything connects). Optional methods: Run(ctx) for
+// background work that lives as long as the pinboard, ConfigureServer to
+// adjust the public fasthttp.Server. cmd/pinboard passes nil until the
+// proxy exists: Main's last argument is where it goes.
+//
+// # Lifecycle
+//
+// New does no I/O. Run binds both listeners, then serves at once, even
+// while Redis is unreachable: the store's Connect retries with capped
+// exponential backoff, /healthz answers 503 naming the dial error meanwhile,
+// and registry calls answer 503 + Retry-After. On ctx end (SIGTERM/SIGINT
+// in Main): /healthz turns 503 {"shuttingDown": true}; after ShutdownDelay
+// the public listener closes and in-flight requests finish, all bounded by
+// ShutdownTimeout; then the janitor, the connect loop and the data plane's
+// Run stop and are joined, and the store closes. SIGHUP re-reads
+// PINBOARD_TOKEN_FILE (one token per line: the new and the old one during a
+// rotation); a bad file keeps the current tokens.
+//
+// Exit statuses: 0 after a clean shutdown, 1 when a listener fails, 2 for an
+// invalid configuration (the message names the variable, e.g. a missing
+// PINBOARD_TOKEN).
+package pinboard

@@ -1,0 +1,78 @@
+package pinboard
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+// Exit statuses of Main.
+const (
+	ExitOK     = 0
+	ExitFailed = 1 // the pinboard ran and failed (a listener died, a port was taken)
+	ExitConfig = 2 // the configuration is invalid; the message names what to change
+)
+
+// Main is the whole pinboard command: it parses args and the environment,
+// wires a Pinboard with newDataPlane (nil: registry only), and runs it until
+// SIGTERM or SIGINT; SIGHUP re-reads the token file. The dev token, when
+// generated, is printed to stdout; logs go to stderr. It returns the exit
+// status.
+func Main(args []string, getenv func(string) string, stdout, stderr io.Writer, newDataPlane func(DataPlaneDeps) (DataPlane, error)) int {
+	s, err := ParseSettings(args, getenv, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return ExitOK
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "pinboard: %v\n", err)
+		return ExitConfig
+	}
+	hopts := &slog.HandlerOptions{Level: s.LogLevel}
+	var h slog.Handler = slog.NewTextHandler(stderr, hopts)
+	if s.LogJSON {
+		h = slog.NewJSONHandler(stderr, hopts)
+	}
+	logger := slog.New(h)
+	p, err := New(Config{Settings: s, Logger: logger, NewDataPlane: newDataPlane})
+	if err != nil {
+		fmt.Fprintf(stderr, "pinboard: %v\n", err)
+		return ExitConfig
+	}
+	if s.Dev {
+		fmt.Fprintf(stdout, "pinboard: development mode: in-memory store, nothing survives a restart\n")
+		if s.DevToken {
+			fmt.Fprintf(stdout, "pinboard: dev token (Authorization: Bearer <token>): %s\n", s.Tokens[0])
+		}
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	reloads := make(chan struct{})
+	go func() { // owned by Main: ends when ctx ends
+		defer close(reloads)
+		for {
+			select {
+			case <-hup:
+				_ = p.ReloadTokens()
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	err = p.Run(ctx)
+	stop()
+	<-reloads
+	if err != nil {
+		logger.Error("pinboard failed", "err", err)
+		return ExitFailed
+	}
+	return ExitOK
+}

@@ -1,0 +1,371 @@
+package pinboard
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/url"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/VictoriaMetrics/metrics"
+	"github.com/fasthttp/router"
+	"github.com/valyala/fasthttp"
+	"github.com/valyala/fasthttp/pprofhandler"
+
+	"github.com/pinned-go/pinned/internal/clock"
+	"github.com/pinned-go/pinned/internal/store"
+	"github.com/pinned-go/pinned/internal/store/memstore"
+	"github.com/pinned-go/pinned/internal/store/redisstore"
+	"github.com/pinned-go/pinned/internal/wire"
+	"github.com/pinned-go/pinned/registry"
+)
+
+// DataPlane is the handler for every public request that is not a registry
+// route or /healthz: the proxy. Config.NewDataPlane builds it once, after
+// the store and before anything listens.
+//
+// A DataPlane may also implement
+//
+//	Run(ctx context.Context) error          // run for the pinboard's lifetime; ctx ends
+//	                                        // after the public listener drained
+//	ConfigureServer(s *fasthttp.Server)     // adjust the public server before it starts
+//	                                        // (StreamRequestBody, timeouts, limits)
+type DataPlane interface {
+	// Handle serves one public request (the router's NotFound handler).
+	Handle(ctx *fasthttp.RequestCtx)
+	// Invalidate receives every store invalidation
+	// (store.Options.OnInvalidate): it must be fast and must not call the
+	// store, since on Redis it runs on a connection's reader goroutine.
+	Invalidate(inv store.Invalidation)
+}
+
+// DataPlaneDeps is what the pinboard hands to Config.NewDataPlane.
+type DataPlaneDeps struct {
+	// Store is the shared directory (redisstore, or memstore with -dev).
+	// Its Placement and Session reads are served from the client-side cache
+	// when tracked; its invalidations go to DataPlane.Invalidate.
+	Store store.Store
+	// Lease is the lease every session gets: the bound for any cache of
+	// placements or sessions.
+	Lease time.Duration
+	// Logger is the pinboard's root logger; tag it ("logger", "pinned.proxy").
+	Logger *slog.Logger
+	// Metrics is a set owned by the data plane, written on the admin
+	// listener's /metrics.
+	Metrics *metrics.Set
+	// Clock is the pinboard's clock.
+	Clock clock.Clock
+}
+
+// Config configures a Pinboard.
+type Config struct {
+	Settings
+	// Logger is the root logger; nil means slog.Default().
+	Logger *slog.Logger
+	// NewDataPlane builds the proxy. Nil: every non-registry request gets
+	// 404 (a registry-only pinboard).
+	NewDataPlane func(DataPlaneDeps) (DataPlane, error)
+	// PublicListener and AdminListener, when set, are used instead of
+	// binding Listen and AdminListen (tests, socket activation). Run closes
+	// them.
+	PublicListener, AdminListener net.Listener
+	// Clock is the pinboard's clock; nil means clock.Real.
+	Clock clock.Clock
+}
+
+// Pinboard is the wired pinboard: store, registry, data plane, public and
+// admin servers.
+type Pinboard struct {
+	cfg   Config
+	log   *slog.Logger
+	clock clock.Clock
+
+	st    store.Store
+	redis *redisstore.Store // nil with -dev
+	mem   *memstore.Store   // nil without -dev
+	reg   *registry.Registry
+	dp    DataPlane
+	dpSet *metrics.Set
+	own   *metrics.Set
+
+	public, admin *fasthttp.Server
+	invalidate    atomic.Pointer[func(store.Invalidation)]
+
+	mu         sync.Mutex
+	publicAddr string
+	adminAddr  string
+	ran        bool
+}
+
+// New wires a pinboard from cfg. It does no I/O: Run binds, connects and
+// serves.
+func New(cfg Config) (*Pinboard, error) {
+	p := &Pinboard{
+		cfg:   cfg,
+		log:   cmp.Or(cfg.Logger, slog.Default()).With("logger", "pinned.pinboard"),
+		clock: clock.Or(cfg.Clock),
+		own:   metrics.NewSet(),
+		dpSet: metrics.NewSet(),
+	}
+	root := cmp.Or(cfg.Logger, slog.Default())
+	opts := store.Options{OnInvalidate: p.forward}
+	if cfg.Dev {
+		m, err := memstore.New(memstore.Config{Options: opts, Clock: p.clock})
+		if err != nil {
+			return nil, err
+		}
+		p.st, p.mem = m, m
+	} else {
+		r, err := redisstore.New(redisstore.Config{Options: opts, URL: cfg.RedisURL, Clock: p.clock, Logger: root, CacheTTL: cfg.Lease})
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", EnvRedisURL, err)
+		}
+		p.st, p.redis = r, r
+	}
+	reg, err := registry.New(registry.Config{
+		Store:             p.st,
+		Tokens:            cfg.Tokens,
+		Lease:             cfg.Lease,
+		AdvertiseNetworks: cfg.AdvertiseNetworks,
+		Clock:             p.clock,
+		Logger:            root,
+	})
+	if err != nil {
+		p.st.Close()
+		return nil, err
+	}
+	p.reg = reg
+	var notFound fasthttp.RequestHandler
+	if cfg.NewDataPlane != nil {
+		dp, err := cfg.NewDataPlane(DataPlaneDeps{Store: p.st, Lease: reg.Lease(), Logger: root, Metrics: p.dpSet, Clock: p.clock})
+		if err != nil {
+			p.st.Close()
+			return nil, fmt.Errorf("cannot build the data plane: %w", err)
+		}
+		p.dp = dp
+		inv := dp.Invalidate
+		p.invalidate.Store(&inv)
+		notFound = dp.Handle
+	}
+	p.public = &fasthttp.Server{
+		Handler:                      reg.NewRouter(notFound).Handler,
+		Name:                         "pinboard",
+		NoDefaultServerHeader:        true,
+		ReadTimeout:                  30 * time.Second,
+		IdleTimeout:                  90 * time.Second,
+		DisablePreParseMultipartForm: true,
+		Logger:                       fasthttpLogger{p.log},
+	}
+	if c, ok := p.dp.(interface{ ConfigureServer(*fasthttp.Server) }); ok {
+		c.ConfigureServer(p.public)
+	}
+	p.admin = &fasthttp.Server{
+		Handler:               p.adminRouter().Handler,
+		Name:                  "pinboard-admin",
+		NoDefaultServerHeader: true,
+		IdleTimeout:           90 * time.Second,
+		Logger:                fasthttpLogger{p.log},
+	}
+	storeKind := "redis"
+	if cfg.Dev {
+		storeKind = "memory"
+	}
+	p.own.NewGauge(`pinned_pinboard_info{protocol="`+fmt.Sprint(wire.Version)+`",store="`+storeKind+`"}`, func() float64 { return 1 })
+	p.own.NewGauge(`pinned_pinboard_lease_seconds`, func() float64 { return reg.Lease().Seconds() })
+	return p, nil
+}
+
+// forward hands a store invalidation to the data plane, if any.
+func (p *Pinboard) forward(inv store.Invalidation) {
+	if f := p.invalidate.Load(); f != nil {
+		(*f)(inv)
+	}
+}
+
+// Registry returns the registry (tests and tools).
+func (p *Pinboard) Registry() *registry.Registry { return p.reg }
+
+// Store returns the store (tests and tools).
+func (p *Pinboard) Store() store.Store { return p.st }
+
+// Addrs returns the bound public and admin addresses once Run has bound
+// them ("" before).
+func (p *Pinboard) Addrs() (public, admin string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.publicAddr, p.adminAddr
+}
+
+// ReloadTokens re-reads the token file (SIGHUP). Without a token file it
+// does nothing. On an error the current tokens stay.
+func (p *Pinboard) ReloadTokens() error {
+	if p.cfg.TokenFile == "" {
+		return nil
+	}
+	toks, err := ReadTokenFile(p.cfg.TokenFile)
+	if err == nil {
+		err = p.reg.SetTokens(toks)
+	}
+	if err != nil {
+		p.log.Error("token reload failed; keeping the current tokens", "err", err)
+		return err
+	}
+	p.log.Info("deployment tokens reloaded", "tokens", len(toks))
+	return nil
+}
+
+func (p *Pinboard) adminRouter() *router.Router {
+	rt := router.New()
+	rt.RedirectTrailingSlash = false
+	rt.RedirectFixedPath = false
+	rt.GET("/metrics", func(ctx *fasthttp.RequestCtx) {
+		ctx.SetContentType("text/plain; version=0.0.4; charset=utf-8")
+		p.WriteMetrics(ctx)
+	})
+	rt.GET("/debug/pprof/", pprofhandler.PprofHandler)
+	rt.GET("/debug/pprof/{profile:*}", pprofhandler.PprofHandler)
+	return rt
+}
+
+// WriteMetrics writes every metric of the pinboard in Prometheus text
+// format: the pinboard's own, the registry's, the data plane's, and the
+// go_* and process_* metrics.
+func (p *Pinboard) WriteMetrics(w io.Writer) {
+	p.own.WritePrometheus(w)
+	p.reg.Metrics().WritePrometheus(w)
+	p.dpSet.WritePrometheus(w)
+	metrics.WriteProcessMetrics(w)
+}
+
+// Run binds the listeners, connects the store (retrying with backoff while
+// /healthz reports it), serves, and runs the janitor and the data plane
+// until ctx ends; then it shuts down gracefully: /healthz turns 503, after
+// ShutdownDelay the public listener closes and in-flight requests finish,
+// bounded by ShutdownTimeout, then everything else stops and the store
+// closes. Run may be called once.
+func (p *Pinboard) Run(ctx context.Context) error {
+	p.mu.Lock()
+	if p.ran {
+		p.mu.Unlock()
+		return errors.New("pinboard: Run called twice")
+	}
+	p.ran = true
+	p.mu.Unlock()
+	defer p.st.Close()
+
+	publicLn, err := listen(p.cfg.PublicListener, p.cfg.Listen, EnvListen)
+	if err != nil {
+		return err
+	}
+	adminLn, err := listen(p.cfg.AdminListener, p.cfg.AdminListen, EnvAdminListen)
+	if err != nil {
+		publicLn.Close()
+		return err
+	}
+	p.mu.Lock()
+	p.publicAddr, p.adminAddr = publicLn.Addr().String(), adminLn.Addr().String()
+	p.mu.Unlock()
+	storeDesc := "memory (-dev: nothing survives a restart)"
+	if p.redis != nil {
+		storeDesc = redactURL(p.cfg.RedisURL)
+	}
+	p.log.Info("pinboard listening", "public", p.publicAddr, "admin", p.adminAddr, "store", storeDesc,
+		"lease", p.reg.Lease(), "dataPlane", p.dp != nil)
+
+	// Everything below is owned by Run and joined before it returns.
+	bg, stop := context.WithCancel(context.Background())
+	defer stop()
+	var wg sync.WaitGroup
+	serveErr := make(chan error, 2)
+	serve := func(name string, s *fasthttp.Server, ln net.Listener) {
+		wg.Go(func() {
+			if err := s.Serve(ln); err != nil {
+				serveErr <- fmt.Errorf("%s listener: %w", name, err)
+			}
+		})
+	}
+	serve("public", p.public, publicLn)
+	serve("admin", p.admin, adminLn)
+	if p.redis != nil {
+		wg.Go(func() {
+			if err := p.redis.Connect(bg); err == nil {
+				p.log.Info("store connected", "store", storeDesc)
+			}
+		})
+	}
+	if p.mem != nil {
+		p.mem.Start()
+	}
+	wg.Go(func() { _ = p.reg.Run(bg) })
+	if r, ok := p.dp.(interface{ Run(context.Context) error }); ok {
+		wg.Go(func() {
+			if err := r.Run(bg); err != nil {
+				p.log.Error("data plane stopped", "err", err)
+			}
+		})
+	}
+
+	var runErr error
+	select {
+	case <-ctx.Done():
+	case runErr = <-serveErr:
+		p.log.Error("listener failed; shutting down", "err", runErr)
+	}
+
+	// Graceful shutdown.
+	p.log.Info("shutting down", "timeout", p.cfg.ShutdownTimeout)
+	p.reg.MarkShuttingDown()
+	if d := p.cfg.ShutdownDelay; d > 0 {
+		t := p.clock.NewTimer(d)
+		<-t.C()
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), cmp.Or(p.cfg.ShutdownTimeout, DefaultShutdownTimeout))
+	defer cancel()
+	// Close the listeners ourselves too: a Shutdown that ran before Serve
+	// registered its listener would not.
+	publicLn.Close()
+	if err := p.public.ShutdownWithContext(sctx); err != nil {
+		p.log.Warn("in-flight requests did not finish within the shutdown timeout", "err", err)
+	}
+	adminLn.Close()
+	if err := p.admin.ShutdownWithContext(sctx); err != nil {
+		p.log.Warn("admin requests did not finish within the shutdown timeout", "err", err)
+	}
+	stop()
+	wg.Wait()
+	p.log.Info("pinboard stopped")
+	return runErr
+}
+
+func listen(given net.Listener, addr, env string) (net.Listener, error) {
+	if given != nil {
+		return given, nil
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("%s=%q: %w", env, addr, err)
+	}
+	return ln, nil
+}
+
+// redactURL hides a password in a Redis URL.
+func redactURL(s string) string {
+	u, err := url.Parse(s)
+	if err != nil {
+		return "(unparseable URL)"
+	}
+	return u.Redacted()
+}
+
+// fasthttpLogger routes fasthttp's own error lines to slog.
+type fasthttpLogger struct{ l *slog.Logger }
+
+func (f fasthttpLogger) Printf(format string, args ...any) {
+	f.l.Warn(fmt.Sprintf(format, args...), "source", "fasthttp")
+}

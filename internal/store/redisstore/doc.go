@@ -1,0 +1,96 @@
+// Package redisstore is the Redis implementation of store.Store (and
+// store.Reaper), on rueidis. It works on a single Redis node and on Redis
+// Cluster unchanged: every command and every Lua script touches exactly one
+// key (the layout is documented in internal/wire/keys.go and the registry
+// package doc), so nothing depends on two keys sharing a slot. It needs
+// Redis ≥ 6.2 (RESP3 client tracking, ZADD GT, SET GET).
+//
+// # Operations
+//
+//   - Register: a script creates pinned:s:<sid> (refusing an existing one) with
+//     PEXPIRE = lease; then pinned:w, pinned:o:<sid> (the "#<ns>" count fields,
+//     so the janitor later knows the namespaces) and pinned:n:<ns>; then
+//     SET pinned:c:<cid> / pinned:a:<url> PX lease GET, and a supersede script
+//     on each previous holder's session hash (sets "sup" only if the hash
+//     still exists: it never re-creates a record).
+//   - Heartbeat: one owner-checked script on pinned:s:<sid> (unknown → no
+//     write; superseded → no write; else update fields and PEXPIRE), then
+//     one pipeline: owner-checked PEXPIRE of the client and URL pointers,
+//     ZADD XX GT on pinned:w, and the take-all script on pinned:q:<cid>
+//     (LRANGE + DEL in one script: each message is handed out exactly once).
+//     Two round trips.
+//   - Claim: index add (HSETNX on pinned:o:<sid>) then the SET-NX script on
+//     pinned:p:<ns>/<id>, pipelined in one round trip (in order on a single
+//     node), so a crash can leave only a spurious index entry, never an
+//     unindexed placement (on a cluster the two keys may sit on different
+//     nodes and that ordering is best effort); an index add again after
+//     winning (see the race below); on losing, the index entry is removed
+//     unless the placement turned out to be ours. Two or three round trips.
+//   - Replace: index add and compare-and-set (one round trip), index add
+//     again, then the loser side (old session, or this one when the swap
+//     lost) is unindexed.
+//   - Pipelined scripts run by EVALSHA; one that finds its script missing
+//     (NOSCRIPT after a restart or SCRIPT FLUSH) is re-run alone, which
+//     loads it.
+//   - Release and Reap: compare-and-delete script, then unindex.
+//   - Unindex is always "HDEL, then GET the placement, and index again if it
+//     names this session". Together with "index again after every winning
+//     write" this keeps the invariant "a placement naming session S is in
+//     S's index" under any interleaving of a release and a re-claim of the
+//     same id by the same session (each pinboard's operations on one key are
+//     linearised by Redis; the last operation on the index field is always an
+//     add when the placement names S).
+//
+// # Client-side caching: OPTIN, not BCAST
+//
+// Placement and Session (and the namespace membership behind
+// NamespaceSessions) read through rueidis DoCache in the default OPTIN
+// tracking mode: Redis tracks exactly the keys this client read, on the
+// connection that read them, and pushes an invalidation when one changes or
+// expires. BCAST was rejected because it sends every write of every matching
+// key to every connection of every pinboard, whether or not that pinboard
+// ever looked at the key: with the heartbeat rewriting every session hash
+// every few seconds and placements written at every activation, that is
+// O(writes × pinboards × connections) pushes for mostly-unread keys. OPTIN's
+// cost is one CLIENT CACHING YES per cache miss, and its push goes only to
+// the readers.
+//
+// Cache entries live at most Config.CacheTTL and never past the key's own
+// PTTL (rueidis reads PTTL with the value), so a cached session never outlives
+// its lease. Placements have no TTL; their entries are bounded by CacheTTL
+// (default: the lease).
+//
+// OnInvalidate receives: Invalidation{Placement: "/ns/id"} for a tracked
+// pinned:p: key, Invalidation{Session: sid} for a tracked pinned:s: key, and
+// Invalidation{All: true} when rueidis reports a nil invalidation (FLUSHALL,
+// FLUSHDB, or a closed connection, whose cache rueidis has already dropped).
+// Other tracked keys (pinned:n:, pinned:w) are only rueidis's own business.
+// The callback runs on a rueidis connection's reader goroutine, concurrently
+// across connections.
+//
+// Read-your-own-write (rueidis #534, redis/redis#9422): the invalidation of a
+// key written through this client arrives after the write's reply, so a
+// DoCache read issued right after a write may return the old value. Claim and
+// Replace therefore return the resulting holder; callers never re-read a
+// placement to learn the outcome of their own write.
+//
+// # Connecting
+//
+// New does no I/O. Connect dials (rueidis.NewClient dials eagerly) and keeps
+// retrying with capped exponential backoff with jitter until it succeeds,
+// ctx ends, or Close is called; until then every method returns an error
+// wrapping store.ErrUnavailable and the last dial error, which Ping reports
+// (the pinboard's /healthz shows it). Once connected, rueidis reconnects by
+// itself; commands fail with store.ErrUnavailable while Redis is away.
+//
+// # What callers must not assume
+//
+//   - Claim does not check that the claiming session is live (that would
+//     need a second key in the same script); the proxy checks before it
+//     claims, and Reap or a later Replace cleans up after a late claim.
+//   - PlacementCounts come from the index and may over-count after a crash
+//     between a claim's two steps.
+//   - Times are the pinboard's clock (Config.Clock); Redis expires keys by its
+//     own clock, so ExpiresAt is advisory and a wall-clock step on the Redis
+//     host moves real expiry.
+package redisstore

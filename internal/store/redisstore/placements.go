@@ -1,0 +1,235 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/pinned-go/pinned/internal/store"
+	"github.com/pinned-go/pinned/internal/wire"
+)
+
+// Placement implements store.Store. It reads through the client-side cache,
+// so Redis tracks the key for this connection and a later change reaches
+// OnInvalidate.
+func (s *Store) Placement(ctx context.Context, ns, id string) (string, error) {
+	c, err := s.get(ctx)
+	if err != nil {
+		return "", err
+	}
+	v, err := c.DoCache(ctx, c.B().Get().Key(wire.KeyPlacement(ns, id)).Cache(), s.cacheTTL).ToString()
+	if rueidis.IsRedisNil(err) {
+		return "", nil
+	}
+	return v, s.wrap(ctx, "placement", err)
+}
+
+func (s *Store) indexAdd(ctx context.Context, c rueidis.Client, sid, ns, name string) error {
+	err := scriptIndexAdd.Exec(ctx, c, []string{wire.KeyOwned(sid)}, []string{name, wire.OwnedCountPrefix + ns}).Error()
+	return s.wrap(ctx, "index", err)
+}
+
+// unindex removes name from sid's index unless the placement names sid
+// again by the time the removal is done (see the package doc).
+func (s *Store) unindex(ctx context.Context, c rueidis.Client, sid, ns, name string) error {
+	err := scriptIndexDel.Exec(ctx, c, []string{wire.KeyOwned(sid)}, []string{name, wire.OwnedCountPrefix + ns}).Error()
+	if err != nil {
+		return s.wrap(ctx, "unindex", err)
+	}
+	h, err := c.Do(ctx, c.B().Get().Key(wire.KeyPrefixPlacement+name).Build()).ToString()
+	if rueidis.IsRedisNil(err) {
+		return nil
+	}
+	if err != nil {
+		return s.wrap(ctx, "unindex", err)
+	}
+	if h == sid {
+		return s.indexAdd(ctx, c, sid, ns, name)
+	}
+	return nil
+}
+
+// Claim implements store.Store.
+func (s *Store) Claim(ctx context.Context, ns, id, sessionID string) (string, error) {
+	if sessionID == "" {
+		return "", errors.New("cannot claim: empty session id")
+	}
+	c, err := s.get(ctx)
+	if err != nil {
+		return "", err
+	}
+	name := wire.PlacementName(ns, id)
+	// Index first, claim second, in one round trip: Redis runs a pipeline
+	// in order on one node (see the package doc for cluster mode).
+	res := pipeline(ctx, c,
+		scriptIndexAdd.with([]string{wire.KeyOwned(sessionID)}, name, wire.OwnedCountPrefix+ns),
+		scriptClaim.with([]string{wire.KeyPlacement(ns, id)}, sessionID))
+	if err := res[0].Error(); err != nil {
+		return "", s.wrap(ctx, "index", err)
+	}
+	holder, err := res[1].ToString()
+	if err != nil {
+		return "", s.wrap(ctx, "claim", err)
+	}
+	if holder == sessionID {
+		return holder, s.indexAdd(ctx, c, sessionID, ns, name)
+	}
+	return holder, s.unindex(ctx, c, sessionID, ns, name)
+}
+
+// Replace implements store.Store.
+func (s *Store) Replace(ctx context.Context, ns, id, old, sessionID string) (string, error) {
+	if sessionID == "" || old == "" {
+		return "", errors.New("cannot replace: empty session id")
+	}
+	c, err := s.get(ctx)
+	if err != nil {
+		return "", err
+	}
+	name := wire.PlacementName(ns, id)
+	res := pipeline(ctx, c,
+		scriptIndexAdd.with([]string{wire.KeyOwned(sessionID)}, name, wire.OwnedCountPrefix+ns),
+		scriptReplace.with([]string{wire.KeyPlacement(ns, id)}, old, sessionID))
+	if err := res[0].Error(); err != nil {
+		return "", s.wrap(ctx, "index", err)
+	}
+	holder, err := res[1].ToString()
+	if err != nil {
+		return "", s.wrap(ctx, "replace", err)
+	}
+	if holder != sessionID {
+		return holder, s.unindex(ctx, c, sessionID, ns, name)
+	}
+	if err := s.indexAdd(ctx, c, sessionID, ns, name); err != nil {
+		return holder, err
+	}
+	if old != sessionID {
+		return holder, s.unindex(ctx, c, old, ns, name)
+	}
+	return holder, nil
+}
+
+// Release implements store.Store.
+func (s *Store) Release(ctx context.Context, ns, id, sessionID string) (bool, error) {
+	if sessionID == "" {
+		return false, nil
+	}
+	c, err := s.get(ctx)
+	if err != nil {
+		return false, err
+	}
+	n, err := scriptRelease.Exec(ctx, c, []string{wire.KeyPlacement(ns, id)}, []string{sessionID}).AsInt64()
+	if err != nil {
+		return false, s.wrap(ctx, "release", err)
+	}
+	if n == 0 {
+		return false, nil
+	}
+	return true, s.unindex(ctx, c, sessionID, ns, wire.PlacementName(ns, id))
+}
+
+// PlacementCounts implements store.Store.
+func (s *Store) PlacementCounts(ctx context.Context, sessionID string) (map[string]int, error) {
+	c, err := s.get(ctx)
+	if err != nil {
+		return nil, err
+	}
+	f, err := c.Do(ctx, c.B().Hgetall().Key(wire.KeyOwned(sessionID)).Build()).AsStrMap()
+	if err != nil {
+		return nil, s.wrap(ctx, "placement counts", err)
+	}
+	out := map[string]int{}
+	for k, v := range f {
+		if ns, ok := strings.CutPrefix(k, wire.OwnedCountPrefix); ok {
+			n, _ := strconv.Atoi(v)
+			out[ns] = n
+		}
+	}
+	return out, nil
+}
+
+// Reap implements store.Reaper. Candidates are the sessions whose pinned:w
+// score (their last known expiry) is at least grace old; a candidate whose
+// hash still exists had a heartbeat whose score update lagged, and gets its
+// score repaired instead. For a dead session it compare-and-deletes every
+// indexed placement, removes it from its namespace sets, then deletes its
+// index and its pinned:w entry (last, so that a Reap interrupted half-way is
+// redone by the next one).
+func (s *Store) Reap(ctx context.Context, grace time.Duration) (store.ReapStats, error) {
+	var st store.ReapStats
+	c, err := s.get(ctx)
+	if err != nil {
+		return st, err
+	}
+	before := s.clock.Now().UnixMilli() - grace.Milliseconds()
+	ids, err := c.Do(ctx, c.B().Zrange().Key(wire.KeyWorkers).Min("-inf").Max(strconv.FormatInt(before, 10)).
+		Byscore().Limit(0, int64(s.reapBatch)).Build()).AsStrSlice()
+	if err != nil {
+		return st, s.wrap(ctx, "reap", err)
+	}
+	for _, sid := range ids {
+		exp, err := c.Do(ctx, c.B().Hget().Key(wire.KeySession(sid)).Field(wire.FieldExpiresAt).Build()).AsInt64()
+		if err == nil {
+			// Alive: repair the lagging score.
+			err = c.Do(ctx, c.B().Zadd().Key(wire.KeyWorkers).Xx().Gt().ScoreMember().ScoreMember(float64(exp), sid).Build()).Error()
+			if err != nil {
+				return st, s.wrap(ctx, "reap", err)
+			}
+			continue
+		}
+		if !rueidis.IsRedisNil(err) {
+			return st, s.wrap(ctx, "reap", err)
+		}
+		n, err := s.reapSession(ctx, c, sid)
+		st.Placements += n
+		if err != nil {
+			return st, err
+		}
+		st.Sessions++
+	}
+	return st, nil
+}
+
+// reapSession collects one dead session and returns how many placements it
+// deleted.
+func (s *Store) reapSession(ctx context.Context, c rueidis.Client, sid string) (int, error) {
+	freed := 0
+	owned := wire.KeyOwned(sid)
+	var cursor uint64
+	for {
+		e, err := c.Do(ctx, c.B().Hscan().Key(owned).Cursor(cursor).Count(256).Build()).AsScanEntry()
+		if err != nil {
+			return freed, s.wrap(ctx, "reap", err)
+		}
+		for i := 0; i+1 < len(e.Elements); i += 2 {
+			field := e.Elements[i]
+			if ns, ok := strings.CutPrefix(field, wire.OwnedCountPrefix); ok {
+				if err := c.Do(ctx, c.B().Srem().Key(wire.KeyNamespace(ns)).Member(sid).Build()).Error(); err != nil {
+					return freed, s.wrap(ctx, "reap", err)
+				}
+				continue
+			}
+			n, err := scriptRelease.Exec(ctx, c, []string{wire.KeyPrefixPlacement + field}, []string{sid}).AsInt64()
+			if err != nil {
+				return freed, s.wrap(ctx, "reap", err)
+			}
+			freed += int(n)
+		}
+		cursor = e.Cursor
+		if cursor == 0 {
+			break
+		}
+	}
+	for _, r := range c.DoMulti(ctx,
+		c.B().Del().Key(owned).Build(),
+		c.B().Zrem().Key(wire.KeyWorkers).Member(sid).Build()) {
+		if err := r.Error(); err != nil {
+			return freed, s.wrap(ctx, "reap", err)
+		}
+	}
+	return freed, nil
+}

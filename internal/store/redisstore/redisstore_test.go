@@ -1,0 +1,250 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/rueidis"
+	"go.uber.org/goleak"
+
+	"github.com/pinned-go/pinned/internal/leakcheck"
+	"github.com/pinned-go/pinned/internal/redistest"
+	"github.com/pinned-go/pinned/internal/store"
+	"github.com/pinned-go/pinned/internal/store/storetest"
+	"github.com/pinned-go/pinned/internal/wire"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m, leakcheck.Options()...) }
+
+// admin is a plain client (no tracking) that tests use to poke Redis.
+func admin(t *testing.T, srv *redistest.Server) rueidis.Client {
+	t.Helper()
+	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr}, DisableCache: true, ForceSingleClient: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	return c
+}
+
+func open(t *testing.T, cfg Config) *Store {
+	t.Helper()
+	s, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := s.Connect(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func TestConformance(t *testing.T) {
+	srv := redistest.Start(t)
+	adm := admin(t, srv)
+	do := func(t *testing.T, args ...string) {
+		t.Helper()
+		if err := adm.Do(context.Background(), adm.B().Arbitrary(args...).Build()).Error(); err != nil {
+			t.Fatalf("%v: %v", args, err)
+		}
+	}
+	storetest.Run(t, func(t *testing.T, opts store.Options) storetest.Harness {
+		do(t, "FLUSHALL")
+		s := open(t, Config{Options: opts, URL: srv.URL})
+		const lease = 400 * time.Millisecond
+		return storetest.Harness{
+			Store:  s,
+			Lease:  lease,
+			Elapse: func(d time.Duration) { time.Sleep(d) }, // time must pass on Redis's clock
+			Flush:  func() { do(t, "FLUSHALL") },
+			KillConnections: func() {
+				do(t, "CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes")
+			},
+		}
+	})
+}
+
+func TestInvalidationKeyMapping(t *testing.T) {
+	f := func(key string, want store.Invalidation, wantOK bool) {
+		t.Helper()
+		got, ok := invalidationFor(key)
+		if got != want || ok != wantOK {
+			t.Errorf("invalidationFor(%q) = %+v, %v; want %+v, %v", key, got, ok, want, wantOK)
+		}
+	}
+	f(wire.KeyPlacement("/counter", "abc"), store.Invalidation{Placement: "/counter/abc"}, true)
+	f(wire.KeySession("sid1"), store.Invalidation{Session: "sid1"}, true)
+	f(wire.KeyNamespace("/counter"), store.Invalidation{}, false)
+	f(wire.KeyWorkers, store.Invalidation{}, false)
+	f("other", store.Invalidation{}, false)
+}
+
+// Placement reads are served from the client-side cache once tracked.
+func TestPlacementReadsHitTheCache(t *testing.T) {
+	srv := redistest.Start(t)
+	s := open(t, Config{URL: srv.URL})
+	defer s.Close()
+	ctx := context.Background()
+	if _, err := s.Claim(ctx, "/a", "x", "s1"); err != nil {
+		t.Fatal(err)
+	}
+	c, _ := s.get(ctx)
+	cmd := func() rueidis.Cacheable { return c.B().Get().Key(wire.KeyPlacement("/a", "x")).Cache() }
+	c.DoCache(ctx, cmd(), time.Minute)
+	if r := c.DoCache(ctx, cmd(), time.Minute); !r.IsCacheHit() {
+		t.Fatal("second DoCache read of a placement missed the cache")
+	}
+	if p, err := s.Placement(ctx, "/a", "x"); p != "s1" || err != nil {
+		t.Fatalf("Placement = %q, %v; want s1", p, err)
+	}
+}
+
+// Before Connect succeeds every call fails with ErrUnavailable naming the
+// dial error; Connect keeps retrying and succeeds once Redis is up.
+func TestConnectRetriesUntilRedisIsUp(t *testing.T) {
+	srv := redistest.Start(t)
+	addr := srv.Addr
+	srv.Kill()
+	s, err := New(Config{URL: "redis://" + addr + "/0", ConnectBackoffMin: 10 * time.Millisecond, ConnectBackoffMax: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx := context.Background()
+	if err := s.Ping(ctx); !errors.Is(err, store.ErrUnavailable) {
+		t.Fatalf("Ping before Connect = %v; want ErrUnavailable", err)
+	}
+	done := make(chan error, 1)
+	cctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	go func() { done <- s.Connect(cctx) }()
+	// Wait until Connect has failed at least once, visibly.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		err := s.Ping(ctx)
+		if errors.Is(err, store.ErrUnavailable) && strings.Contains(err.Error(), "refused") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Ping while Redis is down = %v; want ErrUnavailable naming the dial error", err)
+		}
+		time.Sleep(10 * time.Millisecond) // polling the connect loop's visible state
+	}
+	srv.Restart(t)
+	if err := <-done; err != nil {
+		t.Fatalf("Connect = %v; want nil once Redis is up", err)
+	}
+	if err := s.Ping(ctx); err != nil {
+		t.Fatalf("Ping after Connect = %v", err)
+	}
+}
+
+func TestConnectStopsOnClose(t *testing.T) {
+	srv := redistest.Start(t)
+	addr := srv.Addr
+	srv.Kill()
+	s, _ := New(Config{URL: "redis://" + addr + "/0", ConnectBackoffMin: time.Hour, ConnectBackoffMax: time.Hour})
+	done := make(chan error, 1)
+	go func() { done <- s.Connect(context.Background()) }()
+	for s.Ping(context.Background()) != nil && !strings.Contains(s.Ping(context.Background()).Error(), "refused") {
+		time.Sleep(5 * time.Millisecond) // polling the connect loop's visible state
+	}
+	s.Close()
+	if err := <-done; !errors.Is(err, store.ErrClosed) {
+		t.Fatalf("Connect after Close = %v; want ErrClosed", err)
+	}
+}
+
+func TestConfigValidation(t *testing.T) {
+	f := func(cfg Config, wantSub string) {
+		t.Helper()
+		_, err := New(cfg)
+		if err == nil || !strings.Contains(err.Error(), wantSub) {
+			t.Errorf("New(%+v) = %v; want an error containing %q", cfg, err, wantSub)
+		}
+	}
+	f(Config{}, "URL is empty")
+	f(Config{URL: "http://x"}, "cannot parse")
+	f(Config{URL: "redis://x", CacheTTL: -1}, "CacheTTL")
+	f(Config{URL: "redis://x", ConnectBackoffMin: time.Second, ConnectBackoffMax: time.Millisecond}, "below")
+}
+
+// The Redis keys are exactly the documented layout: a test that pins the
+// schema so that a change is a conscious protocol change.
+func TestKeyLayout(t *testing.T) {
+	srv := redistest.Start(t)
+	adm := admin(t, srv)
+	s := open(t, Config{URL: srv.URL})
+	defer s.Close()
+	ctx := context.Background()
+	if _, err := s.Register(ctx, store.Session{ID: "sid", ClientID: "cid", AdvertiseURL: "http://h:1", Namespaces: []string{"/n"}}, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	s.Claim(ctx, "/n", "x", "sid")
+	s.Push(ctx, "cid", wire.Message{Type: wire.MessageDrain})
+	want := map[string]string{
+		"pinned:s:sid": "hash", "pinned:c:cid": "string", "pinned:a:http://h:1": "string",
+		"pinned:q:cid": "list", "pinned:n:/n": "set", "pinned:w": "zset",
+		"pinned:p:/n/x": "string", "pinned:o:sid": "hash",
+	}
+	keys, err := adm.Do(ctx, adm.B().Keys().Pattern("*").Build()).AsStrSlice()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(keys) != len(want) {
+		t.Errorf("keys = %v; want %d keys", keys, len(want))
+	}
+	for k, typ := range want {
+		got, _ := adm.Do(ctx, adm.B().Type().Key(k).Build()).ToString()
+		if got != typ {
+			t.Errorf("TYPE %s = %q; want %q", k, got, typ)
+		}
+	}
+	for k, ttl := range map[string]bool{"pinned:s:sid": true, "pinned:c:cid": true, "pinned:a:http://h:1": true, "pinned:q:cid": true, "pinned:p:/n/x": false, "pinned:o:sid": false} {
+		got, _ := adm.Do(ctx, adm.B().Pttl().Key(k).Build()).AsInt64()
+		if (got > 0) != ttl {
+			t.Errorf("PTTL %s = %d; want a TTL: %v", k, got, ttl)
+		}
+	}
+	idx, _ := adm.Do(ctx, adm.B().Hgetall().Key("pinned:o:sid").Build()).AsStrMap()
+	if idx["/n/x"] != "1" || idx["#/n"] != "1" || len(idx) != 2 {
+		t.Errorf("index hash = %v; want {/n/x: 1, #/n: 1}", idx)
+	}
+}
+
+// Pipelined scripts run by SHA; after SCRIPT FLUSH (or a Redis restart)
+// they must load themselves again.
+func TestScriptsSurviveScriptFlush(t *testing.T) {
+	srv := redistest.Start(t)
+	adm := admin(t, srv)
+	s := open(t, Config{URL: srv.URL})
+	defer s.Close()
+	ctx := context.Background()
+	if _, err := s.Register(ctx, store.Session{ID: "s1", ClientID: "c1", AdvertiseURL: "http://h", Namespaces: []string{"/n"}}, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	s.Push(ctx, "c1", wire.Message{Type: wire.MessageDrain})
+	if err := adm.Do(ctx, adm.B().ScriptFlush().Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	if w, err := s.Claim(ctx, "/n", "x", "s1"); w != "s1" || err != nil {
+		t.Fatalf("Claim after SCRIPT FLUSH = %q, %v", w, err)
+	}
+	if c, _ := s.PlacementCounts(ctx, "s1"); c["/n"] != 1 {
+		t.Fatalf("PlacementCounts after SCRIPT FLUSH = %v; want /n: 1", c)
+	}
+	adm.Do(ctx, adm.B().ScriptFlush().Build())
+	_, msgs, err := s.Heartbeat(ctx, "s1", store.Update{}, time.Minute)
+	if err != nil || len(msgs) != 1 {
+		t.Fatalf("Heartbeat after SCRIPT FLUSH = %v, %v; want the queued message", msgs, err)
+	}
+	adm.Do(ctx, adm.B().ScriptFlush().Build())
+	if w, err := s.Replace(ctx, "/n", "x", "s1", "s2"); w != "s2" || err != nil {
+		t.Fatalf("Replace after SCRIPT FLUSH = %q, %v", w, err)
+	}
+}

@@ -1,0 +1,65 @@
+package redisstore
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/pinned-go/pinned/internal/redistest"
+	"github.com/pinned-go/pinned/internal/store"
+)
+
+// The proxy's steady-state reads: a tracked placement or session served
+// from the client-side cache, without a Redis round trip.
+func BenchmarkCachedReads(b *testing.B) {
+	srv := redistest.Start(b)
+	s, err := New(Config{URL: srv.URL})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	ctx := context.Background()
+	if err := s.Connect(ctx); err != nil {
+		b.Fatal(err)
+	}
+	s.Register(ctx, store.Session{ID: "s1", ClientID: "c1", AdvertiseURL: "http://h", Namespaces: []string{"/n"}}, time.Minute)
+	s.Claim(ctx, "/n", "x", "s1")
+	b.Run("Placement", func(b *testing.B) {
+		s.Placement(ctx, "/n", "x")
+		b.ReportAllocs()
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				if p, err := s.Placement(ctx, "/n", "x"); p != "s1" || err != nil {
+					b.Fatal(p, err)
+				}
+			}
+		})
+	})
+	b.Run("Session", func(b *testing.B) {
+		s.Session(ctx, "s1")
+		b.ReportAllocs()
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				if _, err := s.Session(ctx, "s1"); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	})
+	b.Run("Claim", func(b *testing.B) {
+		b.ReportAllocs()
+		for i := 0; b.Loop(); i++ {
+			if _, err := s.Claim(ctx, "/n", "claim"+string(rune('a'+i%26))+string(rune('a'+i/26%26))+string(rune('a'+i/676%26)), "s1"); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("Heartbeat", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, _, err := s.Heartbeat(ctx, "s1", store.Update{Headroom: 1}, time.Minute); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}

@@ -1,0 +1,151 @@
+package redisstore
+
+import (
+	"context"
+	"crypto/sha1"
+	"encoding/hex"
+	"strings"
+
+	"github.com/redis/rueidis"
+
+	"github.com/pinned-go/pinned/internal/wire"
+)
+
+// script is a single-key Lua script that can run alone (Exec: EVALSHA,
+// falling back to EVAL) or as one command of a pipeline (call).
+type script struct {
+	*rueidis.Lua
+	sha string
+}
+
+// call is one pipelined invocation of a script.
+type call struct {
+	s    *script
+	keys []string
+	args []string
+}
+
+func (s *script) with(keys []string, args ...string) call { return call{s, keys, args} }
+
+// pipeline runs calls in one round trip, in order on a single node. A call
+// that finds the script missing (NOSCRIPT, after a Redis restart) is re-run
+// with Exec, which loads it.
+func pipeline(ctx context.Context, c rueidis.Client, calls ...call) []rueidis.RedisResult {
+	cmds := make(rueidis.Commands, len(calls))
+	for i, x := range calls {
+		cmds[i] = c.B().Evalsha().Sha1(x.s.sha).Numkeys(int64(len(x.keys))).Key(x.keys...).Arg(x.args...).Build()
+	}
+	res := c.DoMulti(ctx, cmds...)
+	for i, r := range res {
+		if e, ok := rueidis.IsRedisErr(r.Error()); ok && e.IsNoScript() {
+			res[i] = calls[i].s.Exec(ctx, c, calls[i].keys, calls[i].args)
+		}
+	}
+	return res
+}
+
+// lua builds a script, substituting the session hash field names from wire
+// (written {cid}, {sup}, ... in the source) so the key schema has one source
+// of truth. Every script touches exactly KEYS[1].
+func lua(src string) *script {
+	r := strings.NewReplacer(
+		"{cid}", wire.FieldClientID,
+		"{headroom}", wire.FieldHeadroom,
+		"{draining}", wire.FieldDraining,
+		"{deadline}", wire.FieldDrainDeadline,
+		"{verified}", wire.FieldVerified,
+		"{sup}", wire.FieldSuperseded,
+		"{hb}", wire.FieldLastHeartbeat,
+		"{exp}", wire.FieldExpiresAt,
+	)
+	src = r.Replace(src)
+	sum := sha1.Sum([]byte(src))
+	return &script{Lua: rueidis.NewLuaScript(src), sha: hex.EncodeToString(sum[:])}
+}
+
+// Status codes returned by scripts.
+const (
+	statusOK         = 0
+	statusUnknown    = 1
+	statusSuperseded = 2
+)
+
+var (
+	// KEYS[1] session hash; ARGV[1] lease ms; ARGV[2..] field, value pairs.
+	// Refuses (0) an existing hash: session ids are never reused.
+	scriptRegister = lua(`
+if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+redis.call('HSET', KEYS[1], unpack(ARGV, 2))
+redis.call('PEXPIRE', KEYS[1], ARGV[1])
+return 1`)
+
+	// KEYS[1] session hash; ARGV: lease ms, now ms, expiry ms, headroom,
+	// draining, drain deadline, verified. Never creates the hash.
+	// Returns {status} or {0, field, value, ...}.
+	scriptHeartbeat = lua(`
+if redis.call('EXISTS', KEYS[1]) == 0 then return {1} end
+if redis.call('HGET', KEYS[1], '{sup}') == '1' then return {2} end
+redis.call('HSET', KEYS[1], '{headroom}', ARGV[4], '{draining}', ARGV[5], '{deadline}', ARGV[6], '{hb}', ARGV[2], '{exp}', ARGV[3])
+if ARGV[7] == '1' then redis.call('HSET', KEYS[1], '{verified}', '1') end
+redis.call('PEXPIRE', KEYS[1], ARGV[1])
+local r = redis.call('HGETALL', KEYS[1])
+table.insert(r, 1, 0)
+return r`)
+
+	// KEYS[1] session hash. Marks it superseded if it exists and is not yet;
+	// returns 1 when it did. Keeps its TTL (HSET does not touch it).
+	scriptSupersede = lua(`
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+if redis.call('HGET', KEYS[1], '{sup}') == '1' then return 0 end
+redis.call('HSET', KEYS[1], '{sup}', '1')
+return 1`)
+
+	// KEYS[1] client or URL pointer; ARGV[1] session id, ARGV[2] lease ms.
+	// Extends the pointer only while it names the session.
+	scriptRefreshPointer = lua(`
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
+return 0`)
+
+	// KEYS[1] queue. Takes every message at once.
+	scriptTakeAll = lua(`
+local m = redis.call('LRANGE', KEYS[1], 0, -1)
+if #m > 0 then redis.call('DEL', KEYS[1]) end
+return m`)
+
+	// KEYS[1] queue; ARGV: message, max length, ttl ms.
+	scriptPush = lua(`
+redis.call('RPUSH', KEYS[1], ARGV[1])
+redis.call('LTRIM', KEYS[1], -tonumber(ARGV[2]), -1)
+redis.call('PEXPIRE', KEYS[1], ARGV[3])
+return 1`)
+
+	// KEYS[1] placement; ARGV[1] session id. SET NX that returns the holder.
+	scriptClaim = lua(`
+local h = redis.call('GET', KEYS[1])
+if h then return h end
+redis.call('SET', KEYS[1], ARGV[1])
+return ARGV[1]`)
+
+	// KEYS[1] placement; ARGV[1] old, ARGV[2] new. Compare-and-set that
+	// returns the holder afterwards ("" for none).
+	scriptReplace = lua(`
+local h = redis.call('GET', KEYS[1])
+if h ~= ARGV[1] then return h or '' end
+redis.call('SET', KEYS[1], ARGV[2])
+return ARGV[2]`)
+
+	// KEYS[1] placement; ARGV[1] session id. Compare-and-delete.
+	scriptRelease = lua(`
+if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) return 1 end
+return 0`)
+
+	// KEYS[1] index hash; ARGV[1] placement name, ARGV[2] count field.
+	scriptIndexAdd = lua(`
+if redis.call('HSETNX', KEYS[1], ARGV[1], '1') == 1 then redis.call('HINCRBY', KEYS[1], ARGV[2], 1) end
+return 1`)
+
+	// KEYS[1] index hash; ARGV[1] placement name, ARGV[2] count field.
+	scriptIndexDel = lua(`
+if redis.call('HDEL', KEYS[1], ARGV[1]) == 1 then redis.call('HINCRBY', KEYS[1], ARGV[2], -1) end
+return 1`)
+)

@@ -1,0 +1,753 @@
+// Package storetest is the conformance suite for store.Store: one set of
+// tests that memstore and redisstore both run (each from its own test file),
+// so the two implementations cannot drift apart. It asserts the semantics in
+// the store package doc, the Reaper contract, and invalidation delivery.
+//
+// The suite only uses the Harness to let time pass and to provoke
+// invalidations; it never sleeps to synchronise. Against Redis, time has to
+// pass on Redis's own clock, so Harness.Elapse waits for real there, and the
+// suite uses short leases.
+package storetest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/pinned-go/pinned/internal/store"
+	"github.com/pinned-go/pinned/internal/wire"
+)
+
+// Harness is one fresh, empty store under test and the means to drive it.
+type Harness struct {
+	// Store is the store under test; it must also implement store.Reaper.
+	// The suite closes it.
+	Store store.Store
+	// Lease is the lease the suite registers with: long on a fake clock,
+	// a few hundred milliseconds on a real one.
+	Lease time.Duration
+	// Elapse lets d pass on the store's clock and then lets the store
+	// notice expiries (a fake clock's Advance plus memstore.Expire, or real
+	// waiting for Redis).
+	Elapse func(d time.Duration)
+	// Flush drops all data (FLUSHALL, memstore.Flush).
+	Flush func()
+	// KillConnections closes the store's connections from the server side
+	// (CLIENT KILL); nil for a store without connections.
+	KillConnections func()
+}
+
+// NewHarness builds a Harness whose store reports its invalidations to
+// opts.OnInvalidate.
+type NewHarness func(t *testing.T, opts store.Options) Harness
+
+// Invalidations records what a store reports to OnInvalidate.
+type Invalidations struct {
+	mu      sync.Mutex
+	got     []store.Invalidation
+	changed chan struct{}
+}
+
+func newInvalidations() *Invalidations {
+	return &Invalidations{changed: make(chan struct{})}
+}
+
+// Record is an OnInvalidate callback.
+func (r *Invalidations) Record(inv store.Invalidation) {
+	r.mu.Lock()
+	r.got = append(r.got, inv)
+	close(r.changed)
+	r.changed = make(chan struct{})
+	r.mu.Unlock()
+}
+
+// Reset forgets everything recorded so far.
+func (r *Invalidations) Reset() {
+	r.mu.Lock()
+	r.got = nil
+	r.mu.Unlock()
+}
+
+// Wait waits up to 5 s until want has been recorded since the last Reset.
+func (r *Invalidations) Wait(t testing.TB, want store.Invalidation) {
+	t.Helper()
+	deadline := time.NewTimer(5 * time.Second)
+	defer deadline.Stop()
+	for {
+		r.mu.Lock()
+		ok := slices.Contains(r.got, want)
+		got := slices.Clone(r.got)
+		ch := r.changed
+		r.mu.Unlock()
+		if ok {
+			return
+		}
+		select {
+		case <-ch:
+		case <-deadline.C:
+			t.Fatalf("invalidation %+v not delivered within 5s; got %+v", want, got)
+		}
+	}
+}
+
+// Run runs the conformance suite; newHarness is called once per subtest.
+func Run(t *testing.T, newHarness NewHarness) {
+	tests := []struct {
+		name string
+		f    func(t *testing.T, h Harness, inv *Invalidations)
+	}{
+		{"RegisterAndRead", testRegisterAndRead},
+		{"RegisterRefusesDuplicateID", testRegisterDuplicate},
+		{"HeartbeatUpdatesAndExtends", testHeartbeat},
+		{"HeartbeatUnknown", testHeartbeatUnknown},
+		{"ExpiryRemovesAndHeartbeatNeverRecreates", testExpiry},
+		{"SupersedeByClientID", func(t *testing.T, h Harness, inv *Invalidations) { testSupersede(t, h, true) }},
+		{"SupersedeByAdvertiseURL", func(t *testing.T, h Harness, inv *Invalidations) { testSupersede(t, h, false) }},
+		{"SupersedeOnlyLiveSessions", testSupersedeOnlyLive},
+		{"SupersededKeepsPlacementsUntilLease", testSupersededKeepsPlacements},
+		{"PushDeliveredOnceInOrder", testPush},
+		{"PushQueueIsBounded", testPushBounded},
+		{"PushExactlyOnceUnderConcurrentHeartbeats", testPushConcurrent},
+		{"ClaimFirstWins", testClaim},
+		{"ClaimConcurrentOneWinner", testClaimConcurrent},
+		{"ReplaceComparesAndSets", testReplace},
+		{"ReleaseComparesAndDeletes", testRelease},
+		{"PlacementCounts", testPlacementCounts},
+		{"ReapCollectsDeadSessions", testReap},
+		{"InvalidatePlacement", testInvalidatePlacement},
+		{"InvalidateSession", testInvalidateSession},
+		{"InvalidateOnExpiry", testInvalidateExpiry},
+		{"InvalidateAllOnFlush", testInvalidateFlush},
+		{"InvalidateAllOnConnectionLoss", testInvalidateKill},
+		{"CancelledContext", testCancelled},
+		{"ClosedStore", testClosed},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			inv := newInvalidations()
+			h := newHarness(t, store.Options{OnInvalidate: inv.Record})
+			t.Cleanup(h.Store.Close)
+			tc.f(t, h, inv)
+		})
+	}
+}
+
+var bg = context.Background()
+
+func sess(id, client, url string, ns ...string) store.Session {
+	return store.Session{ID: id, ClientID: client, Secret: "secret-" + id, AdvertiseURL: url, Namespaces: ns, Headroom: 5, Verified: true}
+}
+
+func register(t *testing.T, h Harness, s store.Session) []string {
+	t.Helper()
+	sup, err := h.Store.Register(bg, s, h.Lease)
+	if err != nil {
+		t.Fatalf("Register(%s) = %v", s.ID, err)
+	}
+	return sup
+}
+
+func mustSession(t *testing.T, h Harness, id string) store.Session {
+	t.Helper()
+	s, err := h.Store.Session(bg, id)
+	if err != nil {
+		t.Fatalf("Session(%s) = %v; want a live session", id, err)
+	}
+	return s
+}
+
+func ids(ss []store.Session) []string {
+	var out []string
+	for _, s := range ss {
+		out = append(out, s.ID)
+	}
+	return out
+}
+
+func testRegisterAndRead(t *testing.T, h Harness, _ *Invalidations) {
+	in := sess("s1", "c1", "http://10.0.0.1:8080", "/a", "/b")
+	in.Headroom, in.Draining = 7, true
+	if sup := register(t, h, in); len(sup) != 0 {
+		t.Fatalf("first Register superseded %v; want none", sup)
+	}
+	register(t, h, sess("s2", "c2", "http://10.0.0.2:8080", "/b"))
+	got := mustSession(t, h, "s1")
+	if got.ClientID != "c1" || got.Secret != "secret-s1" || got.AdvertiseURL != "http://10.0.0.1:8080" ||
+		!slices.Equal(got.Namespaces, []string{"/a", "/b"}) || got.Headroom != 7 || !got.Draining || !got.Verified || got.Superseded {
+		t.Fatalf("Session(s1) = %+v; want the registered fields", got)
+	}
+	if got.RegisteredAt == 0 || got.LastHeartbeat != got.RegisteredAt || got.ExpiresAt != got.RegisteredAt+h.Lease.Milliseconds() {
+		t.Fatalf("Session(s1) times = reg %d hb %d exp %d; want hb = reg and exp = reg + lease", got.RegisteredAt, got.LastHeartbeat, got.ExpiresAt)
+	}
+	all, err := h.Store.Sessions(bg)
+	if err != nil || !slices.Equal(ids(all), []string{"s1", "s2"}) {
+		t.Fatalf("Sessions() = %v, %v; want [s1 s2]", ids(all), err)
+	}
+	f := func(ns string, want ...string) {
+		t.Helper()
+		got, err := h.Store.NamespaceSessions(bg, ns)
+		if err != nil || !slices.Equal(ids(got), want) {
+			t.Errorf("NamespaceSessions(%q) = %v, %v; want %v", ns, ids(got), err, want)
+		}
+	}
+	f("/a", "s1")
+	f("/b", "s1", "s2")
+	f("/none")
+	if cur, err := h.Store.CurrentSession(bg, "c1"); cur != "s1" || err != nil {
+		t.Fatalf("CurrentSession(c1) = %q, %v; want s1", cur, err)
+	}
+	if cur, err := h.Store.CurrentSession(bg, "nobody"); cur != "" || err != nil {
+		t.Fatalf("CurrentSession(nobody) = %q, %v; want empty", cur, err)
+	}
+	if _, err := h.Store.Session(bg, "nope"); !errors.Is(err, store.ErrUnknownSession) {
+		t.Fatalf("Session(nope) = %v; want ErrUnknownSession", err)
+	}
+}
+
+func testRegisterDuplicate(t *testing.T, h Harness, _ *Invalidations) {
+	register(t, h, sess("s1", "c1", "http://h1"))
+	if _, err := h.Store.Register(bg, sess("s1", "c2", "http://h2"), h.Lease); err == nil {
+		t.Fatal("Register with an existing session id succeeded; want an error")
+	}
+	if got := mustSession(t, h, "s1"); got.ClientID != "c1" {
+		t.Fatalf("the refused duplicate changed the session: %+v", got)
+	}
+}
+
+func testHeartbeat(t *testing.T, h Harness, _ *Invalidations) {
+	in := sess("s1", "c1", "http://h1", "/a")
+	in.Verified = false
+	register(t, h, in)
+	h.Elapse(h.Lease * 6 / 10)
+	got, msgs, err := h.Store.Heartbeat(bg, "s1", store.Update{Headroom: 3, Draining: true, DrainDeadline: 12345}, h.Lease)
+	if err != nil || len(msgs) != 0 {
+		t.Fatalf("Heartbeat = %v, %v; want ok and no messages", msgs, err)
+	}
+	if got.Headroom != 3 || !got.Draining || got.DrainDeadline != 12345 || got.Verified {
+		t.Fatalf("Heartbeat returned %+v; want headroom 3, draining, deadline 12345, unverified", got)
+	}
+	if got.ExpiresAt != got.LastHeartbeat+h.Lease.Milliseconds() || got.LastHeartbeat <= got.RegisteredAt {
+		t.Fatalf("Heartbeat times = reg %d hb %d exp %d; want hb > reg and exp = hb + lease", got.RegisteredAt, got.LastHeartbeat, got.ExpiresAt)
+	}
+	// Verified is sticky: set by a verified heartbeat, kept by a pairless one.
+	if got, _, _ := h.Store.Heartbeat(bg, "s1", store.Update{Verified: true}, h.Lease); !got.Verified {
+		t.Fatal("a verified heartbeat did not mark the session verified")
+	}
+	if got, _, _ := h.Store.Heartbeat(bg, "s1", store.Update{}, h.Lease); !got.Verified || got.Draining {
+		t.Fatalf("a pairless heartbeat: %+v; want still verified, no longer draining", got)
+	}
+	// 1.2 leases after registration, alive thanks to the heartbeats.
+	h.Elapse(h.Lease * 6 / 10)
+	if s := mustSession(t, h, "s1"); !s.Verified || s.Headroom != 0 {
+		t.Fatalf("Session after heartbeats = %+v; want verified, headroom 0", s)
+	}
+}
+
+func testHeartbeatUnknown(t *testing.T, h Harness, _ *Invalidations) {
+	if _, _, err := h.Store.Heartbeat(bg, "never", store.Update{}, h.Lease); !errors.Is(err, store.ErrUnknownSession) {
+		t.Fatalf("Heartbeat(never) = %v; want ErrUnknownSession", err)
+	}
+	if _, err := h.Store.Session(bg, "never"); !errors.Is(err, store.ErrUnknownSession) {
+		t.Fatalf("a refused heartbeat created a session: Session(never) = %v", err)
+	}
+}
+
+func testExpiry(t *testing.T, h Harness, _ *Invalidations) {
+	register(t, h, sess("s1", "c1", "http://h1", "/a"))
+	register(t, h, sess("s2", "c2", "http://h2", "/a"))
+	h.Elapse(h.Lease / 2)
+	if _, _, err := h.Store.Heartbeat(bg, "s2", store.Update{}, h.Lease); err != nil {
+		t.Fatal(err)
+	}
+	h.Elapse(h.Lease/2 + h.Lease/5)
+	if _, err := h.Store.Session(bg, "s1"); !errors.Is(err, store.ErrUnknownSession) {
+		t.Fatalf("Session(s1) after its lease = %v; want ErrUnknownSession", err)
+	}
+	if _, _, err := h.Store.Heartbeat(bg, "s1", store.Update{Headroom: 1}, h.Lease); !errors.Is(err, store.ErrUnknownSession) {
+		t.Fatalf("Heartbeat(s1) after its lease = %v; want ErrUnknownSession", err)
+	}
+	if _, err := h.Store.Session(bg, "s1"); !errors.Is(err, store.ErrUnknownSession) {
+		t.Fatalf("the late heartbeat re-created s1: Session(s1) = %v", err)
+	}
+	all, _ := h.Store.Sessions(bg)
+	if !slices.Equal(ids(all), []string{"s2"}) {
+		t.Fatalf("Sessions() = %v; want [s2]", ids(all))
+	}
+	nss, _ := h.Store.NamespaceSessions(bg, "/a")
+	if !slices.Equal(ids(nss), []string{"s2"}) {
+		t.Fatalf("NamespaceSessions(/a) = %v; want [s2]", ids(nss))
+	}
+	if cur, _ := h.Store.CurrentSession(bg, "c1"); cur != "" {
+		t.Fatalf("CurrentSession(c1) = %q after expiry; want empty", cur)
+	}
+	mustSession(t, h, "s2")
+}
+
+func testSupersede(t *testing.T, h Harness, byClient bool) {
+	register(t, h, sess("old", "c1", "http://h1", "/a"))
+	next := sess("new", "c2", "http://h1", "/a")
+	if byClient {
+		next = sess("new", "c1", "http://h2", "/a")
+	}
+	if sup := register(t, h, next); !slices.Equal(sup, []string{"old"}) {
+		t.Fatalf("Register(new) superseded %v; want [old]", sup)
+	}
+	if s := mustSession(t, h, "old"); !s.Superseded {
+		t.Fatalf("Session(old) = %+v; want Superseded", s)
+	}
+	if _, _, err := h.Store.Heartbeat(bg, "old", store.Update{}, h.Lease); !errors.Is(err, store.ErrSuperseded) {
+		t.Fatalf("Heartbeat(old) = %v; want ErrSuperseded", err)
+	}
+	if _, _, err := h.Store.Heartbeat(bg, "new", store.Update{}, h.Lease); err != nil {
+		t.Fatalf("Heartbeat(new) = %v", err)
+	}
+	if byClient {
+		if cur, _ := h.Store.CurrentSession(bg, "c1"); cur != "new" {
+			t.Fatalf("CurrentSession(c1) = %q; want new", cur)
+		}
+	}
+	// The superseded record stays (flagged) until its lease runs out, and
+	// is still listed so that nothing re-places its ids early.
+	nss, _ := h.Store.NamespaceSessions(bg, "/a")
+	if !slices.Equal(ids(nss), []string{"new", "old"}) {
+		t.Fatalf("NamespaceSessions(/a) = %v; want [new old]", ids(nss))
+	}
+	// A third registration does not report "old" again.
+	third := sess("third", "c1", "http://h1", "/a")
+	sup := register(t, h, third)
+	if !slices.Equal(sup, []string{"new"}) {
+		t.Fatalf("Register(third) superseded %v; want [new]", sup)
+	}
+	h.Elapse(h.Lease + h.Lease/5)
+	if _, err := h.Store.Session(bg, "old"); !errors.Is(err, store.ErrUnknownSession) {
+		t.Fatalf("Session(old) after its lease = %v; want ErrUnknownSession", err)
+	}
+}
+
+func testSupersedeOnlyLive(t *testing.T, h Harness, _ *Invalidations) {
+	register(t, h, sess("old", "c1", "http://h1"))
+	h.Elapse(h.Lease + h.Lease/5)
+	if sup := register(t, h, sess("new", "c1", "http://h1")); len(sup) != 0 {
+		t.Fatalf("Register after the old lease ran out superseded %v; want none", sup)
+	}
+}
+
+func testSupersededKeepsPlacements(t *testing.T, h Harness, _ *Invalidations) {
+	reaper := h.Store.(store.Reaper)
+	register(t, h, sess("old", "c1", "http://h1", "/a"))
+	if w, _ := h.Store.Claim(bg, "/a", "x", "old"); w != "old" {
+		t.Fatalf("Claim = %q; want old", w)
+	}
+	register(t, h, sess("new", "c1", "http://h1", "/a"))
+	if p, _ := h.Store.Placement(bg, "/a", "x"); p != "old" {
+		t.Fatalf("Placement after supersede = %q; want old (kept until its lease ends)", p)
+	}
+	if st, _ := reaper.Reap(bg, 0); st.Placements != 0 {
+		t.Fatalf("Reap before the lease ran out freed %d placements; want 0", st.Placements)
+	}
+	h.Elapse(h.Lease + h.Lease/5)
+	if _, _, err := h.Store.Heartbeat(bg, "new", store.Update{}, h.Lease); !errors.Is(err, store.ErrUnknownSession) {
+		// new was not heartbeating either; both are gone now.
+		t.Fatalf("Heartbeat(new) = %v; want ErrUnknownSession", err)
+	}
+	st, err := reaper.Reap(bg, 0)
+	if err != nil || st.Placements != 1 {
+		t.Fatalf("Reap after the lease = %+v, %v; want 1 placement freed", st, err)
+	}
+	if p, _ := h.Store.Placement(bg, "/a", "x"); p != "" {
+		t.Fatalf("Placement after reap = %q; want none", p)
+	}
+}
+
+func heartbeat(t *testing.T, h Harness, id string) []wire.Message {
+	t.Helper()
+	_, msgs, err := h.Store.Heartbeat(bg, id, store.Update{}, h.Lease)
+	if err != nil {
+		t.Fatalf("Heartbeat(%s) = %v", id, err)
+	}
+	return msgs
+}
+
+func testPush(t *testing.T, h Harness, _ *Invalidations) {
+	register(t, h, sess("s1", "c1", "http://h1"))
+	want := []wire.Message{{Type: wire.MessageDrain, DeadlineMs: 42}, {Type: wire.MessageWindDown}}
+	for _, m := range want {
+		if err := h.Store.Push(bg, "c1", m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := heartbeat(t, h, "s1"); !slices.Equal(got, want) {
+		t.Fatalf("first Heartbeat messages = %v; want %v", got, want)
+	}
+	if got := heartbeat(t, h, "s1"); len(got) != 0 {
+		t.Fatalf("second Heartbeat messages = %v; want none (exactly once)", got)
+	}
+	// A superseded session does not take its client's messages: the
+	// current one does.
+	if err := h.Store.Push(bg, "c1", want[0]); err != nil {
+		t.Fatal(err)
+	}
+	register(t, h, sess("s2", "c1", "http://h1"))
+	if _, msgs, err := h.Store.Heartbeat(bg, "s1", store.Update{}, h.Lease); !errors.Is(err, store.ErrSuperseded) || len(msgs) != 0 {
+		t.Fatalf("Heartbeat(superseded) = %v, %v; want ErrSuperseded and no messages", msgs, err)
+	}
+	if got := heartbeat(t, h, "s2"); !slices.Equal(got, want[:1]) {
+		t.Fatalf("Heartbeat(s2) messages = %v; want %v", got, want[:1])
+	}
+}
+
+func testPushBounded(t *testing.T, h Harness, _ *Invalidations) {
+	register(t, h, sess("s1", "c1", "http://h1"))
+	for i := range 100 {
+		if err := h.Store.Push(bg, "c1", wire.Message{Type: wire.MessageDrain, DeadlineMs: int64(i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := heartbeat(t, h, "s1")
+	if len(got) == 0 || len(got) >= 100 || got[len(got)-1].DeadlineMs != 99 {
+		t.Fatalf("after 100 pushes a heartbeat got %d messages ending %v; want a bounded queue keeping the newest", len(got), got[len(got)-1:])
+	}
+}
+
+func testPushConcurrent(t *testing.T, h Harness, _ *Invalidations) {
+	register(t, h, sess("s1", "c1", "http://h1"))
+	const pushes, beaters, rounds = 10, 8, 5
+	var mu sync.Mutex
+	seen := map[int64]int{}
+	for round := range rounds {
+		for i := range pushes {
+			if err := h.Store.Push(bg, "c1", wire.Message{Type: wire.MessageDrain, DeadlineMs: int64(round*pushes + i + 1)}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var wg sync.WaitGroup
+		for range beaters {
+			wg.Go(func() {
+				_, msgs, err := h.Store.Heartbeat(bg, "s1", store.Update{}, h.Lease)
+				if err != nil {
+					t.Error(err)
+				}
+				mu.Lock()
+				for _, m := range msgs {
+					seen[m.DeadlineMs]++
+				}
+				mu.Unlock()
+			})
+		}
+		wg.Wait()
+	}
+	if len(seen) != pushes*rounds {
+		t.Fatalf("delivered %d distinct messages; want %d", len(seen), pushes*rounds)
+	}
+	for d, n := range seen {
+		if n != 1 {
+			t.Fatalf("message %d delivered %d times; want exactly once", d, n)
+		}
+	}
+}
+
+func testClaim(t *testing.T, h Harness, _ *Invalidations) {
+	if p, err := h.Store.Placement(bg, "/a", "x"); p != "" || err != nil {
+		t.Fatalf("Placement before any claim = %q, %v; want none", p, err)
+	}
+	if w, err := h.Store.Claim(bg, "/a", "x", "s1"); w != "s1" || err != nil {
+		t.Fatalf("first Claim = %q, %v; want s1", w, err)
+	}
+	if w, err := h.Store.Claim(bg, "/a", "x", "s2"); w != "s1" || err != nil {
+		t.Fatalf("second Claim = %q, %v; want the winner s1", w, err)
+	}
+	if w, err := h.Store.Claim(bg, "/a", "x", "s1"); w != "s1" || err != nil {
+		t.Fatalf("repeated Claim by the holder = %q, %v; want s1", w, err)
+	}
+	if p, _ := h.Store.Placement(bg, "/a", "x"); p != "s1" {
+		t.Fatalf("Placement = %q; want s1", p)
+	}
+	if p, _ := h.Store.Placement(bg, "/b", "x"); p != "" {
+		t.Fatalf("Placement(/b, x) = %q; want none (namespaces are separate)", p)
+	}
+}
+
+func testClaimConcurrent(t *testing.T, h Harness, _ *Invalidations) {
+	const n = 16
+	got := make([]string, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			w, err := h.Store.Claim(bg, "/a", "race", fmt.Sprintf("s%d", i))
+			if err != nil {
+				t.Error(err)
+			}
+			got[i] = w
+		})
+	}
+	wg.Wait()
+	for _, w := range got {
+		if w != got[0] || w == "" {
+			t.Fatalf("concurrent claims returned %v; want one winner for all", got)
+		}
+	}
+	if p, _ := h.Store.Placement(bg, "/a", "race"); p != got[0] {
+		t.Fatalf("Placement = %q; want the winner %q", p, got[0])
+	}
+	counts, _ := h.Store.PlacementCounts(bg, got[0])
+	if counts["/a"] != 1 {
+		t.Fatalf("winner's PlacementCounts = %v; want /a: 1", counts)
+	}
+	for i := range n {
+		if id := fmt.Sprintf("s%d", i); id != got[0] {
+			if c, _ := h.Store.PlacementCounts(bg, id); c["/a"] != 0 {
+				t.Fatalf("loser %s PlacementCounts = %v; want /a: 0", id, c)
+			}
+		}
+	}
+}
+
+func testReplace(t *testing.T, h Harness, _ *Invalidations) {
+	if w, _ := h.Store.Replace(bg, "/a", "x", "s1", "s2"); w != "" {
+		t.Fatalf("Replace of a missing placement = %q; want none", w)
+	}
+	if p, _ := h.Store.Placement(bg, "/a", "x"); p != "" {
+		t.Fatalf("Replace created a placement: %q", p)
+	}
+	h.Store.Claim(bg, "/a", "x", "s1")
+	if w, err := h.Store.Replace(bg, "/a", "x", "s9", "s2"); w != "s1" || err != nil {
+		t.Fatalf("Replace from the wrong holder = %q, %v; want the current holder s1", w, err)
+	}
+	if w, err := h.Store.Replace(bg, "/a", "x", "s1", "s2"); w != "s2" || err != nil {
+		t.Fatalf("Replace from s1 = %q, %v; want s2", w, err)
+	}
+	if p, _ := h.Store.Placement(bg, "/a", "x"); p != "s2" {
+		t.Fatalf("Placement after Replace = %q; want s2", p)
+	}
+	if w, _ := h.Store.Replace(bg, "/a", "x", "s1", "s3"); w != "s2" {
+		t.Fatalf("a second Replace from the old holder = %q; want s2 (lost)", w)
+	}
+}
+
+func testRelease(t *testing.T, h Harness, _ *Invalidations) {
+	h.Store.Claim(bg, "/a", "x", "s1")
+	if ok, err := h.Store.Release(bg, "/a", "x", "s2"); ok || err != nil {
+		t.Fatalf("Release by a non-owner = %v, %v; want false", ok, err)
+	}
+	if p, _ := h.Store.Placement(bg, "/a", "x"); p != "s1" {
+		t.Fatalf("Placement after a non-owner release = %q; want s1 (left alone)", p)
+	}
+	if ok, err := h.Store.Release(bg, "/a", "x", "s1"); !ok || err != nil {
+		t.Fatalf("Release by the owner = %v, %v; want true", ok, err)
+	}
+	if p, _ := h.Store.Placement(bg, "/a", "x"); p != "" {
+		t.Fatalf("Placement after release = %q; want none", p)
+	}
+	if ok, _ := h.Store.Release(bg, "/a", "x", "s1"); ok {
+		t.Fatal("a second Release reported true; want false")
+	}
+	if ok, _ := h.Store.Release(bg, "/a", "x", ""); ok {
+		t.Fatal("Release with an empty session reported true")
+	}
+}
+
+func testPlacementCounts(t *testing.T, h Harness, _ *Invalidations) {
+	register(t, h, sess("s1", "c1", "http://h1", "/a", "/b", "/c"))
+	f := func(id string, want map[string]int) {
+		t.Helper()
+		got, err := h.Store.PlacementCounts(bg, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for ns, n := range want {
+			if got[ns] != n {
+				t.Fatalf("PlacementCounts(%s) = %v; want %v", id, got, want)
+			}
+		}
+	}
+	f("s1", map[string]int{"/a": 0, "/b": 0, "/c": 0})
+	if got, _ := h.Store.PlacementCounts(bg, "s1"); len(got) != 3 {
+		t.Fatalf("PlacementCounts(s1) = %v; want the three served namespaces", got)
+	}
+	for _, id := range []string{"1", "2", "3"} {
+		h.Store.Claim(bg, "/a", id, "s1")
+	}
+	h.Store.Claim(bg, "/b", "1", "s1")
+	h.Store.Claim(bg, "/b", "1", "s1") // repeated: counted once
+	f("s1", map[string]int{"/a": 3, "/b": 1, "/c": 0})
+	h.Store.Release(bg, "/a", "1", "s1")
+	h.Store.Release(bg, "/a", "1", "s1")
+	h.Store.Replace(bg, "/a", "2", "s1", "s2")
+	f("s1", map[string]int{"/a": 1, "/b": 1})
+	f("s2", map[string]int{"/a": 1})
+	if got, _ := h.Store.PlacementCounts(bg, "nobody"); len(got) != 0 {
+		t.Fatalf("PlacementCounts(nobody) = %v; want empty", got)
+	}
+}
+
+func testReap(t *testing.T, h Harness, inv *Invalidations) {
+	reaper := h.Store.(store.Reaper)
+	register(t, h, sess("dead", "c1", "http://h1", "/a"))
+	register(t, h, sess("live", "c2", "http://h2", "/a"))
+	for _, id := range []string{"1", "2", "3"} {
+		h.Store.Claim(bg, "/a", id, "dead")
+	}
+	h.Store.Claim(bg, "/a", "live1", "live")
+	h.Elapse(h.Lease / 2)
+	heartbeat(t, h, "live")
+	h.Elapse(h.Lease/2 + h.Lease/5)
+	heartbeat(t, h, "live")
+	// The proxy replaced one of the dead session's placements already.
+	if w, _ := h.Store.Replace(bg, "/a", "3", "dead", "live"); w != "live" {
+		t.Fatalf("Replace = %q; want live", w)
+	}
+	// Within the grace: nothing is collected.
+	if st, err := reaper.Reap(bg, h.Lease*10); err != nil || st != (store.ReapStats{}) {
+		t.Fatalf("Reap within the grace = %+v, %v; want nothing", st, err)
+	}
+	st, err := reaper.Reap(bg, 0)
+	if err != nil || st != (store.ReapStats{Sessions: 1, Placements: 2}) {
+		t.Fatalf("Reap = %+v, %v; want 1 session and 2 placements", st, err)
+	}
+	want := map[string]string{"1": "", "2": "", "3": "live", "live1": "live"}
+	for id, holder := range want {
+		if p, _ := h.Store.Placement(bg, "/a", id); p != holder {
+			t.Errorf("Placement(/a, %s) after Reap = %q; want %q", id, p, holder)
+		}
+	}
+	if c, _ := h.Store.PlacementCounts(bg, "dead"); len(c) != 0 {
+		t.Fatalf("PlacementCounts(dead) after Reap = %v; want empty", c)
+	}
+	if c, _ := h.Store.PlacementCounts(bg, "live"); c["/a"] != 2 {
+		t.Fatalf("PlacementCounts(live) = %v; want /a: 2", c)
+	}
+	if st, err := reaper.Reap(bg, 0); err != nil || st != (store.ReapStats{}) {
+		t.Fatalf("second Reap = %+v, %v; want nothing (idempotent)", st, err)
+	}
+	nss, _ := h.Store.NamespaceSessions(bg, "/a")
+	if !slices.Equal(ids(nss), []string{"live"}) {
+		t.Fatalf("NamespaceSessions(/a) after Reap = %v; want [live]", ids(nss))
+	}
+}
+
+func testInvalidatePlacement(t *testing.T, h Harness, inv *Invalidations) {
+	name := wire.PlacementName("/a", "x")
+	want := store.Invalidation{Placement: name}
+	step := func(what string, change func()) {
+		t.Helper()
+		// Read first: a tracking store reports only keys it has read.
+		if _, err := h.Store.Placement(bg, "/a", "x"); err != nil {
+			t.Fatal(err)
+		}
+		inv.Reset()
+		change()
+		t.Logf("after %s", what)
+		inv.Wait(t, want)
+	}
+	step("claim", func() { h.Store.Claim(bg, "/a", "x", "s1") })
+	step("replace", func() { h.Store.Replace(bg, "/a", "x", "s1", "s2") })
+	step("release", func() { h.Store.Release(bg, "/a", "x", "s2") })
+	register(t, h, sess("s3", "c3", "http://h3", "/a"))
+	h.Store.Claim(bg, "/a", "x", "s3")
+	step("reap", func() {
+		h.Elapse(h.Lease + h.Lease/5)
+		if st, err := h.Store.(store.Reaper).Reap(bg, 0); err != nil || st.Placements != 1 {
+			t.Fatalf("Reap = %+v, %v; want 1 placement", st, err)
+		}
+	})
+}
+
+func testInvalidateSession(t *testing.T, h Harness, inv *Invalidations) {
+	register(t, h, sess("s1", "c1", "http://h1"))
+	want := store.Invalidation{Session: "s1"}
+	mustSession(t, h, "s1")
+	inv.Reset()
+	heartbeat(t, h, "s1")
+	inv.Wait(t, want)
+	mustSession(t, h, "s1")
+	inv.Reset()
+	register(t, h, sess("s2", "c1", "http://h2"))
+	inv.Wait(t, want) // superseded
+	if s := mustSession(t, h, "s1"); !s.Superseded {
+		t.Fatalf("Session(s1) after the invalidation = %+v; want Superseded (fresh, not cached)", s)
+	}
+}
+
+func testInvalidateExpiry(t *testing.T, h Harness, inv *Invalidations) {
+	register(t, h, sess("s1", "c1", "http://h1"))
+	mustSession(t, h, "s1")
+	inv.Reset()
+	h.Elapse(h.Lease + h.Lease/5)
+	inv.Wait(t, store.Invalidation{Session: "s1"})
+	if _, err := h.Store.Session(bg, "s1"); !errors.Is(err, store.ErrUnknownSession) {
+		t.Fatalf("Session(s1) after expiry = %v; want ErrUnknownSession", err)
+	}
+}
+
+func testInvalidateFlush(t *testing.T, h Harness, inv *Invalidations) {
+	register(t, h, sess("s1", "c1", "http://h1"))
+	mustSession(t, h, "s1")
+	inv.Reset()
+	h.Flush()
+	inv.Wait(t, store.Invalidation{All: true})
+	// Each Redis connection receives its own flush notice, in no order
+	// relative to the others, so a read may briefly hit a connection whose
+	// notice is still in flight; it must converge within milliseconds.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		_, err := h.Store.Session(bg, "s1")
+		if errors.Is(err, store.ErrUnknownSession) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Session(s1) after flush = %v; want ErrUnknownSession", err)
+		}
+		time.Sleep(time.Millisecond) // polling an external process
+	}
+}
+
+func testInvalidateKill(t *testing.T, h Harness, inv *Invalidations) {
+	if h.KillConnections == nil {
+		t.Skip("this store has no connections to lose")
+	}
+	h.Store.Claim(bg, "/a", "x", "s1")
+	if p, _ := h.Store.Placement(bg, "/a", "x"); p != "s1" {
+		t.Fatalf("Placement = %q; want s1", p)
+	}
+	inv.Reset()
+	h.KillConnections()
+	inv.Wait(t, store.Invalidation{All: true})
+	// The store recovers: the next read reconnects.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		p, err := h.Store.Placement(bg, "/a", "x")
+		if err == nil && p == "s1" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Placement after reconnect = %q, %v; want s1", p, err)
+		}
+		time.Sleep(10 * time.Millisecond) // polling an external process
+	}
+}
+
+func testCancelled(t *testing.T, h Harness, _ *Invalidations) {
+	ctx, cancel := context.WithCancel(bg)
+	cancel()
+	if _, err := h.Store.Placement(ctx, "/a", "x"); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Placement(cancelled ctx) = %v; want context.Canceled", err)
+	}
+	if _, err := h.Store.Register(ctx, sess("s1", "c1", "http://h1"), h.Lease); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Register(cancelled ctx) = %v; want context.Canceled", err)
+	}
+}
+
+func testClosed(t *testing.T, h Harness, _ *Invalidations) {
+	h.Store.Close()
+	h.Store.Close() // idempotent
+	if err := h.Store.Ping(bg); !errors.Is(err, store.ErrClosed) {
+		t.Fatalf("Ping after Close = %v; want ErrClosed", err)
+	}
+	if _, err := h.Store.Claim(bg, "/a", "x", "s1"); !errors.Is(err, store.ErrClosed) {
+		t.Fatalf("Claim after Close = %v; want ErrClosed", err)
+	}
+}

@@ -1,0 +1,248 @@
+package registry
+
+import (
+	"cmp"
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/VictoriaMetrics/metrics"
+	"github.com/fasthttp/router"
+	"github.com/valyala/fasthttp"
+
+	"github.com/pinned-go/pinned/internal/clock"
+	"github.com/pinned-go/pinned/internal/store"
+	"github.com/pinned-go/pinned/internal/wire"
+)
+
+// Defaults for Config fields left zero.
+const (
+	// DefaultLease is the default Config.Lease: the expiresInMs every ack
+	// carries and the TTL of every session record.
+	DefaultLease = wire.DefaultLeaseMs * time.Millisecond
+	// DefaultStoreTimeout is the default Config.StoreTimeout.
+	DefaultStoreTimeout = 2 * time.Second
+	// DefaultReapInterval is the default Config.ReapInterval.
+	DefaultReapInterval = 5 * time.Second
+	// DefaultMaxConcurrentChallenges is the default
+	// Config.MaxConcurrentChallenges.
+	DefaultMaxConcurrentChallenges = 64
+	// MinLease is the shortest lease Config accepts.
+	MinLease = 100 * time.Millisecond
+)
+
+// Config configures a Registry.
+type Config struct {
+	// Store is the directory. Required. If it also implements store.Reaper,
+	// Run collects dead sessions' placements.
+	Store store.Store
+	// Tokens are the valid deployment tokens: one, or two during a rotation
+	// (the new one and the old one). Required; see SetTokens to change them
+	// at runtime. Each is MinTokenLen..MaxTokenLen visible ASCII bytes.
+	Tokens []string
+	// Lease is the pinboard's own lease length: every session's TTL and the
+	// expiresInMs of every ack. Whatever a worker asks for is ignored.
+	// Zero means DefaultLease.
+	Lease time.Duration
+	// ChallengeTimeout bounds one challenge fetch (dial to last byte).
+	// Zero means DefaultChallengeTimeout.
+	ChallengeTimeout time.Duration
+	// AdvertiseNetworks, when not empty, is the allow-list of networks an
+	// advertise URL may resolve into; the check runs at dial time, after
+	// DNS. Empty means any address (workers usually sit on private
+	// networks, so nothing is excluded by default).
+	AdvertiseNetworks []netip.Prefix
+	// AllowUnverified accepts registrations without a challenge pair
+	// (legacy workers). Such sessions are unverified: their pairless
+	// heartbeats get "reregister": true until a heartbeat carries a pair
+	// that verifies. Off by default: every registration must prove its
+	// advertise URL.
+	AllowUnverified bool
+	// MaxConcurrentChallenges bounds challenge fetches in flight; a
+	// registration beyond it gets 503 + Retry-After. Zero means
+	// DefaultMaxConcurrentChallenges.
+	MaxConcurrentChallenges int
+	// MaxNamespaces bounds the namespaces of one registration. Zero means
+	// DefaultMaxNamespaces.
+	MaxNamespaces int
+	// StoreTimeout bounds the store calls of one request. Zero means
+	// DefaultStoreTimeout.
+	StoreTimeout time.Duration
+	// ReapInterval is how often Run collects dead sessions and refreshes
+	// the gauges. Zero means DefaultReapInterval.
+	ReapInterval time.Duration
+	// ReapGrace is how long after a session's lease ran out Run collects
+	// its placements; it covers claims that were in flight when the lease
+	// ended. Zero means Lease.
+	ReapGrace time.Duration
+	// MaxNamespaceSeries bounds the per-namespace placement gauges; the
+	// rest are summed under namespace="_other". Zero means
+	// DefaultMaxNamespaceSeries.
+	MaxNamespaceSeries int
+	// Clock drives Run's timer; nil means clock.Real.
+	Clock clock.Clock
+	// Logger is tagged logger=pinned.registry; nil means slog.Default().
+	Logger *slog.Logger
+	// Metrics receives the registry's metrics; nil means a new set, see
+	// Registry.Metrics.
+	Metrics *metrics.Set
+}
+
+// Registry serves the registry protocol. Create it with New.
+type Registry struct {
+	st        store.Store
+	lease     time.Duration
+	leaseMs   int64
+	verifier  *verifier
+	allowPair bool // AllowUnverified
+	sem       chan struct{}
+	maxNS     int
+	storeTO   time.Duration
+	interval  time.Duration
+	grace     time.Duration
+	clock     clock.Clock
+	log       *slog.Logger
+	m         *registryMetrics
+
+	tokens   atomic.Pointer[tokenSet]
+	shutdown atomic.Bool
+
+	authLog  throttle
+	storeLog throttle
+
+	runMu   sync.Mutex
+	running bool
+}
+
+// New validates cfg and returns a Registry. It does no I/O and starts no
+// goroutine; mount it with Routes and run its janitor with Run.
+func New(cfg Config) (*Registry, error) {
+	if cfg.Store == nil {
+		return nil, errors.New("registry: Config.Store is nil")
+	}
+	ts, err := newTokenSet(cfg.Tokens)
+	if err != nil {
+		return nil, fmt.Errorf("registry: %w", err)
+	}
+	lease := cmp.Or(cfg.Lease, DefaultLease)
+	if lease < MinLease {
+		return nil, fmt.Errorf("registry: Lease %v is below the minimum %v", lease, MinLease)
+	}
+	for name, v := range map[string]int64{
+		"ChallengeTimeout": int64(cfg.ChallengeTimeout), "MaxConcurrentChallenges": int64(cfg.MaxConcurrentChallenges),
+		"MaxNamespaces": int64(cfg.MaxNamespaces), "StoreTimeout": int64(cfg.StoreTimeout),
+		"ReapInterval": int64(cfg.ReapInterval), "ReapGrace": int64(cfg.ReapGrace),
+		"MaxNamespaceSeries": int64(cfg.MaxNamespaceSeries),
+	} {
+		if v < 0 {
+			return nil, fmt.Errorf("registry: Config.%s is negative; use 0 for the default", name)
+		}
+	}
+	for _, p := range cfg.AdvertiseNetworks {
+		if !p.IsValid() {
+			return nil, errors.New("registry: Config.AdvertiseNetworks holds an invalid prefix")
+		}
+	}
+	set := cfg.Metrics
+	if set == nil {
+		set = metrics.NewSet()
+	}
+	r := &Registry{
+		st:        cfg.Store,
+		lease:     lease,
+		leaseMs:   lease.Milliseconds(),
+		verifier:  &verifier{timeout: cmp.Or(cfg.ChallengeTimeout, DefaultChallengeTimeout), allow: cfg.AdvertiseNetworks},
+		allowPair: cfg.AllowUnverified,
+		sem:       make(chan struct{}, cmp.Or(cfg.MaxConcurrentChallenges, DefaultMaxConcurrentChallenges)),
+		maxNS:     cmp.Or(cfg.MaxNamespaces, DefaultMaxNamespaces),
+		storeTO:   cmp.Or(cfg.StoreTimeout, DefaultStoreTimeout),
+		interval:  cmp.Or(cfg.ReapInterval, DefaultReapInterval),
+		grace:     cmp.Or(cfg.ReapGrace, lease),
+		clock:     clock.Or(cfg.Clock),
+		log:       cmp.Or(cfg.Logger, slog.Default()).With("logger", "pinned.registry"),
+		m:         newRegistryMetrics(set, cmp.Or(cfg.MaxNamespaceSeries, DefaultMaxNamespaceSeries)),
+	}
+	r.tokens.Store(ts)
+	return r, nil
+}
+
+// Metrics returns the set holding the registry's metrics (Config.Metrics,
+// or the one New created).
+func (r *Registry) Metrics() *metrics.Set { return r.m.set }
+
+// Lease returns the lease the registry grants.
+func (r *Registry) Lease() time.Duration { return r.lease }
+
+// SetTokens replaces the valid deployment tokens (one, or two during a
+// rotation) atomically; requests in flight finish under the old set. On an
+// error the old tokens stay.
+func (r *Registry) SetTokens(tokens []string) error {
+	ts, err := newTokenSet(tokens)
+	if err != nil {
+		return fmt.Errorf("registry: %w", err)
+	}
+	r.tokens.Store(ts)
+	return nil
+}
+
+// MarkShuttingDown makes /healthz answer 503 {"shuttingDown": true} from
+// now on, so load balancers stop sending traffic before the listener
+// closes. Registry calls keep being served.
+func (r *Registry) MarkShuttingDown() { r.shutdown.Store(true) }
+
+// Routes mounts the registry endpoints and /healthz on rt. Everything
+// else on rt (the proxy, for the pinboard) is untouched.
+func (r *Registry) Routes(rt *router.Router) {
+	rt.POST(wire.PathRegister, r.endpoint(epRegister, true, r.register))
+	rt.POST(wire.PathHeartbeat, r.endpoint(epHeartbeat, true, r.heartbeat))
+	rt.POST(wire.PathRelease, r.endpoint(epRelease, true, r.release))
+	rt.POST(wire.PathPush, r.endpoint(epPush, true, r.push))
+	rt.GET(wire.PathWorkers, r.endpoint(epWorkers, true, r.workers))
+	rt.GET(wire.PathOverview, r.endpoint(epOverview, true, r.overview))
+	rt.GET(wire.PathHealthz, r.endpoint(epHealthz, false, r.healthz))
+}
+
+// NewRouter returns a router configured for the pinboard's public port:
+// RedirectTrailingSlash and RedirectFixedPath off (the router must never
+// answer a proxied path with its own redirect), HandleMethodNotAllowed on
+// (a GET of /registry/register is a 405, not a proxied request), with the
+// registry routes mounted and notFound as the handler of every other
+// request (nil: 404).
+func (r *Registry) NewRouter(notFound fasthttp.RequestHandler) *router.Router {
+	rt := router.New()
+	rt.RedirectTrailingSlash = false
+	rt.RedirectFixedPath = false
+	rt.HandleMethodNotAllowed = true
+	rt.HandleOPTIONS = false
+	rt.NotFound = notFound
+	r.Routes(rt)
+	return rt
+}
+
+// mintSessionID returns a new session id: 144 random bits, base64url.
+func mintSessionID() string {
+	var b [wire.SessionIDLen * 3 / 4]byte
+	rand.Read(b[:]) // never fails (crypto/rand, Go ≥ 1.24)
+	return base64.RawURLEncoding.EncodeToString(b[:])
+}
+
+// throttle lets one event through per interval.
+type throttle struct{ last atomic.Int64 }
+
+func (t *throttle) allow(every time.Duration) bool {
+	now := time.Now().UnixNano()
+	last := t.last.Load()
+	return now-last >= int64(every) && t.last.CompareAndSwap(last, now)
+}
+
+// storeContext bounds the store calls of one request.
+func (r *Registry) storeContext() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), r.storeTO)
+}
