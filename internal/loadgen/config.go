@@ -45,6 +45,8 @@ const (
 	MaxHeldBodySize = 64 << 20
 	// MaxRate bounds Config.Rate (requests per second).
 	MaxRate = 10_000_000
+	// MaxWeight bounds Scenario.Weight, so that weights sum to a finite number.
+	MaxWeight = 1_000_000_000
 )
 
 // Unbounded, as Config.Duration or Config.Requests, removes that bound. At
@@ -413,8 +415,8 @@ func (s *Scenario) normalize(defaultPath string) error {
 	if s.Weight == 0 {
 		s.Weight = 1
 	}
-	if !(s.Weight > 0) || math.IsInf(s.Weight, 0) {
-		return fmt.Errorf("%s: weight %v; want a finite number > 0", s.Name, s.Weight)
+	if !(s.Weight > 0) || s.Weight > MaxWeight {
+		return fmt.Errorf("%s: weight %v; want a number in (0, %g]", s.Name, s.Weight, float64(MaxWeight))
 	}
 	if s.Method == "" {
 		switch s.Kind {

@@ -18,6 +18,11 @@ func TestMain(m *testing.M) {
 		// fasthttp's default TCP dialer caches resolved addresses and
 		// cleans the cache from a process-wide goroutine.
 		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*TCPDialer).tcpAddrsClean"),
+		// The test targets' fasthttp.Server: its worker-pool cleaner notices
+		// Shutdown only after sleeping MaxIdleWorkerDuration, and the Date
+		// header updater is process-wide.
+		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*workerPool).Start.func2"),
+		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.updateServerDate.func1"),
 	)
 }
 
@@ -54,7 +59,7 @@ type target struct {
 // target.config.
 func startTarget(t testing.TB, h fasthttp.RequestHandler) *target {
 	t.Helper()
-	tg := &target{ln: fasthttputil.NewInmemoryListener(), srv: &fasthttp.Server{Handler: h}}
+	tg := &target{ln: fasthttputil.NewInmemoryListener(), srv: &fasthttp.Server{Handler: h, Logger: quiet{}}}
 	tg.wg.Go(func() { _ = tg.srv.Serve(tg.ln) })
 	t.Cleanup(func() {
 		_ = tg.srv.Shutdown()
@@ -75,6 +80,7 @@ func (tg *target) config() Config {
 // returns its base URL.
 func startTCPTarget(t testing.TB, srv *fasthttp.Server) string {
 	t.Helper()
+	srv.Logger = quiet{}
 	ln, err := net.Listen("tcp4", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -87,3 +93,9 @@ func startTCPTarget(t testing.TB, srv *fasthttp.Server) string {
 	})
 	return "http://" + ln.Addr().String()
 }
+
+// quiet discards fasthttp's server log (connections closed by the client
+// at the end of each run are expected).
+type quiet struct{}
+
+func (quiet) Printf(string, ...any) {}

@@ -38,7 +38,11 @@ type Report struct {
 	Requests       RequestCounts `json:"requests"`
 	// TargetRate is the open loop's rate; 0 in the closed loop.
 	TargetRate float64 `json:"targetRate,omitempty"`
-	// AchievedRate is Requests.Sent / ElapsedSeconds.
+	// AchievedRate is the rate requests actually went out. Open loop:
+	// Requests.Sent over the span from the first measured slot's intended
+	// time to the last actual send, plus one period; it equals TargetRate
+	// when generator and target kept up. Closed loop: Requests.Sent /
+	// ElapsedSeconds.
 	AchievedRate float64 `json:"achievedRate"`
 	// ErrorRate is (Errors.Total + Requests.Unsent) / (Requests.Sent +
 	// Requests.Unsent): a slot the open loop could not send counts as failed.
@@ -259,8 +263,13 @@ func (r *Runner) report(agg *stats, t reportTimes, stoppedBy string) *Report {
 		rep.TargetRate = cfg.Rate
 	}
 
+	var rateSpan float64 // seconds over which Sent went out
 	if !agg.lastDone.IsZero() {
 		rep.ElapsedSeconds = max(0, agg.lastDone.Sub(t.measureStart).Seconds())
+		rateSpan = rep.ElapsedSeconds
+	}
+	if cfg.IsOpenLoop() && !agg.lastStart.IsZero() {
+		rateSpan = max(0, agg.lastStart.Sub(t.measureStart).Seconds()) + 1/cfg.Rate
 	}
 	total := agg.total()
 	rep.Latency = summarize(total, agg.clamped)
@@ -293,8 +302,8 @@ func (r *Runner) report(agg *stats, t reportTimes, stoppedBy string) *Report {
 			Latency: summarize(s.hist, 0),
 			Bytes:   Bytes{Sent: s.bytesSent, Received: s.bytesRecv},
 		}
-		if rep.ElapsedSeconds > 0 {
-			sr.Rate = float64(s.sent) / rep.ElapsedSeconds
+		if rateSpan > 0 {
+			sr.Rate = float64(s.sent) / rateSpan
 		}
 		rep.Scenarios = append(rep.Scenarios, sr)
 		rep.Requests.Sent += s.sent
@@ -305,8 +314,8 @@ func (r *Runner) report(agg *stats, t reportTimes, stoppedBy string) *Report {
 	rep.Requests.Responses = rep.Latency.Count
 	rep.Requests.Unsent = agg.unsent
 	rep.Requests.WSSkipped = agg.wsOther
-	if rep.ElapsedSeconds > 0 {
-		rep.AchievedRate = float64(rep.Requests.Sent) / rep.ElapsedSeconds
+	if rateSpan > 0 {
+		rep.AchievedRate = float64(rep.Requests.Sent) / rateSpan
 	}
 
 	for code, n := range agg.statuses {

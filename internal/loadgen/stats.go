@@ -39,20 +39,21 @@ type scenarioStats struct {
 // stats is one worker's tally of the measured phase. It is owned by its
 // worker goroutine until the worker exits, then read by Run: no locking.
 type stats struct {
-	maxUs    int64
-	sc       []scenarioStats
-	svc      *hdrhistogram.Histogram // open loop: service time, actual send to done; nil until the first
-	clamped  int64
-	statuses map[int]int64
-	reasons  map[string]*int64
-	classes  [numClasses]int64
-	samples  [numClasses]string // first error text per transport class
-	wsOther  int64
-	unsent   int64
-	lagMax   time.Duration
-	lagSum   time.Duration
-	lagN     int64
-	lastDone clock.Instant
+	maxUs     int64
+	sc        []scenarioStats
+	svc       *hdrhistogram.Histogram // open loop: service time, actual send to done; nil until the first
+	clamped   int64
+	statuses  map[int]int64
+	reasons   map[string]*int64
+	classes   [numClasses]int64
+	samples   [numClasses]string // first error text per transport class
+	wsOther   int64
+	unsent    int64
+	lagMax    time.Duration
+	lagSum    time.Duration
+	lagN      int64
+	lastDone  clock.Instant // completion of the latest measured request
+	lastStart clock.Instant // open loop: actual send of the latest measured request
 }
 
 func newStats(scenarios int, maxUs int64) stats {
@@ -189,9 +190,16 @@ func (s *stats) merge(o *stats) {
 	s.lagMax = max(s.lagMax, o.lagMax)
 	s.lagSum += o.lagSum
 	s.lagN += o.lagN
-	if !o.lastDone.IsZero() && (s.lastDone.IsZero() || o.lastDone.Sub(s.lastDone) > 0) {
-		s.lastDone = o.lastDone
+	s.lastDone = later(s.lastDone, o.lastDone)
+	s.lastStart = later(s.lastStart, o.lastStart)
+}
+
+// later returns the later of two instants, ignoring zero ones.
+func later(a, b clock.Instant) clock.Instant {
+	if a.IsZero() || (!b.IsZero() && b.Sub(a) > 0) {
+		return b
 	}
+	return a
 }
 
 // total returns one histogram of every scenario's latencies.

@@ -3,6 +3,7 @@ package loadgen
 import (
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -46,20 +47,20 @@ func (rep *Report) WriteText(w io.Writer) error {
 	fmt.Fprintf(&b, "latency (%s)\n", from)
 	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "  scenario\tcount\terrors\tmean\tp50\tp90\tp99\tp99.9\tp99.99\tmax\t")
-	row := func(name string, errs int64, l *Latency) {
-		fmt.Fprintf(tw, "  %s\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", name, l.Count, errs,
+	row := func(name string, errs string, l *Latency) {
+		fmt.Fprintf(tw, "  %s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", name, l.Count, errs,
 			fmtUs(l.Mean), fmtUs(float64(l.P50)), fmtUs(float64(l.P90)), fmtUs(float64(l.P99)),
 			fmtUs(float64(l.P999)), fmtUs(float64(l.P9999)), fmtUs(float64(l.Max)))
 	}
 	if len(rep.Scenarios) > 1 {
 		for i := range rep.Scenarios {
 			s := &rep.Scenarios[i]
-			row(s.Name, s.Errors, &s.Latency)
+			row(s.Name, strconv.FormatInt(s.Errors, 10), &s.Latency)
 		}
 	}
-	row("all", rep.Errors.Total, &rep.Latency)
+	row("all", strconv.FormatInt(rep.Errors.Total, 10), &rep.Latency)
 	if rep.Service != nil {
-		row("service", 0, rep.Service)
+		row("service time", "", rep.Service)
 	}
 	_ = tw.Flush()
 	if rep.Latency.Clamped > 0 {
