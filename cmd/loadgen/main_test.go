@@ -11,6 +11,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/fasthttp/websocket"
 	"github.com/valyala/fasthttp"
 	"go.uber.org/goleak"
 
@@ -175,5 +176,50 @@ func TestUnwritableOutputExit3(t *testing.T) {
 	code, _, stderr := runArgs("-url", url, "-requests", "5", "-quiet", "-json", filepath.Join(t.TempDir(), "no", "such", "dir.json"))
 	if code != exitRun || !strings.Contains(stderr, "cannot write JSON report") {
 		t.Errorf("exit %d stderr %q; want 3", code, stderr)
+	}
+}
+
+// TestMixFile runs the example scenario file from the README.
+func TestMixFile(t *testing.T) {
+	var mu sync.Mutex
+	seen := map[string]int{}
+	up := websocket.FastHTTPUpgrader{}
+	url := serve(t, func(ctx *fasthttp.RequestCtx) {
+		p := string(ctx.Path())
+		key := "read"
+		switch {
+		case strings.HasSuffix(p, "/ws"):
+			key = "ws"
+		case strings.HasSuffix(p, "/incr"):
+			key = "incr"
+		}
+		mu.Lock()
+		seen[string(ctx.Method())+" "+key]++
+		mu.Unlock()
+		if strings.HasSuffix(p, "/ws") {
+			_ = up.Upgrade(ctx, func(c *websocket.Conn) {
+				defer c.Close()
+				for {
+					typ, msg, err := c.ReadMessage()
+					if err != nil || c.WriteMessage(typ, msg) != nil {
+						return
+					}
+				}
+			})
+		}
+	})
+	dir := t.TempDir()
+	jsonPath := filepath.Join(dir, "r.json")
+	code, stdout, stderr := runArgs("-url", url, "-mix", "testdata/mix.json", "-requests", "500", "-c", "4", "-quiet", "-seed", "7", "-json", jsonPath)
+	if code != exitOK {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	for _, row := range []string{"read", "incr", "watch", "all"} {
+		if !strings.Contains(stdout, row) {
+			t.Errorf("table lacks row %q:\n%s", row, stdout)
+		}
+	}
+	if seen["GET read"] < 400 || seen["POST incr"] == 0 || seen["GET ws"] == 0 || len(seen) != 3 {
+		t.Errorf("target saw %v; want mostly GET read, some POST incr and websocket handshakes", seen)
 	}
 }

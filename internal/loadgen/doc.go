@@ -23,6 +23,13 @@
 //     send) are reported separately from latency, so generator slop and
 //     queueing can be told from the target's own time.
 //
+// Timer resolution: Go's timers wake up to about 1ms late on Linux when the
+// process is otherwise idle (netpoll waits in whole milliseconds), so the
+// scheduler releases slots in batches and every open-loop latency includes
+// the schedule lag of its slot. The lag is generator slop that applies
+// equally to every target at a given rate; the report's mean lag bounds it
+// and the service time excludes it. Spinning instead would cost a core.
+//
 // Closed loop (Rate = 0): Connections workers each send their next request
 // when the previous completes, and latency is done − actual send. This
 // measures throughput; its latencies suffer coordinated omission by
