@@ -44,9 +44,11 @@
 //
 // # Statistics
 //
-// Each worker owns its HdrHistograms (µs, 1µs..MaxLatency, 3 significant
-// digits), one per scenario, plus its counters; nothing is shared on the
-// hot path except three atomic counters feeding the progress line.
+// Each worker owns its HdrHistograms (µs, 1µs..MaxLatency): one of every
+// latency at 3 significant digits (the headline numbers), and at 2 digits
+// one per scenario of a mix and one of open-loop service times; plus its
+// counters. Nothing is shared on the hot path except three atomic counters
+// feeding the progress line.
 // Histograms are not goroutine-safe and are only read after every worker
 // has exited, when Run merges them. Values above MaxLatency are clamped to it
 // and counted (RecordValue would otherwise drop them with an error).

@@ -299,7 +299,7 @@ func (r *Runner) report(agg *stats, t reportTimes, stoppedBy string) *Report {
 			Kind:    cfg.Scenarios[i].Kind,
 			Sent:    s.sent,
 			Errors:  s.errors,
-			Latency: summarize(s.hist, 0),
+			Latency: summarize(agg.scenarioHist(i), 0),
 			Bytes:   Bytes{Sent: s.bytesSent, Received: s.bytesRecv},
 		}
 		if rateSpan > 0 {

@@ -135,8 +135,9 @@ func TestOpenLoopStallCountsFromIntendedTime(t *testing.T) {
 		if rep.ScheduleLag == nil || rep.ScheduleLag.Max < 250_000 {
 			t.Errorf("schedule lag %+v; want max ≥ 250ms (slots queued behind the stalled workers)", rep.ScheduleLag)
 		}
-		if rep.Service == nil || rep.Service.P50 != 1000 || rep.Service.Max < 299_000 {
-			t.Errorf("service time %+v; want p50 1000µs, max ≈ 300ms", rep.Service)
+		// Service time is kept at 2 significant digits: 1000µs reads as 1003.
+		if rep.Service == nil || rep.Service.P50 < 1000 || rep.Service.P50 > 1010 || rep.Service.Max < 299_000 {
+			t.Errorf("service time %+v; want p50 ≈ 1000µs, max ≈ 300ms", rep.Service)
 		}
 		if rep.Generator.Workers != 8 {
 			t.Errorf("workers = %d; want the pool grown to MaxWorkers = 8 during the stall", rep.Generator.Workers)
