@@ -71,13 +71,16 @@ func TestWebSocketEchoSkipsPushedMessages(t *testing.T) {
 	if rep.Errors.Total != 0 || rep.Requests.Sent != 200 || rep.Latency.Count != 200 {
 		t.Fatalf("errors %+v sent %d latencies %d; want 0, 200, 200", rep.Errors, rep.Requests.Sent, rep.Latency.Count)
 	}
-	if n := ws.opened.Load(); n != 3 {
-		t.Errorf("%d websockets opened; want 3 (one per worker, reused)", n)
+	// One per worker, reused (a worker that started late may have found
+	// the 200 requests taken).
+	opened := ws.opened.Load()
+	if opened < 1 || opened > 3 {
+		t.Errorf("%d websockets opened; want 1..3 (at most one per worker)", opened)
 	}
 	// Each round trip is preceded by one pushed update, and each connection
 	// pushed one more on connect.
-	if rep.Requests.WSSkipped != 200+3 {
-		t.Errorf("skipped %d non-echo messages; want 203", rep.Requests.WSSkipped)
+	if rep.Requests.WSSkipped != 200+opened {
+		t.Errorf("skipped %d non-echo messages; want 200 + %d", rep.Requests.WSSkipped, opened)
 	}
 	if rep.Bytes.Sent != 200*40 || rep.Bytes.Received < 200*40 {
 		t.Errorf("bytes %+v; want 8000 sent and at least as many received", rep.Bytes)
