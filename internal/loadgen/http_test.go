@@ -254,3 +254,24 @@ func TestBoundsOnRealTarget(t *testing.T) {
 		return ""
 	})
 }
+
+// TestReportRedactsHeaderValues: a credential passed as a header reaches
+// the target but not the shared report.
+func TestReportRedactsHeaderValues(t *testing.T) {
+	var got atomic.Value
+	tg := startTarget(t, func(ctx *fasthttp.RequestCtx) { got.Store(string(ctx.Request.Header.Peek("Authorization"))) })
+	cfg := tg.config()
+	cfg.Requests = 3
+	cfg.Scenarios = []Scenario{{Headers: map[string]string{"Authorization": "Bearer s3cret"}}}
+	rep := run(t, cfg)
+	if got.Load() != "Bearer s3cret" {
+		t.Fatalf("target got Authorization %q", got.Load())
+	}
+	var buf strings.Builder
+	if err := rep.WriteJSON(&buf); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(buf.String(), "s3cret") || !strings.Contains(buf.String(), `"Authorization": "(redacted)"`) {
+		t.Errorf("report leaks or drops the header:\n%s", buf.String())
+	}
+}

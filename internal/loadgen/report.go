@@ -74,7 +74,7 @@ type Report struct {
 	Generator Generator        `json:"generator"`
 }
 
-// ReportConfig echoes the run's settings.
+// ReportConfig echoes the run's settings (header values redacted).
 type ReportConfig struct {
 	Mode            string     `json:"mode"` // "open" or "closed"
 	URL             string     `json:"url"`
@@ -244,7 +244,7 @@ func (r *Runner) report(agg *stats, t reportTimes, stoppedBy string) *Report {
 		WarmupSeconds:  cfg.Warmup.Seconds(),
 		TimeoutSeconds: cfg.Timeout.Seconds(),
 		IDs:            IDReport{Dist: cfg.IDs.Dist, Prefix: cfg.IDs.Prefix, Seed: r.seed},
-		Scenarios:      cfg.Scenarios,
+		Scenarios:      redactedScenarios(cfg.Scenarios),
 	}
 	if cfg.IDs.Dist != DistNew {
 		rep.Config.IDs.Keys = cfg.IDs.Keys
@@ -343,6 +343,23 @@ func (r *Runner) report(agg *stats, t reportTimes, stoppedBy string) *Report {
 		rep.ErrorRate = float64(e.Total+rep.Requests.Unsent) / float64(n)
 	}
 	return rep
+}
+
+// redactedScenarios copies scs with header values replaced: headers may
+// carry credentials, and reports are shared.
+func redactedScenarios(scs []Scenario) []Scenario {
+	out := append([]Scenario(nil), scs...)
+	for i := range out {
+		if len(out[i].Headers) == 0 {
+			continue
+		}
+		h := make(map[string]string, len(out[i].Headers))
+		for k := range out[i].Headers {
+			h[k] = "(redacted)"
+		}
+		out[i].Headers = h
+	}
+	return out
 }
 
 func generatorStats(ms0, ms1 *runtime.MemStats) Generator {
