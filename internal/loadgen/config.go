@@ -77,9 +77,11 @@ type Config struct {
 	// one finishes.
 	Rate float64
 
-	// Connections bounds the TCP (and websocket) connections to the target;
-	// in the closed loop it is also the number of workers. Zero means
-	// DefaultConnections.
+	// Connections bounds the HTTP connections to the target (fasthttp's
+	// MaxConns); in the closed loop it is also the number of workers. A
+	// websocket scenario holds one socket per worker that uses it, so at most
+	// Connections in the closed loop and MaxWorkers in the open loop. Zero
+	// means DefaultConnections.
 	Connections int
 
 	// MaxWorkers bounds the open loop's worker pool, which grows on demand;
