@@ -72,7 +72,7 @@ func (r *replies) build(cfg *Config) {
 		r.namespace[e] = mk(fasthttp.StatusBadRequest, "namespace", "namespace: "+e.Error())
 		r.id[e] = mk(fasthttp.StatusBadRequest, "id", "id: "+e.Error())
 	}
-	r.hostMismatch = mk(fasthttp.StatusBadRequest, "host", "absolute-form target and Host disagree")
+	r.hostMismatch = closing(mk(fasthttp.StatusBadRequest, "host", "absolute-form target and Host disagree"))
 
 	r.framing = closing(mk(fasthttp.StatusBadRequest, "transfer-encoding", "both Content-Length and Transfer-Encoding"))
 	r.transferEncoding = closing(mk(fasthttp.StatusBadRequest, "transfer-encoding", "transfer coding other than chunked"))

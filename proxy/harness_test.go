@@ -3,9 +3,11 @@ package proxy_test
 import (
 	"bufio"
 	"io"
+	"log/slog"
 	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -32,11 +34,12 @@ func TestMain(m *testing.M) {
 
 // worker is a fasthttp server on 127.0.0.1 standing in for a worker process.
 type worker struct {
-	t    *testing.T
-	addr string
-	srv  *fasthttp.Server
-	mu   sync.Mutex
-	seen []seenRequest // every request the handler ran for
+	t        *testing.T
+	addr     string
+	srv      *fasthttp.Server
+	accepted atomic.Int64 // connections accepted
+	mu       sync.Mutex
+	seen     []seenRequest // every request the handler ran for
 }
 
 // seenRequest is what a worker received.
@@ -57,6 +60,12 @@ func (s seenRequest) get(name string) string {
 // startWorker serves h on 127.0.0.1 and records every request. h may be nil
 // (answer 200 "ok").
 func startWorker(t *testing.T, h fasthttp.RequestHandler) *worker {
+	t.Helper()
+	return startWorkerWith(t, h, nil)
+}
+
+// startWorkerWith is startWorker with a hook on the server's settings.
+func startWorkerWith(t *testing.T, h fasthttp.RequestHandler, mutate func(*fasthttp.Server)) *worker {
 	t.Helper()
 	w := &worker{t: t}
 	if h == nil {
@@ -86,6 +95,14 @@ func startWorker(t *testing.T, h fasthttp.RequestHandler) *worker {
 		StreamRequestBody: true,
 		CloseOnShutdown:   true,
 		IdleTimeout:       time.Minute,
+		ConnState: func(_ net.Conn, st fasthttp.ConnState) {
+			if st == fasthttp.StateNew {
+				w.accepted.Add(1)
+			}
+		},
+	}
+	if mutate != nil {
+		mutate(w.srv)
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -130,6 +147,14 @@ func (w *worker) endpoint(t *testing.T, session, secret string, cfg proxy.Endpoi
 	return ep
 }
 
+// tWriter sends log lines to the test log.
+type tWriter struct{ t *testing.T }
+
+func (w tWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimSuffix(string(p), "\n"))
+	return len(p), nil
+}
+
 // front is a proxy served on 127.0.0.1.
 type front struct {
 	p    *proxy.Proxy
@@ -139,7 +164,7 @@ type front struct {
 
 func startProxy(t *testing.T, r proxy.Resolver, mutate func(*proxy.Config)) *front {
 	t.Helper()
-	cfg := proxy.Config{Resolver: r}
+	cfg := proxy.Config{Resolver: r, Logger: slog.New(slog.NewTextHandler(tWriter{t}, nil))}
 	if mutate != nil {
 		mutate(&cfg)
 	}
@@ -174,8 +199,8 @@ func setup(t *testing.T, h fasthttp.RequestHandler) (*worker, *front, *proxytest
 	return w, f, res, ep
 }
 
-// raw sends req on a new connection and returns everything the proxy sent
-// back until it closed the connection or went quiet for the timeout.
+// raw sends req on a new connection and returns the bytes of the response,
+// read as far as its framing says (to EOF for one delimited by close).
 func raw(t *testing.T, addr, req string) string {
 	t.Helper()
 	c, err := net.Dial("tcp", addr)
@@ -186,7 +211,37 @@ func raw(t *testing.T, addr, req string) string {
 	if _, err := io.WriteString(c, req); err != nil {
 		t.Fatal(err)
 	}
-	return readAllQuiet(c, 500*time.Millisecond)
+	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	rec := &recorder{r: c}
+	var resp fasthttp.Response
+	resp.SkipBody = strings.HasPrefix(req, "HEAD ")
+	if err := resp.Read(bufio.NewReader(rec)); err != nil {
+		// Not a well-formed response: return whatever arrived.
+		rest := readAllQuiet(c, 200*time.Millisecond)
+		return rec.b.String() + rest
+	}
+	return rec.b.String()
+}
+
+// recorder keeps a copy of what is read through it.
+type recorder struct {
+	r io.Reader
+	b strings.Builder
+}
+
+func (r *recorder) Read(p []byte) (int, error) {
+	n, err := r.r.Read(p)
+	r.b.Write(p[:n])
+	return n, err
+}
+
+// closedAfter reports whether the peer closes c within d without sending
+// anything more.
+func closedAfter(c net.Conn, d time.Duration) bool {
+	_ = c.SetReadDeadline(time.Now().Add(d))
+	var b [1]byte
+	_, err := c.Read(b[:])
+	return err == io.EOF
 }
 
 // readAllQuiet reads until EOF or until nothing arrives for quiet.

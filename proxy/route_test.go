@@ -74,7 +74,7 @@ func TestParseRoute(t *testing.T) {
 	bad("/counter/alice/a%5Cb", routeEscape)
 	bad("/counter/alice/a%00", routeEscape)
 	bad("/counter/alice/%252e%252e", routeEscape) // double encoding
-	bad("/counter/alice/a%2", routeEscape)          // truncated escape
+	bad("/counter/alice/a%2", routeEscape)        // truncated escape
 	bad("/counter/alice/a\\..\\b", routeBackslash)
 	bad("/counter/alice#frag", routeFragment)
 	bad("/counter/alice?q#frag", routeFragment)
