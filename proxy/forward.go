@@ -139,7 +139,9 @@ func (x *exchange) forward() bool {
 			p.reply(ctx, &p.replies.overloaded)
 			return false
 		}
-		ep.earn()
+		if attempt == 1 {
+			ep.earn() // retries do not earn more retries
+		}
 		x.ep = ep
 		out := x.roundTrip(attempt)
 		switch out {
@@ -296,7 +298,7 @@ func (x *exchange) readHead(reused bool, attempt int) outcome {
 		}
 		s := &x.respScan
 		s.reset()
-		scanFields(skipLine(head), s, false)
+		scanFields(skipLine(head), s, 0)
 		if err := rh.Read(x.br); err != nil {
 			x.drop()
 			if p.errLog.allow() {
@@ -609,6 +611,13 @@ func (x *exchange) WriteTo(w io.Writer) (int64, error) {
 	for {
 		x.touch()
 		n, err := x.rs.Read(buf)
+		// Coalesce what the worker already sent (small chunks above all)
+		// into one write toward the client; never wait for more.
+		for err == nil && n < len(buf) && x.br.Buffered() > 0 {
+			var m int
+			m, err = x.rs.Read(buf[n:])
+			n += m
+		}
 		if n > 0 {
 			nw, werr := w.Write(buf[:n])
 			total += int64(nw)

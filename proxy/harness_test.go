@@ -191,11 +191,17 @@ func startProxy(t *testing.T, r proxy.Resolver, mutate func(*proxy.Config)) *fro
 // "/counter", and a proxy in front.
 func setup(t *testing.T, h fasthttp.RequestHandler) (*worker, *front, *proxytest.Static, *proxy.Endpoint) {
 	t.Helper()
+	return setupWith(t, h, nil)
+}
+
+// setupWith is setup with a hook on the proxy's Config.
+func setupWith(t *testing.T, h fasthttp.RequestHandler, mutate func(*proxy.Config)) (*worker, *front, *proxytest.Static, *proxy.Endpoint) {
+	t.Helper()
 	w := startWorker(t, h)
 	res := proxytest.NewStatic()
 	ep := w.endpoint(t, "sess-1", "secret-1", proxy.EndpointConfig{})
 	res.PlaceNamespace("/counter", ep)
-	f := startProxy(t, res, nil)
+	f := startProxy(t, res, mutate)
 	return w, f, res, ep
 }
 

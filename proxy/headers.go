@@ -91,11 +91,22 @@ func (s *headScan) addDelete(name []byte, k headKind) {
 	s.ndel++
 }
 
+// scanMode says which fields, besides hop-by-hop ones, a scan reports for
+// removal.
+type scanMode uint8
+
+const (
+	// dropPinned: x-pinned-* (a client's; a worker's X-Pinned-Reason is
+	// relayed).
+	dropPinned scanMode = 1 << iota
+	// dropForwarded: Forwarded and X-Forwarded-* (from an untrusted peer).
+	dropForwarded
+)
+
 // scanFields scans the field lines of a header block (no start line), up to
 // and including the empty line that ends it, or to the end of block.
-// Continuation lines (obs-fold) belong to the field before them. Fields whose
-// kind is hkForwarded are only reported for removal when dropForwarded.
-func scanFields(block []byte, s *headScan, dropForwarded bool) {
+// Continuation lines (obs-fold) belong to the field before them.
+func scanFields(block []byte, s *headScan, mode scanMode) {
 	prev := hkOther
 	for len(block) > 0 {
 		i := bytes.IndexByte(block, '\n')
@@ -155,10 +166,14 @@ func scanFields(block []byte, s *headScan, dropForwarded bool) {
 			}
 			s.upgrades++
 			s.addDelete(name, k)
-		case hkHop, hkPinned:
+		case hkHop:
 			s.addDelete(name, k)
+		case hkPinned:
+			if mode&dropPinned != 0 {
+				s.addDelete(name, k)
+			}
 		case hkForwarded:
-			if dropForwarded {
+			if mode&dropForwarded != 0 {
 				s.addDelete(name, k)
 			}
 		}

@@ -9,10 +9,14 @@ import (
 )
 
 func TestScanFields(t *testing.T) {
-	scan := func(block string, drop bool) *headScan {
+	scan := func(block string, dropFwd bool) *headScan {
 		s := &headScan{}
 		s.reset()
-		scanFields([]byte(block), s, drop)
+		mode := dropPinned
+		if dropFwd {
+			mode |= dropForwarded
+		}
+		scanFields([]byte(block), s, mode)
 		return s
 	}
 	names := func(s *headScan) string {

@@ -97,7 +97,11 @@ func (p *Proxy) serve(x *exchange) bool {
 	trusted := p.trusted(ctx)
 	s := &x.reqScan
 	s.reset()
-	scanFields(h.RawHeaders(), s, !trusted)
+	mode := dropPinned
+	if !trusted {
+		mode |= dropForwarded
+	}
+	scanFields(h.RawHeaders(), s, mode)
 	switch {
 	case s.contentLengths > 0 && s.transferEncodings > 0:
 		// RFC 9112 §6.1: a server may reject such a message, and must

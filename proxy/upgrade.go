@@ -104,7 +104,7 @@ func (p *Proxy) serveUpgrade(x *exchange) {
 		}
 		rs := &x.respScan
 		rs.reset()
-		scanFields(skipLine(head), rs, false)
+		scanFields(skipLine(head), rs, 0)
 		if err := rh.Read(x.br); err != nil ||
 			rs.contentLengths > 0 && rs.transferEncodings > 0 || rs.teNotChunked || rs.badName || rs.tooMany {
 			p.m.badGateway.Inc()
