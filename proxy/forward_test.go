@@ -246,12 +246,7 @@ func TestRequestBodies(t *testing.T) {
 func TestResponseTrailers(t *testing.T) {
 	_, f, _, _ := setup(t, func(ctx *fasthttp.RequestCtx) {
 		_ = ctx.Response.Header.SetTrailer("X-Sum")
-		ctx.SetBodyStreamWriter(func(w *bufio.Writer) {
-			_, _ = w.WriteString("part1")
-			_ = w.Flush()
-			_, _ = w.WriteString("part2")
-			ctx.Response.Header.Set("X-Sum", "99")
-		})
+		ctx.SetBodyStream(&trailing{parts: []string{"part1", "part2"}, ctx: ctx}, -1)
 	})
 	resp := raw(t, f.addr, "GET /counter/a HTTP/1.1\r\nHost: h\r\n\r\n")
 	if !strings.Contains(resp, "Transfer-Encoding: chunked") || !strings.Contains(resp, "Trailer: X-Sum") ||
@@ -409,4 +404,21 @@ func TestRouteRefused(t *testing.T) {
 	if n := len(w.requests()); n != 0 {
 		t.Errorf("worker saw %d requests; want 0", n)
 	}
+}
+
+// trailing streams its parts, then sets the X-Sum trailer; it runs on the
+// server goroutine that writes the response.
+type trailing struct {
+	parts []string
+	ctx   *fasthttp.RequestCtx
+}
+
+func (r *trailing) Read(p []byte) (int, error) {
+	if len(r.parts) == 0 {
+		r.ctx.Response.Header.Set("X-Sum", "99")
+		return 0, io.EOF
+	}
+	n := copy(p, r.parts[0])
+	r.parts = r.parts[1:]
+	return n, nil
 }

@@ -246,11 +246,14 @@ func (t *tunnel) close() {
 // connections. It alone watches for idleness while it runs: its read deadline
 // ends a window every TunnelIdleTimeout, and a window in which neither
 // direction moved a byte closes the tunnel. The write deadline, re-armed each
-// window, sits a full window beyond the read deadline, so a write times out
-// only when the client has read nothing for at least TunnelIdleTimeout.
+// window, sits writeSlack beyond the read deadline, so it catches a client
+// that stopped reading, and a timeout seen after it cannot be a read
+// timeout observed late (splice reports both the same way, and drops what
+// it read but could not write).
 func (t *tunnel) pumpDown() {
 	defer close(t.done)
 	idle := t.p.cfg.TunnelIdleTimeout
+	writeSlack := max(idle, 10*time.Second)
 	dst, dstTCP := t.raw.(*net.TCPConn)
 	src, srcTCP := t.backend.(*net.TCPConn)
 	var buf []byte
@@ -258,16 +261,14 @@ func (t *tunnel) pumpDown() {
 		upBefore := t.up.Load()
 		now := time.Now()
 		_ = t.backend.SetReadDeadline(now.Add(idle))
-		_ = t.raw.SetWriteDeadline(now.Add(2 * idle))
+		writeDeadline := now.Add(idle + writeSlack)
+		_ = t.raw.SetWriteDeadline(writeDeadline)
 		var n int64
 		var err error
 		var writeFailed bool
 		if dstTCP && srcTCP {
 			n, err = dst.ReadFrom(src) // splice; nil error at EOF
-			// The read deadline ends every window; an error past two
-			// windows came from the write side, and splice drops what it
-			// had read but not yet written.
-			writeFailed = err != nil && time.Since(now) >= 2*idle
+			writeFailed = err != nil && !time.Now().Before(writeDeadline)
 		} else {
 			if buf == nil {
 				buf = make([]byte, t.p.cfg.StreamBufferSize)
