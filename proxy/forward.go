@@ -112,6 +112,9 @@ func (x *exchange) forward() bool {
 	ctx := x.ctx
 	for attempt := 1; ; attempt++ {
 		ep, err := p.resolver.Resolve(ctx, x.name)
+		if err == nil && ep == nil {
+			err = ErrNoWorker
+		}
 		if err != nil {
 			if errors.Is(err, ErrNoWorker) {
 				p.reply(ctx, &p.replies.noWorker)
@@ -510,10 +513,10 @@ func (x *exchange) respond() bool {
 	}
 	// RFC 9112 §9.6: the worker's close is about the worker's connection.
 	rh.ResetConnectionClose()
-	p.countResponse(rh.StatusCode())
 
 	if ctx.IsHead() || noBody(rh.StatusCode()) {
 		x.release()
+		p.countResponse(rh.StatusCode())
 		return false
 	}
 	cl := rh.ContentLength()
@@ -528,6 +531,7 @@ func (x *exchange) respond() bool {
 			return false
 		}
 		x.release()
+		p.countResponse(rh.StatusCode())
 		return false
 	}
 
@@ -546,6 +550,7 @@ func (x *exchange) respond() bool {
 	}
 	x.rs = x.aux.BodyStream()
 	x.eof = false
+	p.countResponse(rh.StatusCode())
 	now := time.Now()
 	x.armed = now
 	_ = x.conn.SetReadDeadline(now.Add(p.cfg.StreamIdleTimeout))

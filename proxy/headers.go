@@ -131,19 +131,30 @@ func scanFields(block []byte, s *headScan, mode scanMode) {
 			}
 			continue
 		}
-		colon := bytes.IndexByte(line, ':')
+		// Names are short: one loop finds the colon and any blank in the
+		// name (RFC 9110 §5.1: a token; fasthttp tolerates inner spaces).
+		colon := -1
+		for i, c := range line {
+			if c == ':' {
+				colon = i
+				break
+			}
+			if c == ' ' || c == '\t' {
+				s.badName = true
+			}
+		}
 		if colon < 0 {
 			// fasthttp refuses such a line before a handler runs; a response
 			// head with one fails to parse. Nothing to classify.
 			continue
 		}
 		name := line[:colon]
-		value := trimOWS(line[colon+1:])
-		if bytes.IndexByte(name, ' ') >= 0 || bytes.IndexByte(name, '\t') >= 0 {
-			s.badName = true
-		}
 		k := classify(name)
 		prev = k
+		if k == hkOther {
+			continue
+		}
+		value := trimOWS(line[colon+1:])
 		switch k {
 		case hkHost:
 			if s.hosts == 0 {

@@ -79,7 +79,7 @@ func (p *Proxy) putExchange(x *exchange) {
 	x.ctx, x.ep, x.cc, x.conn, x.hijacked = nil, nil, nil, nil, nil
 	x.cw.Conn = nil
 	x.name, x.target = nil, nil
-	x.stable = false
+	x.stable, x.http10, x.bodyKind = false, false, bodyNone
 	x.body = x.body[:0]
 	x.br.Reset(nil)
 	x.bw.Reset(nil)

@@ -1,6 +1,8 @@
 package proxy
 
 import (
+	"bytes"
+
 	"github.com/pinned-go/pinned/internal/wire"
 )
 
@@ -71,23 +73,17 @@ func parseRoute(target []byte, maxID int) (route, routeError) {
 	if len(target) == 0 || target[0] != '/' {
 		return r, routeNotOrigin
 	}
-	// The path ends at the query; '#' anywhere is refused.
-	pathEnd := len(target)
-	for i := 1; i < len(target); i++ {
-		switch target[i] {
-		case '?':
-			if pathEnd == len(target) {
-				pathEnd = i
-			}
-		case '#':
-			return r, routeFragment
-		}
+	if bytes.IndexByte(target, '#') >= 0 {
+		return r, routeFragment
 	}
-	path := target[:pathEnd]
+	path := target
+	if q := bytes.IndexByte(target, '?'); q >= 0 {
+		path = target[:q]
+	}
 
 	// Namespace: path[1:nsEnd].
-	nsEnd := indexSlash(path, 1)
-	if nsEnd < 0 {
+	nsEnd := bytes.IndexByte(path[1:], '/') + 1
+	if nsEnd <= 0 {
 		return r, routeNotObject // "/ns" or "/"
 	}
 	if e := wire.CheckSegment(path[1:nsEnd], wire.MaxNamespaceLen); e != wire.SegmentOK {
@@ -95,9 +91,9 @@ func parseRoute(target []byte, maxID int) (route, routeError) {
 		return r, routeNamespace
 	}
 	// Id: path[nsEnd+1:idEnd].
-	idEnd := indexSlash(path, nsEnd+1)
-	if idEnd < 0 {
-		idEnd = len(path)
+	idEnd := len(path)
+	if i := bytes.IndexByte(path[nsEnd+1:], '/'); i >= 0 {
+		idEnd = nsEnd + 1 + i
 	}
 	if e := wire.CheckSegment(path[nsEnd+1:idEnd], maxID); e != wire.SegmentOK {
 		r.seg = e
@@ -111,43 +107,45 @@ func parseRoute(target []byte, maxID int) (route, routeError) {
 	return r, routeOK
 }
 
-// indexSlash returns the index of the first '/' in b at or after from, or -1.
-func indexSlash(b []byte, from int) int {
-	for i := from; i < len(b); i++ {
-		if b[i] == '/' {
-			return i
-		}
+// checkRest validates the path remainder after the id: empty or starting with
+// '/'. It refuses dot segments, raw backslashes and dangerous escapes. Each
+// check is a vectorised byte search, so a clean path costs three of them.
+func checkRest(rest []byte) routeError {
+	if len(rest) == 0 {
+		return routeOK
 	}
-	return -1
+	if bytes.IndexByte(rest, '\\') >= 0 {
+		return routeBackslash
+	}
+	for b := rest; ; {
+		i := bytes.IndexByte(b, '%')
+		if i < 0 {
+			break
+		}
+		if i+2 >= len(b) || dangerousEscape(b[i+1], b[i+2]) {
+			// A truncated escape: backends disagree on it; refuse.
+			return routeEscape
+		}
+		b = b[i+3:]
+	}
+	// Dot segments: a "/." that starts a segment of "." or "..".
+	for b := rest; ; {
+		i := bytes.Index(b, slashDot)
+		if i < 0 {
+			return routeOK
+		}
+		seg := b[i+1:]
+		if j := bytes.IndexByte(seg, '/'); j >= 0 {
+			seg = seg[:j]
+		}
+		if isDotSegment(seg) {
+			return routeDotSegment
+		}
+		b = b[i+2:]
+	}
 }
 
-// checkRest validates the path remainder after the id: empty or starting with
-// '/'. It refuses dot segments, raw backslashes and dangerous escapes.
-func checkRest(rest []byte) routeError {
-	segStart := 0 // index of the first byte of the current segment
-	for i := 0; i <= len(rest); i++ {
-		if i == len(rest) || rest[i] == '/' {
-			if seg := rest[segStart:i]; i > 0 && isDotSegment(seg) {
-				return routeDotSegment
-			}
-			segStart = i + 1
-			continue
-		}
-		switch rest[i] {
-		case '\\':
-			return routeBackslash
-		case '%':
-			if i+2 >= len(rest) {
-				// A truncated escape: backends disagree on it; refuse.
-				return routeEscape
-			}
-			if dangerousEscape(rest[i+1], rest[i+2]) {
-				return routeEscape
-			}
-		}
-	}
-	return routeOK
-}
+var slashDot = []byte("/.")
 
 func isDotSegment(seg []byte) bool {
 	return (len(seg) == 1 && seg[0] == '.') || (len(seg) == 2 && seg[0] == '.' && seg[1] == '.')

@@ -45,9 +45,12 @@ func (p *Proxy) serveUpgrade(x *exchange) {
 	}()
 
 	ep, err := p.resolver.Resolve(ctx, x.name)
-	if err == nil && ep.closed.Load() {
+	if err == nil && ep != nil && ep.closed.Load() {
 		p.resolver.Invalidate(x.name, ep)
 		ep, err = p.resolver.Resolve(ctx, x.name)
+	}
+	if err == nil && (ep == nil || ep.closed.Load()) {
+		err = ErrNoWorker
 	}
 	if err != nil {
 		if errors.Is(err, ErrNoWorker) {
