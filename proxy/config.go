@@ -31,7 +31,9 @@ const (
 	// DefaultBufferedResponseMax: response bodies with a Content-Length up to
 	// this are read whole before the client is written to, which frees the
 	// worker connection at once; longer and chunked bodies are streamed.
-	DefaultBufferedResponseMax = 64 << 10
+	// fasthttp keeps a connection's largest response buffer for the life of
+	// the connection, so this also bounds that retention.
+	DefaultBufferedResponseMax = 16 << 10
 	// DefaultStreamBufferSize is the copy buffer of a streamed body.
 	DefaultStreamBufferSize = 32 << 10
 

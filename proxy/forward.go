@@ -5,7 +5,6 @@ import (
 	"errors"
 	"io"
 	"net"
-	"os"
 	"strconv"
 	"time"
 
@@ -284,8 +283,7 @@ func (x *exchange) readHead(reused bool, attempt int) outcome {
 		head, err := peekHead(x.br)
 		if err != nil {
 			x.drop()
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() || errors.Is(err, os.ErrDeadlineExceeded) {
+			if isTimeout(err) {
 				return outTimeout
 			}
 			if _, nothing := err.(errNothingRead); nothing && reused && x.replayable() && x.idempotent() &&

@@ -277,7 +277,8 @@ func (p *Proxy) ExpectHandler(ctx *fasthttp.RequestCtx) int {
 //     memory or temporary files) before the handler runs;
 //   - NoDefaultServerHeader, NoDefaultDate, NoDefaultContentType: the
 //     worker's fields pass through and none are invented;
-//   - ReadBufferSize = MaxHeaderBytes (431 beyond), ReadTimeout =
+//   - ReadBufferSize = MaxHeaderBytes (431 beyond; it is also the read buffer
+//     every client connection holds), ReadTimeout =
 //     HeaderTimeout (slowloris), IdleTimeout, WriteTimeout for buffered
 //     responses (streams move their own deadline), Concurrency = MaxConns;
 //   - ExpectHandler = p.ExpectHandler.
@@ -294,7 +295,6 @@ func (p *Proxy) NewServer() *fasthttp.Server {
 		NoDefaultDate:                true,
 		NoDefaultContentType:         true,
 		ReadBufferSize:               p.cfg.MaxHeaderBytes,
-		WriteBufferSize:              16 << 10,
 		ReadTimeout:                  p.cfg.HeaderTimeout,
 		IdleTimeout:                  p.cfg.IdleTimeout,
 		WriteTimeout:                 p.cfg.WriteTimeout,

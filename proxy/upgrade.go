@@ -29,10 +29,13 @@ func (p *Proxy) serveUpgrade(x *exchange) {
 		p.reject(ctx, &p.replies.upgradeHandshake)
 		return
 	}
-	if p.closed.Load() || p.tunnelsOpen.Add(1) > int64(p.cfg.MaxTunnels) {
-		if !p.closed.Load() {
-			p.tunnelsOpen.Add(-1)
-		}
+	if p.closed.Load() {
+		p.m.tunnelsRejected.Inc()
+		p.reply(ctx, &p.replies.tunnelsFull)
+		return
+	}
+	if p.tunnelsOpen.Add(1) > int64(p.cfg.MaxTunnels) {
+		p.tunnelsOpen.Add(-1)
 		p.m.tunnelsRejected.Inc()
 		p.reply(ctx, &p.replies.tunnelsFull)
 		return
