@@ -237,13 +237,23 @@ func (e *Endpoint) Close() {
 	e.client.CloseIdleConnections()
 }
 
-// CloseTunnels closes the endpoint's open WebSocket tunnels (for example
-// when one of its placements is lost); new tunnels are still accepted.
-func (e *Endpoint) CloseTunnels() {
+// CloseTunnels closes every open WebSocket tunnel to the endpoint; new
+// tunnels are still accepted.
+func (e *Endpoint) CloseTunnels() { e.closeTunnels(nil) }
+
+// CloseTunnelsFor closes the endpoint's open WebSocket tunnels of one
+// placement name ("/<ns>/<id>"): call it when that placement leaves the
+// endpoint's session, so that no client keeps talking to an instance that
+// is no longer the placed one.
+func (e *Endpoint) CloseTunnelsFor(name []byte) { e.closeTunnels(name) }
+
+func (e *Endpoint) closeTunnels(name []byte) {
 	e.tunnelsMu.Lock()
 	ts := make([]*tunnel, 0, len(e.tunnels))
 	for t := range e.tunnels {
-		ts = append(ts, t)
+		if name == nil || t.name == string(name) {
+			ts = append(ts, t)
+		}
 	}
 	e.tunnelsMu.Unlock()
 	for _, t := range ts {

@@ -2,12 +2,12 @@ package proxy_test
 
 import (
 	"bytes"
+	"log/slog"
 	"strings"
 	"sync"
 	"testing"
 
 	"github.com/VictoriaMetrics/metrics"
-	"log/slog"
 
 	"github.com/pinned-go/pinned/proxy"
 	"github.com/pinned-go/pinned/proxy/proxytest"

@@ -153,7 +153,7 @@ func (p *Proxy) serveUpgrade(x *exchange) {
 	rh.Set(fasthttp.HeaderConnection, "Upgrade")
 	_ = conn.SetDeadline(time.Time{})
 
-	t := &tunnel{p: p, ep: ep, backend: conn, done: make(chan struct{})}
+	t := &tunnel{p: p, ep: ep, name: string(x.name), backend: conn, done: make(chan struct{})}
 	t.head = rh.AppendBytes(nil)
 	if n := x.br.Buffered(); n > 0 {
 		b, _ := x.br.Peek(n)
@@ -174,6 +174,7 @@ func (p *Proxy) serveUpgrade(x *exchange) {
 type tunnel struct {
 	p       *Proxy
 	ep      *Endpoint
+	name    string // the placement name it was routed by
 	backend net.Conn
 	head    []byte // the 101 head and any bytes the worker sent after it
 

@@ -188,7 +188,8 @@ func TestTunnelCap(t *testing.T) {
 	_ = c2.Close()
 }
 
-// Closing an endpoint's tunnels (its placement was lost) ends them at once.
+// Closing a placement's tunnels (it left the worker) ends them at once and
+// leaves the worker's other tunnels alone.
 func TestCloseTunnels(t *testing.T) {
 	w, _ := wsWorker(t)
 	ep := w.endpoint(t, "s", "k", proxy.EndpointConfig{})
@@ -200,18 +201,35 @@ func TestCloseTunnels(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	_, _, _ = c.ReadMessage() // hello
-	if ep.Tunnels() != 1 {
-		t.Fatalf("endpoint tunnels = %d; want 1", ep.Tunnels())
+	other, err := dialWS(t, f.addr, "/counter/b/ws")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	_, _, _ = c.ReadMessage()     // hello
+	_, _, _ = other.ReadMessage() // hello
+	if ep.Tunnels() != 2 {
+		t.Fatalf("endpoint tunnels = %d; want 2", ep.Tunnels())
 	}
 	start := time.Now()
-	ep.CloseTunnels()
+	ep.CloseTunnelsFor([]byte("/counter/a"))
 	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
 	if _, _, err := c.ReadMessage(); err == nil {
 		t.Fatal("read after CloseTunnels succeeded")
 	}
 	if el := time.Since(start); el > time.Second {
-		t.Errorf("tunnel ended %v after CloseTunnels; want < 1s", el)
+		t.Errorf("tunnel ended %v after CloseTunnelsFor; want < 1s", el)
+	}
+	if err := other.WriteMessage(websocket.TextMessage, []byte("still")); err != nil {
+		t.Fatalf("the other placement's tunnel: %v", err)
+	}
+	if _, msg, err := other.ReadMessage(); err != nil || string(msg) != "still" {
+		t.Fatalf("the other placement's tunnel: %q %v", msg, err)
+	}
+	ep.CloseTunnels()
+	_ = other.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, _, err := other.ReadMessage(); err == nil {
+		t.Fatal("read after CloseTunnels succeeded")
 	}
 	waitFor(t, func() bool { return f.p.OpenTunnels() == 0 && ep.Tunnels() == 0 })
 }
