@@ -358,3 +358,61 @@ func TestClosedEndpointReresolved(t *testing.T) {
 		t.Errorf("workers saw %d/%d; want 0/1", len(a.requests()), len(b.requests()))
 	}
 }
+
+// A pooled connection the worker reset while it sat idle fails the write
+// before the kernel takes a byte: provably not sent, so even a POST goes
+// again on a fresh connection, and the worker sees it once.
+func TestResetPooledConnectionResent(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var posts atomic.Int64
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				br := bufio.NewReader(c)
+				var req fasthttp.Request
+				if err := req.Read(br); err != nil {
+					_ = c.Close()
+					return
+				}
+				if req.Header.IsPost() {
+					posts.Add(1)
+				}
+				_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+				if req.Header.IsGet() {
+					// Reset the connection once the proxy has pooled it.
+					time.Sleep(50 * time.Millisecond)
+					_ = c.(*net.TCPConn).SetLinger(0)
+				}
+				_ = c.Close()
+			}()
+		}
+	}()
+	defer func() { _ = ln.Close(); <-done }()
+	f := proxyTo(t, ln.Addr().String(), nil)
+
+	if r := raw(t, f.addr, "GET /counter/a HTTP/1.1\r\nHost: h\r\n\r\n"); !strings.HasPrefix(r, "HTTP/1.1 200") {
+		t.Fatalf("priming request: %q", r)
+	}
+	time.Sleep(150 * time.Millisecond) // the RST has arrived
+	r := raw(t, f.addr, "POST /counter/a HTTP/1.1\r\nHost: h\r\nContent-Length: 3\r\n\r\nabc")
+	if !strings.HasPrefix(r, "HTTP/1.1 200") {
+		t.Errorf("POST after a reset: %q; want a resend and 200", r)
+	}
+	if n := posts.Load(); n != 1 {
+		t.Errorf("worker saw the POST %d times; want 1", n)
+	}
+	var b strings.Builder
+	f.p.Metrics().WritePrometheus(&b)
+	if !strings.Contains(b.String(), "pinned_proxy_retries_total 1\n") {
+		t.Errorf("retries metric:\n%s", b.String())
+	}
+}
