@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"bytes"
 	"errors"
+
+	"github.com/pinned-go/pinned/internal/wire"
 )
 
 // This file scans header blocks as they were on the wire. fasthttp parses
@@ -277,7 +279,7 @@ func classify(name []byte) headKind {
 		}
 	case 'x':
 		switch {
-		case lowerHasPrefix(name, "x-pinned-"):
+		case lowerHasPrefix(name, wire.HeaderPrefix):
 			return hkPinned
 		case lowerHasPrefix(name, "x-forwarded-"):
 			return hkForwarded
