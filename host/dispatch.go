@@ -146,10 +146,11 @@ func (p *panicError) Error() string { return fmt.Sprintf("handler panicked: %v",
 func (h *Host) handlerError(c *Ctx, err error) {
 	rc := c.rc
 	var he *Error
+	_, panicked := err.(*panicError)
 	switch {
 	case errors.As(err, &he):
 		h.writeError(rc, he.Status, he.Message, he.Field)
-	case c.inst.ctx.Err() != nil:
+	case c.inst.ctx.Err() != nil && !panicked:
 		// The instance was aborted under the handler: the outcome is unknown.
 		h.reject(rc, wire.ReasonAborted)
 	default:
