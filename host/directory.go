@@ -3,6 +3,8 @@ package host
 import (
 	"hash/maphash"
 	"sync"
+
+	"github.com/pinned-go/pinned/internal/clock"
 )
 
 // shard is one part of the in-memory directory. Each id hashes to one
@@ -10,9 +12,8 @@ import (
 type shard struct {
 	mu sync.Mutex
 	m  map[string]*Instance
-	// Idle list: exactly the active instances whose activity is 0, ordered
-	// by idleSince (oldest first; idleSince is read under mu, so appends are
-	// in clock order).
+	// Idle list: exactly the active instances whose activity is 0, in the
+	// order they became idle (see releaseAt).
 	head, tail *Instance
 	_          [64]byte // keep neighbouring shards' mutexes off this cache line
 }
@@ -60,14 +61,20 @@ func (sh *shard) unlink(inst *Instance) {
 // release ends one activity of inst (a request, stream, websocket or task).
 // At zero an active instance joins the idle list and a closing one lets its
 // closer proceed.
-func (h *Host) release(inst *Instance) {
+func (h *Host) release(inst *Instance) { h.releaseAt(inst, h.clock.Now()) }
+
+// releaseAt is release with the current time already read. The time is read
+// before taking the lock, so concurrent releases may append to the idle list
+// slightly out of order; the sweep then closes an instance at most one tick
+// late, never early.
+func (h *Host) releaseAt(inst *Instance, now clock.Instant) {
 	sh := &h.shards[inst.shard]
 	sh.mu.Lock()
 	inst.activity--
 	if inst.activity == 0 {
 		switch inst.state {
 		case stateActive:
-			inst.idleSince = h.clock.Now()
+			inst.idleSince = now
 			sh.pushIdle(inst)
 		case stateClosing:
 			if x := inst.x; x.drained != nil {

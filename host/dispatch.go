@@ -22,7 +22,6 @@ var rootPath = []byte("/")
 // This is the hot path: for a GET to an active instance it allocates
 // nothing itself.
 func (h *Host) serve(rc *fasthttp.RequestCtx, rest []byte) {
-	start := h.clock.Now()
 	idb := rest
 	rest = rootPath
 	for i, c := range idb {
@@ -84,13 +83,19 @@ func (h *Host) serve(rc *fasthttp.RequestCtx, rest []byte) {
 	if err != nil {
 		h.handlerError(c, err)
 	}
+	// One clock read per request: it stamps the idle time and ends the
+	// duration, which starts at fasthttp's request time (read by fasthttp
+	// right before calling the handler; 0 with Server.LazyRequestTime).
+	now := h.clock.Now()
 	if s := c.stream; s != nil && rc.Response.IsBodyStream() && s.arm() {
 		// The stream now owns c and the activity; its Close releases them.
 	} else {
 		h.putCtx(c)
-		h.release(inst)
+		h.releaseAt(inst, now)
 	}
-	h.met.duration.Update(h.clock.Now().Sub(start).Seconds())
+	if t := rc.Time(); !t.IsZero() {
+		h.met.duration.Update(max(0, now.Wall().Sub(t)).Seconds())
+	}
 }
 
 // pickRoute selects the route of entry e for the request's method, or

@@ -129,12 +129,9 @@ func (e *env) waitTorn(t *testing.T, id string) {
 	t.Helper()
 	timer := time.NewTimer(testTimeout)
 	defer timer.Stop()
-	for {
+	for e.tornCount(id) == 0 {
 		select {
-		case got := <-e.torn:
-			if got == id {
-				return
-			}
+		case <-e.torn: // something was torn down: check again
 		case <-timer.C:
 			t.Fatalf("no teardown of %q within %v", id, testTimeout)
 		}
@@ -364,10 +361,13 @@ func (ts *testServer) do(method, path string, hdr ...string) response {
 }
 
 // doErr is do for goroutines other than the test's: it returns errors.
-func (ts *testServer) doErr(method, path string) (response, error) {
+func (ts *testServer) doErr(method, path string, hdr ...string) (response, error) {
 	req, err := http.NewRequest(method, "http://pinned.test"+path, nil)
 	if err != nil {
 		return response{}, err
+	}
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
 	}
 	resp, err := ts.client.Do(req)
 	if err != nil {
