@@ -84,8 +84,11 @@
 //     in a list ordered by idle time; activity 0→1 unlinks, 1→0 appends, and
 //     a sweep pops only from the front, so its cost does not depend on the
 //     number of busy instances.
-//   - Closing: a closing instance takes no new requests, tasks or sockets;
-//     once its activity drains, Teardown runs once, inside the turn; then the
+//   - Closing: a closing instance takes no new requests, tasks or sockets.
+//     Its in-flight requests, streams and tasks may finish; its websockets,
+//     which have no natural end, are asked to go away at once (their reads
+//     fail and the client gets a 1001 close frame). Once its activity
+//     drains, Teardown runs once, inside the turn; then the
 //     instance's context is cancelled (if abort did not already) and, in
 //     fleet mode, Worker.Release runs. The instance leaves the directory
 //     only after that.

@@ -77,6 +77,10 @@ func (h *Host) beginCloseLocked(sh *shard, inst *Instance, reason string, abort 
 		x.done = make(chan struct{})
 		if abort {
 			h.abortLocked(inst)
+		} else {
+			for ws := range x.sockets {
+				ws.goAway()
+			}
 		}
 		go h.closeInstance(inst)
 	case stateClosing:

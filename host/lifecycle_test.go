@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fasthttp/websocket"
 	"github.com/valyala/fasthttp"
 )
 
@@ -556,5 +557,36 @@ func TestStatusesCarryRetryAfter(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != 503 || resp.Header.Get("Retry-After") != "1" || resp.Header.Get("Content-Type") != "application/json" {
 		t.Errorf("capacity answer = %d %v; want 503, Retry-After 1, JSON", resp.StatusCode, resp.Header)
+	}
+}
+
+// TestCloseSendsGoingAwayToWebSockets: a graceful Close does not wait for
+// websockets (they have no natural end): their handlers are asked to return
+// and the client gets a 1001 close frame, well before Close's deadline.
+func TestCloseSendsGoingAwayToWebSockets(t *testing.T) {
+	e := newEnv()
+	ts := newTestHost(t, Config{}, e)
+	conn := ts.dialWS("/p/w/ws")
+	defer conn.Close()
+	wsEcho(t, conn, "hi")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+	defer cancel()
+	closed := make(chan error, 1)
+	go func() { closed <- ts.h.Close(ctx) }()
+	_ = conn.SetReadDeadline(time.Now().Add(testTimeout))
+	_, _, err := conn.ReadMessage()
+	if !websocket.IsCloseError(err, websocket.CloseGoingAway) {
+		t.Errorf("websocket during Close: read error %v; want a 1001 close frame", err)
+	}
+	select {
+	case err := <-closed:
+		if err != nil {
+			t.Errorf("Close = %v; want nil (graceful)", err)
+		}
+	case <-time.After(testTimeout):
+		t.Fatal("Close waited for an open websocket")
+	}
+	if got := e.tornCount("w"); got != 1 {
+		t.Errorf("teardowns = %d; want 1", got)
 	}
 }

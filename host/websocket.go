@@ -30,8 +30,9 @@ type WebSocket struct {
 
 	wmu sync.Mutex // serialises writers
 
-	mu     sync.Mutex // guards closed
-	closed bool       // no more writes: the handler returned or the instance aborted
+	mu        sync.Mutex // guards closed and goingAway
+	closed    bool       // no more writes: the handler returned or the instance aborted
+	goingAway bool       // the instance is closing: the handler was asked to return
 }
 
 // Conn returns the underlying fasthttp/websocket connection, for its
@@ -96,6 +97,19 @@ func (ws *WebSocket) kick() {
 	_ = nc.Close()
 }
 
+// goAway asks the handler of a closing (not aborted) instance's socket to
+// return: its pending and next reads fail at once, and the host then sends
+// a 1001 "going away" close frame. A socket has no natural end, so a
+// graceful close does not wait for it. (A handler that resets the read
+// deadline keeps the socket until the close is upgraded to an abort.)
+// Called with the shard lock held, only while the socket is registered.
+func (ws *WebSocket) goAway() {
+	ws.mu.Lock()
+	ws.goingAway = true
+	ws.mu.Unlock()
+	_ = ws.conn.NetConn().SetReadDeadline(time.Unix(1, 0))
+}
+
 // upgrade answers a websocket route: the handshake is written by fasthttp
 // after this returns, and the socket's handler then runs on fasthttp's
 // hijack goroutine. The request's activity ends here; the socket takes its
@@ -143,13 +157,13 @@ func (h *Host) serveWebSocket(inst *Instance, r *route, params []string, conn *w
 	delete(x.sockets, ws)
 	sh.mu.Unlock()
 	ws.mu.Lock()
-	kicked := ws.closed
+	kicked, goingAway := ws.closed, ws.goingAway
 	ws.closed = true
 	ws.mu.Unlock()
 	ws.wmu.Lock() // let concurrent writers finish (bounded by their deadline)
 	if !kicked {
 		switch {
-		case inst.ctx.Err() != nil:
+		case goingAway || inst.ctx.Err() != nil:
 			ws.writeClose(websocket.CloseGoingAway, "instance closed")
 		case err != nil && !isCloseError(err):
 			ws.writeClose(websocket.CloseInternalServerErr, "internal error")
@@ -158,7 +172,7 @@ func (h *Host) serveWebSocket(inst *Instance, r *route, params []string, conn *w
 		}
 	}
 	ws.wmu.Unlock()
-	if err != nil && !isCloseError(err) && inst.ctx.Err() == nil {
+	if err != nil && !isCloseError(err) && !goingAway && inst.ctx.Err() == nil {
 		h.logThrottled(slog.LevelWarn, "websocket handler failed", "instance", inst.id, "route", r.pattern, "error", err)
 	}
 	h.met.websockets.Dec()
