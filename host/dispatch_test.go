@@ -281,3 +281,22 @@ func TestWebSocketHandshakeFailureReleasesActivity(t *testing.T) {
 	ts.h.sweep()
 	e.waitTorn(t, "h")
 }
+
+// TestHeadOnStreamRouteReleasesActivity: fasthttp never reads the body of
+// a HEAD response; the stream is still closed and the instance can idle.
+func TestHeadOnStreamRouteReleasesActivity(t *testing.T) {
+	fc := fakeClock()
+	e := newEnv()
+	ts := newTestHost(t, Config{Clock: fc, IdleTimeout: time.Minute, SweepInterval: time.Second}, e)
+	r := ts.expect(200, "HEAD", "/p/h/stream?n=0")
+	if r.body != "" {
+		t.Errorf("HEAD body = %q; want none", r.body)
+	}
+	waitFor(t, "the stream to close", func() bool { return ts.h.met.streams.Get() == 0 })
+	if e.genStops.Load() != 0 {
+		t.Error("the generator of a HEAD response ran")
+	}
+	fc.Advance(time.Hour)
+	ts.h.sweep()
+	e.waitTorn(t, "h")
+}

@@ -26,7 +26,9 @@ type Type[T any] struct {
 	// activation, while concurrent first requests for the id wait for it.
 	// An error fails every waiting request (an *Error with its status, any
 	// other error with 500) and leaves no instance behind; tasks New started
-	// are cancelled. New may keep inst and may call inst.Go. Required.
+	// are cancelled. New may keep inst and may call inst.Go; it should
+	// honour inst.Context() (an abort or Close past its deadline cancels it,
+	// and Close waits for New to return). Required.
 	New func(inst *Instance) (T, error)
 	// Teardown ends the object (the lifespan's teardown). It runs exactly
 	// once per successfully set-up instance, after every handler, stream,
