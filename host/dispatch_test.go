@@ -83,7 +83,7 @@ func TestTurnGuarantee(t *testing.T) {
 	e := newEnv()
 	ts := newTestHost(t, Config{}, e)
 	ts.tr.MaxIdleConnsPerHost = clients * 2
-	close(e.block) // tasks increment at once
+	close(e.taskBlock) // tasks increment at once
 	go func() {
 		for range e.entered { // drain task notifications
 		}

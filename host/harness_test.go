@@ -57,7 +57,8 @@ type env struct {
 	setupErr  func(id string) error // optional
 	setupWait chan struct{}         // optional: setup blocks until closed
 	torn      chan string           // ids torn down, in order
-	block     chan struct{}         // /block and /task wait for it (or the context)
+	block     chan struct{}         // /block waits for it (or the context)
+	taskBlock chan struct{}         // /task's task waits for it (or the context)
 	entered   chan string           // /block and /task report that they started
 	tornMu    sync.Mutex
 	tornIDs   map[string]int
@@ -68,10 +69,11 @@ type env struct {
 
 func newEnv() *env {
 	return &env{
-		torn:    make(chan string, 1024),
-		block:   make(chan struct{}),
-		entered: make(chan string, 1024),
-		tornIDs: map[string]int{},
+		torn:      make(chan string, 1024),
+		block:     make(chan struct{}),
+		taskBlock: make(chan struct{}),
+		entered:   make(chan string, 1024),
+		tornIDs:   map[string]int{},
 	}
 }
 
@@ -175,7 +177,7 @@ func (p *probe) task(c *Ctx) error {
 	err := p.inst.Go(func(ctx context.Context) error {
 		p.env.entered <- id
 		select {
-		case <-p.env.block:
+		case <-p.env.taskBlock:
 			return p.inst.Do(func() { p.n++ })
 		case <-ctx.Done():
 			return ctx.Err()

@@ -281,7 +281,7 @@ func TestIdleEvictionBlockedByActivity(t *testing.T) {
 		e.waitEntered(t, "task")
 		expire()
 		mustLive("task", "a task was running")
-		e.block <- struct{}{}
+		e.taskBlock <- struct{}{}
 		waitFor(t, "the task to end", func() bool { return h.met.tasks.Get() == 0 })
 		expire()
 		e.waitTorn(t, "task")
