@@ -254,3 +254,36 @@ func idleInstanceMemory(b *testing.B, n int) float64 {
 	}
 	return float64(after.HeapAlloc-before.HeapAlloc) / float64(n)
 }
+
+// BenchmarkSweep: one idle sweep that evicts nothing, with 0 and 10 000
+// busy instances. Busy instances are not on the idle lists, so the cost is
+// the same: one lock per shard.
+func BenchmarkSweep(b *testing.B) {
+	for _, busy := range []int{0, 10_000} {
+		b.Run("busy="+strconv.Itoa(busy), func(b *testing.B) {
+			h := newBenchHost(b, Config{MaxInstances: busy + 1}, nil)
+			rc := requestCtx("GET", "/b/x/")
+			uri := make([]byte, 0, 64)
+			var held []*Instance
+			for i := range busy {
+				uri = fmt.Appendf(uri[:0], "/b/busy-%d/", i)
+				rc.Request.SetRequestURIBytes(uri)
+				serveOnce(b, h.Handler, rc, 200)
+				inst := h.instance(fmt.Sprintf("busy-%d", i))
+				sh := &h.shards[inst.shard]
+				sh.mu.Lock()
+				sh.hold(inst) // as an in-flight request would
+				sh.mu.Unlock()
+				held = append(held, inst)
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				h.sweep()
+			}
+			b.StopTimer()
+			for _, inst := range held {
+				h.release(inst)
+			}
+		})
+	}
+}
