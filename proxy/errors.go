@@ -29,7 +29,7 @@ type replies struct {
 	hostMismatch                                                  reply
 
 	// Framing and fields: 400 and close.
-	framing, transferEncoding, fieldName, tooManyFields reply
+	framing, transferEncoding, contentLength, fieldName, obsFold, bareLF, tooManyFields reply
 
 	// Body.
 	tooLarge reply // 413, close
@@ -76,7 +76,10 @@ func (r *replies) build(cfg *Config) {
 
 	r.framing = closing(mk(fasthttp.StatusBadRequest, "transfer-encoding", "both Content-Length and Transfer-Encoding"))
 	r.transferEncoding = closing(mk(fasthttp.StatusBadRequest, "transfer-encoding", "transfer coding other than chunked"))
+	r.contentLength = closing(mk(fasthttp.StatusBadRequest, "content-length", "Content-Length must be decimal digits without a leading zero"))
 	r.fieldName = closing(mk(fasthttp.StatusBadRequest, "header", "invalid field name"))
+	r.obsFold = closing(mk(fasthttp.StatusBadRequest, "header", "obsolete line folding"))
+	r.bareLF = closing(mk(fasthttp.StatusBadRequest, "header", "line ends in LF without CR"))
 	r.tooManyFields = closing(mk(fasthttp.StatusBadRequest, "header", "too many hop-by-hop fields"))
 
 	r.tooLarge = closing(mk(fasthttp.StatusRequestEntityTooLarge, "body",

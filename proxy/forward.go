@@ -309,8 +309,10 @@ func (x *exchange) readHead(reused bool, attempt int) outcome {
 		}
 		// RFC 9112 §6.3: Content-Length with Transfer-Encoding, or a coding
 		// other than chunked, is a framing fault; fasthttp would let chunked
-		// win. A proxy must not relay such a message.
-		if s.contentLengths > 0 && s.transferEncodings > 0 || s.teNotChunked || s.badName || s.tooMany {
+		// win. A proxy must not relay such a message, nor one whose fields
+		// fasthttp read more leniently than RFC 9112 allows (obs-fold,
+		// bare LF: §5.2 lets a proxy answer 502).
+		if s.responseFault() {
 			x.drop()
 			if p.errLog.allow() {
 				p.log.Warn("ambiguous response framing from worker", "session", ep.Session)

@@ -67,6 +67,17 @@ type headScan struct {
 	// badName: a field name contains a space, which fasthttp tolerates
 	// but RFC 9110 §5.1 does not.
 	badName bool
+	// obsFold: a continuation line (RFC 9112 §5.2), which fasthttp folds
+	// into the previous value.
+	obsFold bool
+	// bareLF: a line ends in LF without CR (RFC 9112 §2.2), which fasthttp
+	// accepts as a line end.
+	bareLF bool
+	// badLength: a Content-Length with a leading zero ("03"), which
+	// fasthttp reads as decimal and parsers elsewhere need not.
+	badLength bool
+	// fields counts the field lines.
+	fields int
 	// tooMany: more than maxDeletes fields to remove.
 	tooMany bool
 	del     [maxDeletes]fieldRef
@@ -76,9 +87,18 @@ type headScan struct {
 // reset clears s for the next block. The deletion array is not zeroed: only
 // its first ndel entries are ever read.
 func (s *headScan) reset() {
-	s.contentLengths, s.transferEncodings, s.hosts, s.upgrades, s.ndel = 0, 0, 0, 0, 0
+	s.contentLengths, s.transferEncodings, s.hosts, s.upgrades, s.ndel, s.fields = 0, 0, 0, 0, 0, 0
 	s.teNotChunked, s.connUpgrade, s.connClose, s.badName, s.tooMany = false, false, false, false, false
+	s.obsFold, s.bareLF, s.badLength = false, false, false
 	s.host, s.upgrade = nil, nil
+}
+
+// responseFault reports whether a response head must not be relayed:
+// ambiguous framing (RFC 9112 §6.1, §6.3) or a field syntax fasthttp
+// tolerates and RFC 9112 does not.
+func (s *headScan) responseFault() bool {
+	return s.contentLengths > 0 && s.transferEncodings > 0 || s.teNotChunked || s.badLength ||
+		s.badName || s.obsFold || s.bareLF || s.tooMany
 }
 
 // deletes returns the fields to remove.
@@ -106,10 +126,11 @@ const (
 )
 
 // scanFields scans the field lines of a header block (no start line), up to
-// and including the empty line that ends it, or to the end of block.
-// Continuation lines (obs-fold) belong to the field before them.
+// and including the empty line that ends it, or to the end of block. Like
+// fasthttp it takes a bare LF as a line end, so that both see the same
+// fields; it flags the bare LF, and continuation lines (obs-fold), for the
+// caller to refuse.
 func scanFields(block []byte, s *headScan, mode scanMode) {
-	prev := hkOther
 	for len(block) > 0 {
 		i := bytes.IndexByte(block, '\n')
 		var line []byte
@@ -117,6 +138,9 @@ func scanFields(block []byte, s *headScan, mode scanMode) {
 			line, block = block, nil
 		} else {
 			line, block = block[:i], block[i+1:]
+			if n := len(line); n == 0 || line[n-1] != '\r' {
+				s.bareLF = true
+			}
 		}
 		if n := len(line); n > 0 && line[n-1] == '\r' {
 			line = line[:n-1]
@@ -124,13 +148,9 @@ func scanFields(block []byte, s *headScan, mode scanMode) {
 		if len(line) == 0 {
 			return
 		}
+		s.fields++
 		if line[0] == ' ' || line[0] == '\t' {
-			// obs-fold: fasthttp joins it to the previous value with a space
-			// (RFC 9112 §5.2 allows that); a folded Connection value still
-			// lists options.
-			if prev == hkConnection {
-				s.connectionTokens(line)
-			}
+			s.obsFold = true
 			continue
 		}
 		// Names are short: one loop finds the colon and any blank in the
@@ -152,7 +172,6 @@ func scanFields(block []byte, s *headScan, mode scanMode) {
 		}
 		name := line[:colon]
 		k := classify(name)
-		prev = k
 		if k == hkOther {
 			continue
 		}
@@ -165,6 +184,9 @@ func scanFields(block []byte, s *headScan, mode scanMode) {
 			s.hosts++
 		case hkContentLength:
 			s.contentLengths++
+			if len(value) > 1 && value[0] == '0' {
+				s.badLength = true
+			}
 		case hkTransferEncoding:
 			s.transferEncodings++
 			if !lowerEq(value, "chunked") {

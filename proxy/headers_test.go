@@ -59,13 +59,26 @@ func TestScanFields(t *testing.T) {
 		t.Errorf("trusted deletes = %q; want none", got)
 	}
 
-	// obs-fold: a folded Connection value still lists options.
-	if got := names(scan("Connection: a,\r\n b\r\nX: y\r\n\r\n", true)); got != "Connection,a,b" {
-		t.Errorf("folded deletes = %q", got)
+	// obs-fold is flagged (the caller refuses it).
+	if s = scan("Connection: a,\r\n b\r\nX: y\r\n\r\n", true); !s.obsFold || s.bareLF || s.fields != 3 {
+		t.Errorf("obs-fold scan: obsFold=%v bareLF=%v fields=%d; want true false 3", s.obsFold, s.bareLF, s.fields)
 	}
-	// Bare LF line ends.
-	if s = scan("Content-Length: 1\nTransfer-Encoding: chunked\n\n", true); s.contentLengths != 1 || s.transferEncodings != 1 {
+	// Bare LF line ends are read as line ends, as fasthttp does, and
+	// flagged.
+	if s = scan("Content-Length: 1\nTransfer-Encoding: chunked\n\n", true); s.contentLengths != 1 || s.transferEncodings != 1 || !s.bareLF {
 		t.Errorf("bare LF scan = %+v", s)
+	}
+	if s = scan("X: a\r\n\n", true); !s.bareLF {
+		t.Errorf("bare LF ending the block: bareLF = false")
+	}
+	if s = scan("X: a\r\nY: b\r\n\r\n", true); s.bareLF || s.obsFold || s.fields != 2 {
+		t.Errorf("clean block: %+v", s)
+	}
+	// Content-Length with a leading zero; "0" itself is fine.
+	for v, want := range map[string]bool{"0": false, "10": false, "03": true, "00": true} {
+		if s = scan("Content-Length: "+v+"\r\n\r\n", true); s.badLength != want {
+			t.Errorf("Content-Length %q: badLength = %v; want %v", v, s.badLength, want)
+		}
 	}
 
 	var many strings.Builder

@@ -111,8 +111,21 @@ func (p *Proxy) serve(x *exchange) bool {
 	case s.teNotChunked:
 		p.reject(ctx, &p.replies.transferEncoding)
 		return false
+	case s.badLength:
+		p.reject(ctx, &p.replies.contentLength)
+		return false
 	case s.badName:
 		p.reject(ctx, &p.replies.fieldName)
+		return false
+	case s.obsFold:
+		// RFC 9112 §5.2 allows folding it into one value instead; refusing
+		// leaves no field that a front end before us may have read as two.
+		p.reject(ctx, &p.replies.obsFold)
+		return false
+	case s.bareLF:
+		// RFC 9112 §2.2 allows reading it as a line end (fasthttp does);
+		// refusing leaves no field boundary that others may not see.
+		p.reject(ctx, &p.replies.bareLF)
 		return false
 	case s.tooMany:
 		p.reject(ctx, &p.replies.tooManyFields)

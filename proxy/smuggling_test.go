@@ -78,19 +78,6 @@ func TestSmugglingRefused(t *testing.T) {
 	}
 }
 
-// obs-fold is accepted and replaced by a space before forwarding (RFC 9112
-// §5.2 allows either).
-func TestObsFoldReplaced(t *testing.T) {
-	w, f, _, _ := setup(t, nil)
-	resp := raw(t, f.addr, "GET /counter/a HTTP/1.1\r\nHost: h\r\nX-Long: a\r\n  b\r\n\r\n")
-	if !strings.HasPrefix(resp, "HTTP/1.1 200") {
-		t.Fatalf("response %q", resp)
-	}
-	if got := w.last().get("X-Long"); got != "a b" {
-		t.Errorf("X-Long = %q; want %q", got, "a b")
-	}
-}
-
 // rawWorker accepts connections on 127.0.0.1, reads one request head from
 // each and answers with a fixed byte string, then closes.
 func rawWorker(t *testing.T, answer string) (addr string, requests func() int) {

@@ -111,8 +111,7 @@ func (p *Proxy) serveUpgrade(x *exchange) {
 		rs := &x.respScan
 		rs.reset()
 		scanFields(skipLine(head), rs, 0)
-		if err := rh.Read(x.br); err != nil ||
-			rs.contentLengths > 0 && rs.transferEncodings > 0 || rs.teNotChunked || rs.badName || rs.tooMany {
+		if err := rh.Read(x.br); err != nil || rs.responseFault() {
 			p.m.badGateway.Inc()
 			p.reply(ctx, &p.replies.badGateway)
 			return

@@ -1,0 +1,58 @@
+package proxy_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/pinned-go/pinned/internal/smuggle"
+)
+
+// refused sends raw and checks for exactly one response with status code,
+// a closed connection and nothing at the worker.
+func refused(t *testing.T, w *worker, addr, raw string, code int) smuggle.Result {
+	t.Helper()
+	before := len(w.requests())
+	r, err := smuggle.Send(addr, raw, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := smuggle.Request{Name: "", Raw: raw, Status: code}
+	if err := c.Check(r); err != nil {
+		t.Errorf("%q: %v", raw, err)
+	}
+	if n := len(w.requests()) - before; n != 0 {
+		t.Errorf("%q: worker saw %d requests; want 0", raw, n)
+	}
+	return r
+}
+
+// obs-fold was folded into one value and forwarded; a front end before the
+// pinboard may read the continuation as a field of its own (a hidden
+// Transfer-Encoding). It is refused now, on requests (400) and on worker
+// responses (502).
+func TestObsFoldRefused(t *testing.T) {
+	w, f, _, _ := setup(t, nil)
+	refused(t, w, f.addr, "GET /counter/a HTTP/1.1\r\nHost: h\r\nX-Long: a\r\n  b\r\n\r\n", 400)
+	refused(t, w, f.addr, "POST /counter/a HTTP/1.1\r\nHost: h\r\nX: y\r\n Transfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\nabc", 400)
+	refused(t, w, f.addr, "GET /counter/a HTTP/1.1\r\nHost: h\r\nConnection: a,\r\n\tb\r\n\r\n", 400)
+}
+
+// A bare LF ending a field line was taken as a line end and forwarded;
+// refused now, like every other field syntax fasthttp tolerates.
+func TestBareLFRefused(t *testing.T) {
+	w, f, _, _ := setup(t, nil)
+	refused(t, w, f.addr, "GET /counter/a HTTP/1.1\r\nHost: h\nX: 1\r\n\r\n", 400)
+	refused(t, w, f.addr, "POST /counter/a HTTP/1.1\r\nHost: h\r\nX: a\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", 400)
+}
+
+// Content-Length "003" was read as 3 and forwarded; refused now (a parser
+// elsewhere need not read it as decimal). "0" stays valid.
+func TestContentLengthLeadingZeroRefused(t *testing.T) {
+	w, f, _, _ := setup(t, nil)
+	refused(t, w, f.addr, "POST /counter/a HTTP/1.1\r\nHost: h\r\nContent-Length: 003\r\n\r\nabc", 400)
+	refused(t, w, f.addr, "POST /counter/a HTTP/1.1\r\nHost: h\r\nContent-Length: 00\r\n\r\n", 400)
+	if resp := raw(t, f.addr, "POST /counter/a HTTP/1.1\r\nHost: h\r\nContent-Length: 0\r\n\r\n"); !strings.HasPrefix(resp, "HTTP/1.1 200") {
+		t.Errorf("Content-Length: 0: %q", resp)
+	}
+}
