@@ -21,6 +21,9 @@ const (
 	// DefaultMaxHeaderBytes bounds a request head (the server's
 	// ReadBufferSize): larger heads get 431.
 	DefaultMaxHeaderBytes = 16 << 10
+	// DefaultMaxHeaderFields bounds the field lines of a request head: more
+	// get 431 (Envoy's and reliability §3's bound; browsers send about 20).
+	DefaultMaxHeaderFields = 100
 	// DefaultMaxResponseHeaderBytes bounds a worker's response head; larger
 	// heads get 502.
 	DefaultMaxResponseHeaderBytes = 16 << 10
@@ -87,6 +90,8 @@ type Config struct {
 	MaxRequestBodySize int64
 	// MaxHeaderBytes: DefaultMaxHeaderBytes. Used by NewServer.
 	MaxHeaderBytes int
+	// MaxHeaderFields: DefaultMaxHeaderFields.
+	MaxHeaderFields int
 	// MaxResponseHeaderBytes: DefaultMaxResponseHeaderBytes.
 	MaxResponseHeaderBytes int
 	// MaxIDLen bounds the id segment: wire.MaxIDLen, which is also its
@@ -151,6 +156,7 @@ func (c *Config) setDefaults() error {
 	}
 	def64(&c.MaxRequestBodySize, DefaultMaxRequestBodySize)
 	def(&c.MaxHeaderBytes, DefaultMaxHeaderBytes)
+	def(&c.MaxHeaderFields, DefaultMaxHeaderFields)
 	def(&c.MaxResponseHeaderBytes, DefaultMaxResponseHeaderBytes)
 	def(&c.MaxIDLen, wire.MaxIDLen)
 	def(&c.ReplayBodyMax, DefaultReplayBodyMax)
@@ -173,6 +179,8 @@ func (c *Config) setDefaults() error {
 		return fmt.Errorf("proxy: MaxIDLen %d outside 1..%d", c.MaxIDLen, wire.MaxIDLen)
 	case c.MaxHeaderBytes < 1024:
 		return fmt.Errorf("proxy: MaxHeaderBytes %d is below 1024", c.MaxHeaderBytes)
+	case c.MaxHeaderFields < 0:
+		return fmt.Errorf("proxy: MaxHeaderFields %d is negative", c.MaxHeaderFields)
 	case c.MaxResponseHeaderBytes < 1024:
 		return fmt.Errorf("proxy: MaxResponseHeaderBytes %d is below 1024", c.MaxResponseHeaderBytes)
 	case c.StreamBufferSize < 512:

@@ -30,6 +30,7 @@ type replies struct {
 
 	// Framing and fields: 400 and close.
 	framing, transferEncoding, contentLength, fieldName, obsFold, bareLF, tooManyFields reply
+	tooManyHeaderFields                                                                 reply // 431, close
 
 	// Body.
 	tooLarge reply // 413, close
@@ -81,6 +82,8 @@ func (r *replies) build(cfg *Config) {
 	r.obsFold = closing(mk(fasthttp.StatusBadRequest, "header", "obsolete line folding"))
 	r.bareLF = closing(mk(fasthttp.StatusBadRequest, "header", "line ends in LF without CR"))
 	r.tooManyFields = closing(mk(fasthttp.StatusBadRequest, "header", "too many hop-by-hop fields"))
+	r.tooManyHeaderFields = closing(mk(fasthttp.StatusRequestHeaderFieldsTooLarge, "header",
+		"more than "+strconv.Itoa(cfg.MaxHeaderFields)+" header fields"))
 
 	r.tooLarge = closing(mk(fasthttp.StatusRequestEntityTooLarge, "body",
 		"request body larger than "+strconv.FormatInt(cfg.MaxRequestBodySize, 10)+" bytes"))

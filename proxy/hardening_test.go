@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/pinned-go/pinned/internal/smuggle"
+	"github.com/pinned-go/pinned/proxy"
+	"github.com/pinned-go/pinned/proxy/proxytest"
 )
 
 // refused sends raw and checks for exactly one response with status code,
@@ -54,5 +56,26 @@ func TestContentLengthLeadingZeroRefused(t *testing.T) {
 	refused(t, w, f.addr, "POST /counter/a HTTP/1.1\r\nHost: h\r\nContent-Length: 00\r\n\r\n", 400)
 	if resp := raw(t, f.addr, "POST /counter/a HTTP/1.1\r\nHost: h\r\nContent-Length: 0\r\n\r\n"); !strings.HasPrefix(resp, "HTTP/1.1 200") {
 		t.Errorf("Content-Length: 0: %q", resp)
+	}
+}
+
+// A head of a thousand small fields fit MaxHeaderBytes and went to the
+// worker whole; MaxHeaderFields now bounds the count (431).
+func TestTooManyHeaderFields(t *testing.T) {
+	w, f, _, _ := setupWith(t, nil, func(c *proxy.Config) { c.MaxHeaderFields = 10 })
+	head := func(n int) string {
+		var b strings.Builder
+		b.WriteString("GET /counter/a HTTP/1.1\r\nHost: h\r\n")
+		for i := 1; i < n; i++ { // Host is one
+			b.WriteString("X: v\r\n")
+		}
+		return b.String() + "\r\n"
+	}
+	if resp := raw(t, f.addr, head(10)); !strings.HasPrefix(resp, "HTTP/1.1 200") {
+		t.Errorf("10 fields: %q; want 200", resp)
+	}
+	refused(t, w, f.addr, head(11), 431)
+	if _, err := proxy.New(proxy.Config{Resolver: proxytest.NewStatic(), MaxHeaderFields: -1}); err == nil {
+		t.Error("New accepted MaxHeaderFields -1")
 	}
 }

@@ -103,6 +103,9 @@ func (p *Proxy) serve(x *exchange) bool {
 	}
 	scanFields(h.RawHeaders(), s, mode)
 	switch {
+	case s.fields > p.cfg.MaxHeaderFields:
+		p.reject(ctx, &p.replies.tooManyHeaderFields)
+		return false
 	case s.contentLengths > 0 && s.transferEncodings > 0:
 		// RFC 9112 §6.1: a server may reject such a message, and must
 		// close after it; an intermediary must not pass it on as is.
