@@ -23,7 +23,7 @@ type reply struct {
 type replies struct {
 	retryAfter string
 
-	// Request target (400 unless noted).
+	// Request target (400 and close unless noted).
 	notObject, notOrigin, fragment, dotSegment, escape, backslash reply // notObject: 404
 	namespace, id                                                 [wire.SegmentNamespace + 1]reply
 	hostMismatch                                                  reply
@@ -37,7 +37,7 @@ type replies struct {
 	badBody  reply // 400, close: the client's body broke off or was malformed
 
 	// Upgrades.
-	upgradeToken, upgradeHandshake reply // 400
+	upgradeToken, upgradeHandshake reply // 400, close
 
 	// Worker side.
 	noWorker, store, unreachable, overloaded, tunnelsFull reply // 503 + Retry-After
@@ -63,15 +63,18 @@ func (r *replies) build(cfg *Config) {
 	}
 	closing := func(rp reply) reply { rp.close = true; return rp }
 
+	// Every 400 closes the connection: a client that sent one malformed
+	// request is not trusted to frame the next, and a refused request's
+	// unread body never has to be skipped. A 404 keeps it.
 	r.notObject = mk(fasthttp.StatusNotFound, "path", "not an object path: want /<namespace>/<id>[/...]")
-	r.notOrigin = mk(fasthttp.StatusBadRequest, "path", "request target must be a path")
-	r.fragment = mk(fasthttp.StatusBadRequest, "path", "request target must not contain '#'")
-	r.dotSegment = mk(fasthttp.StatusBadRequest, "path", "path must not contain '.' or '..' segments")
-	r.escape = mk(fasthttp.StatusBadRequest, "path", "path must not contain escaped '/', '\\', '.', NUL or '%'")
-	r.backslash = mk(fasthttp.StatusBadRequest, "path", "path must not contain '\\'")
+	r.notOrigin = closing(mk(fasthttp.StatusBadRequest, "path", "request target must be a path"))
+	r.fragment = closing(mk(fasthttp.StatusBadRequest, "path", "request target must not contain '#'"))
+	r.dotSegment = closing(mk(fasthttp.StatusBadRequest, "path", "path must not contain '.' or '..' segments"))
+	r.escape = closing(mk(fasthttp.StatusBadRequest, "path", "path must not contain escaped '/', '\\', '.', NUL or '%'"))
+	r.backslash = closing(mk(fasthttp.StatusBadRequest, "path", "path must not contain '\\'"))
 	for e := wire.SegmentEmpty; e <= wire.SegmentNamespace; e++ {
-		r.namespace[e] = mk(fasthttp.StatusBadRequest, "namespace", "namespace: "+e.Error())
-		r.id[e] = mk(fasthttp.StatusBadRequest, "id", "id: "+e.Error())
+		r.namespace[e] = closing(mk(fasthttp.StatusBadRequest, "namespace", "namespace: "+e.Error()))
+		r.id[e] = closing(mk(fasthttp.StatusBadRequest, "id", "id: "+e.Error()))
 	}
 	r.hostMismatch = closing(mk(fasthttp.StatusBadRequest, "host", "absolute-form target and Host disagree"))
 
@@ -89,9 +92,9 @@ func (r *replies) build(cfg *Config) {
 		"request body larger than "+strconv.FormatInt(cfg.MaxRequestBodySize, 10)+" bytes"))
 	r.badBody = closing(mk(fasthttp.StatusBadRequest, "body", "request body incomplete or malformed"))
 
-	r.upgradeToken = mk(fasthttp.StatusBadRequest, "upgrade", "only Upgrade: websocket is supported")
-	r.upgradeHandshake = mk(fasthttp.StatusBadRequest, "upgrade",
-		"a WebSocket handshake is an HTTP/1.1 GET with Connection: Upgrade and no body")
+	r.upgradeToken = closing(mk(fasthttp.StatusBadRequest, "upgrade", "only Upgrade: websocket is supported"))
+	r.upgradeHandshake = closing(mk(fasthttp.StatusBadRequest, "upgrade",
+		"a WebSocket handshake is an HTTP/1.1 GET with Connection: Upgrade and no body"))
 
 	r.noWorker = unavailable(wire.ReasonNoWorker, "no worker serves the namespace")
 	r.store = unavailable(wire.ReasonStore, "placement directory unavailable")

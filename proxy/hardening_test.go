@@ -79,3 +79,23 @@ func TestTooManyHeaderFields(t *testing.T) {
 		t.Error("New accepted MaxHeaderFields -1")
 	}
 }
+
+// Route and upgrade refusals (400) kept the connection open; every 400
+// closes it now, like the framing refusals always did. A 404 for a path
+// that names no object keeps it.
+func TestBadRequestCloses(t *testing.T) {
+	w, f, _, _ := setup(t, nil)
+	for _, req := range []string{
+		"GET /counter/a%2Fb HTTP/1.1\r\nHost: h\r\n\r\n",
+		"GET /counter/a/../b HTTP/1.1\r\nHost: h\r\n\r\n",
+		"OPTIONS * HTTP/1.1\r\nHost: h\r\n\r\n",
+		"GET /counter/a HTTP/1.1\r\nHost: h\r\nUpgrade: h2c\r\nConnection: Upgrade\r\n\r\n",
+		"GET /counter/a HTTP/1.1\r\nHost: h\r\nUpgrade: websocket\r\n\r\n",
+	} {
+		refused(t, w, f.addr, req+"GET /counter/b HTTP/1.1\r\nHost: h\r\n\r\n", 400)
+	}
+	r, err := smuggle.Send(f.addr, "GET /counter HTTP/1.1\r\nHost: h\r\n\r\n", 300*time.Millisecond)
+	if err != nil || r.Status() != 404 || r.Closed {
+		t.Errorf("GET /counter: %v closed=%v %v; want 404 and the connection kept", r.Statuses, r.Closed, err)
+	}
+}
