@@ -32,6 +32,9 @@ type replies struct {
 	framing, transferEncoding, contentLength, fieldName, obsFold, bareLF, tooManyFields reply
 	tooManyHeaderFields                                                                 reply // 431, close
 
+	// Refused by fasthttp's parser (ServerError); fasthttp closes.
+	malformed, headTooLarge, headTimeout reply // 400, 431, 408
+
 	// Body.
 	tooLarge reply // 413, close
 	badBody  reply // 400, close: the client's body broke off or was malformed
@@ -87,6 +90,11 @@ func (r *replies) build(cfg *Config) {
 	r.tooManyFields = closing(mk(fasthttp.StatusBadRequest, "header", "too many hop-by-hop fields"))
 	r.tooManyHeaderFields = closing(mk(fasthttp.StatusRequestHeaderFieldsTooLarge, "header",
 		"more than "+strconv.Itoa(cfg.MaxHeaderFields)+" header fields"))
+
+	r.malformed = closing(mk(fasthttp.StatusBadRequest, "", "malformed request"))
+	r.headTooLarge = closing(mk(fasthttp.StatusRequestHeaderFieldsTooLarge, "header",
+		"request head larger than "+strconv.Itoa(cfg.MaxHeaderBytes)+" bytes"))
+	r.headTimeout = closing(mk(fasthttp.StatusRequestTimeout, "", "request head not received in time"))
 
 	r.tooLarge = closing(mk(fasthttp.StatusRequestEntityTooLarge, "body",
 		"request body larger than "+strconv.FormatInt(cfg.MaxRequestBodySize, 10)+" bytes"))

@@ -1,6 +1,7 @@
 package proxy_test
 
 import (
+	"bytes"
 	"strings"
 	"testing"
 	"time"
@@ -97,5 +98,31 @@ func TestBadRequestCloses(t *testing.T) {
 	r, err := smuggle.Send(f.addr, "GET /counter HTTP/1.1\r\nHost: h\r\n\r\n", 300*time.Millisecond)
 	if err != nil || r.Status() != 404 || r.Closed {
 		t.Errorf("GET /counter: %v closed=%v %v; want 404 and the connection kept", r.Statuses, r.Closed, err)
+	}
+}
+
+// What fasthttp's parser refused before the handler came as text/plain;
+// the proxy's ServerError makes it the JSON wire.Error every other refusal
+// is, with the precise status, and counts it.
+func TestParserErrorsAreJSON(t *testing.T) {
+	w, f, _, _ := setup(t, nil)
+	for _, c := range []struct {
+		req  string
+		code int
+	}{
+		{"GET /counter/a HTTP/1.1\r\n\r\n", 400},                                                        // no Host
+		{"POST /counter/a HTTP/1.1\r\nHost: h\r\nContent-Length: 1\r\nContent-Length: 1\r\n\r\na", 400}, // duplicate CL
+		{"GET /counter/a HTTP/1.1\r\nHost: h\r\nX: " + strings.Repeat("a", 20<<10) + "\r\n\r\n", 431},
+		{"POST /counter/a HTTP/1.1\r\nHost: h\r\nExpect: 100-continue\r\nContent-Length: 999999999999\r\n\r\n", 413},
+	} {
+		r := refused(t, w, f.addr, c.req, c.code)
+		if _, err := r.JSONError(); err != nil {
+			t.Errorf("%.40q: %v", c.req, err)
+		}
+	}
+	var b bytes.Buffer
+	f.p.Metrics().WritePrometheus(&b)
+	if !strings.Contains(b.String(), "pinned_proxy_rejected_total 4\n") {
+		t.Errorf("metrics: want pinned_proxy_rejected_total 4:\n%s", b.String())
 	}
 }

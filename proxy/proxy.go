@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -278,11 +279,27 @@ func (p *Proxy) countResponse(code int) {
 // ExpectHandler (NewServer does).
 func (p *Proxy) ExpectHandler(ctx *fasthttp.RequestCtx) int {
 	if max := p.cfg.MaxRequestBodySize; max >= 0 && int64(ctx.Request.Header.ContentLength()) > max {
-		p.m.rejected.Inc()
-		p.countResponse(fasthttp.StatusRequestEntityTooLarge)
+		p.reject(ctx, &p.replies.tooLarge) // fasthttp closes after it
 		return fasthttp.StatusRequestEntityTooLarge
 	}
 	return fasthttp.StatusContinue
+}
+
+// ServerError answers a request that fasthttp's parser refused before any
+// handler ran; set it as the server's ErrorHandler (NewServer does). A head
+// larger than MaxHeaderBytes gets 431, a head that did not arrive within
+// HeaderTimeout 408, anything else 400; each carries a JSON wire.Error like
+// the proxy's own refusals, and fasthttp closes the connection after it.
+func (p *Proxy) ServerError(ctx *fasthttp.RequestCtx, err error) {
+	var small *fasthttp.ErrSmallBuffer
+	switch {
+	case errors.As(err, &small):
+		p.reject(ctx, &p.replies.headTooLarge)
+	case isTimeout(err):
+		p.reject(ctx, &p.replies.headTimeout)
+	default:
+		p.reject(ctx, &p.replies.malformed)
+	}
 }
 
 // NewServer returns a fasthttp.Server that serves the proxy, configured as
@@ -297,7 +314,7 @@ func (p *Proxy) ExpectHandler(ctx *fasthttp.RequestCtx) int {
 //     every client connection holds), ReadTimeout =
 //     HeaderTimeout (slowloris), IdleTimeout, WriteTimeout for buffered
 //     responses (streams move their own deadline), Concurrency = MaxConns;
-//   - ExpectHandler = p.ExpectHandler.
+//   - ExpectHandler = p.ExpectHandler, ErrorHandler = p.ServerError.
 //
 // Header names are normalised (fasthttp's default), so that fields the proxy
 // manages are found whatever their case.
@@ -305,6 +322,7 @@ func (p *Proxy) NewServer() *fasthttp.Server {
 	return &fasthttp.Server{
 		Handler:                      p.Handler,
 		ExpectHandler:                p.ExpectHandler,
+		ErrorHandler:                 p.ServerError,
 		StreamRequestBody:            true,
 		DisablePreParseMultipartForm: true,
 		NoDefaultServerHeader:        true,
