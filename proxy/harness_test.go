@@ -38,6 +38,7 @@ type worker struct {
 	addr     string
 	srv      *fasthttp.Server
 	accepted atomic.Int64 // connections accepted
+	bytesIn  atomic.Int64 // bytes read from all connections
 	mu       sync.Mutex
 	seen     []seenRequest // every request the handler ran for
 }
@@ -110,12 +111,37 @@ func startWorkerWith(t *testing.T, h fasthttp.RequestHandler, mutate func(*fasth
 	}
 	w.addr = ln.Addr().String()
 	done := make(chan struct{})
-	go func() { defer close(done); _ = w.srv.Serve(ln) }()
+	go func() { defer close(done); _ = w.srv.Serve(countingListener{ln, &w.bytesIn}) }()
 	t.Cleanup(func() {
 		_ = w.srv.Shutdown()
 		<-done
 	})
 	return w
+}
+
+// countingListener counts the bytes read from its connections.
+type countingListener struct {
+	net.Listener
+	n *atomic.Int64
+}
+
+func (l countingListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return &countingReadConn{c, l.n}, nil
+}
+
+type countingReadConn struct {
+	net.Conn
+	n *atomic.Int64
+}
+
+func (c *countingReadConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	c.n.Add(int64(n))
+	return n, err
 }
 
 // requests returns what the worker has seen so far.
