@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bufio"
+	"bytes"
 	"errors"
 	"io"
 	"net"
@@ -486,9 +487,7 @@ func (x *exchange) copyRequestBody() error {
 			if _, werr := x.bw.WriteString("0\r\n"); werr != nil {
 				return werr
 			}
-			// TrailerHeader ends with the CRLF that closes the body.
-			_, werr := x.bw.Write(x.ctx.Request.Header.TrailerHeader())
-			return werr
+			return x.writeTrailers()
 		}
 		if err != nil {
 			return errClientBody
@@ -497,6 +496,32 @@ func (x *exchange) copyRequestBody() error {
 			return nil
 		}
 	}
+}
+
+// writeTrailers writes the client's trailer section and the CRLF that ends
+// the body. Only fields the proxy does not manage pass: fasthttp merges
+// trailers into the worker's request header once the body is read, so a
+// client's X-Pinned-*, forwarding or hop-by-hop field in a trailer would
+// reach the worker as if the proxy had sent it.
+func (x *exchange) writeTrailers() error {
+	block := x.ctx.Request.Header.TrailerHeader()
+	for len(block) > 0 {
+		i := bytes.IndexByte(block, '\n')
+		if i < 0 {
+			break
+		}
+		line := block[:i+1]
+		block = block[i+1:]
+		colon := bytes.IndexByte(line, ':')
+		if colon <= 0 || classify(line[:colon]) != hkOther {
+			continue
+		}
+		if _, err := x.bw.Write(line); err != nil {
+			return err
+		}
+	}
+	_, err := x.bw.WriteString("\r\n")
+	return err
 }
 
 // respond finishes a request whose final response head is in ctx.Response:
