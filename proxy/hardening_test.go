@@ -126,3 +126,35 @@ func TestParserErrorsAreJSON(t *testing.T) {
 		t.Errorf("metrics: want pinned_proxy_rejected_total 4:\n%s", b.String())
 	}
 }
+
+// fasthttp's chunked decoder takes a bare LF as the end of the trailer
+// section ("0\r\n\n"); a front end that reads the trailers on to CRLFCRLF
+// sees one request where fasthttp saw two, and the second reached the
+// worker (found by FuzzProxyDifferential, also behind a 404 that left the
+// body for fasthttp to skip). The connection now closes after every request
+// with a chunked body, whatever its answer: nothing pipelined behind one is
+// read.
+func TestBareLFTrailerCannotSmuggle(t *testing.T) {
+	w, f, _, _ := setupWith(t, echoAny, nil)
+	for _, c := range []struct {
+		path string
+		code int
+	}{{"/counter/a", 200}, {"/counter", 404}} {
+		for _, body := range []string{"0\r\n\n", "0\r\nX: 1\n\r\n", "0\r\nX: 1\n\n", "0\r\n\r\n"} {
+			before := len(w.requests())
+			r, err := smuggle.Send(f.addr, "POST "+c.path+" HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n"+body+
+				"GET /counter/b HTTP/1.1\r\nHost: h\r\n\r\n", 5*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(r.Statuses) != 1 || r.Statuses[0] != c.code || !r.Closed {
+				t.Errorf("POST %s body %q: statuses %v closed=%v; want one %d and close", c.path, body, r.Statuses, r.Closed, c.code)
+			}
+			for _, s := range w.requests()[before:] {
+				if s.uri != "/counter/a" {
+					t.Errorf("POST %s body %q: the pipelined %s %s reached the worker", c.path, body, s.method, s.uri)
+				}
+			}
+		}
+	}
+}

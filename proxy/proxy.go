@@ -71,7 +71,17 @@ func (p *Proxy) Metrics() *metrics.Set { return p.cfg.Metrics }
 func (p *Proxy) Handler(ctx *fasthttp.RequestCtx) {
 	x := p.exchanges.Get().(*exchange)
 	x.ctx = ctx
-	if !p.serve(x) {
+	handed := p.serve(x)
+	if ctx.Request.Header.ContentLength() == -1 {
+		// A chunked body, forwarded or not: where it ends is decided by
+		// fasthttp's decoder, which the raw scan cannot check, and which
+		// takes a bare LF as the end of the trailer section where a
+		// stricter front end reads on. No request after a chunked one is
+		// read from the connection, so no such disagreement can smuggle
+		// one. (x may belong to the server now; only ctx is touched.)
+		ctx.SetConnectionClose()
+	}
+	if !handed {
 		p.putExchange(x)
 	}
 }
