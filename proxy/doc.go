@@ -22,10 +22,14 @@
 //  1. One pass over the request head as it arrived (RequestHeader.RawHeaders):
 //     framing that fasthttp's parse folds away (Content-Length with
 //     Transfer-Encoding, which fasthttp lets chunked win; a coding other than
-//     chunked) and field names with blanks are refused with 400 and a closed
-//     connection (RFC 9112 §6.1, §6.3); the same pass lists the fields to
+//     chunked; a Content-Length with a leading zero) and field syntax it
+//     tolerates (blanks in a name, obs-fold, a bare LF line end) are refused
+//     with 400 and a closed connection (RFC 9112 §2.2, §5, §6.1, §6.3), more
+//     than MaxHeaderFields fields with 431; the same pass lists the fields to
 //     remove. fasthttp itself refuses duplicate Content-Length, duplicate
-//     Host, a missing Host, bad values and the like before the handler runs.
+//     Host, a missing Host, bad values and the like before the handler runs;
+//     ServerError answers those with the same JSON errors. See "Smuggling
+//     policy" below.
 //  2. The target, from the raw request URI, nothing decoded (route.go): the
 //     namespace and id must pass wire.CheckSegment; the rest must not be able
 //     to climb out of "/<ns>/<id>" once a backend decodes and normalises it
@@ -64,6 +68,57 @@
 //     the server has written it. Trailers follow the last chunk. An
 //     HTTP/1.0 client never gets chunked framing (P9): a body of unknown
 //     length is delimited by closing the connection.
+//
+// # Smuggling policy
+//
+// The rule: a request whose framing or syntax two parsers could read
+// differently is refused and its connection closed; the worker receives not
+// one byte of it. The status says which limit or rule was hit; every
+// refusal is a JSON wire.Error. The table in internal/smuggle (run by
+// TestSmugglingTable, 130 cases) holds an example of every row.
+//
+//   - 400 + close: Content-Length with Transfer-Encoding; a coding other
+//     than exactly chunked (identity, gzip, "chunked, chunked", parameters,
+//     two Transfer-Encoding fields, any case game that is not "chunked");
+//     Transfer-Encoding on HTTP/1.0; a duplicate, listed, signed, hex,
+//     empty, leading-zero or non-digit Content-Length; a blank before the
+//     colon or in a name, an empty name, a line without a colon, obs-fold,
+//     a bare CR, LF, NUL or other control byte in the head; a malformed
+//     request line or version (HTTP/2 prior knowledge included); a missing
+//     (HTTP/1.1), repeated or invalid Host, or an absolute-form target
+//     whose authority differs from Host; a bad chunk size or chunk line
+//     (0x, _, +, -, empty, overflow, bare LF, data longer or shorter than
+//     its size); a target that is not origin- or absolute-form, has '#',
+//     an id or namespace outside wire.CheckSegment, an escaped '/', '\',
+//     '.', NUL or '%', a dot segment or a raw '\'; an Upgrade other than
+//     a WebSocket handshake (h2c with or without HTTP2-Settings, TLS, two
+//     Upgrade fields, websocket without Connection: Upgrade, on a POST or
+//     on HTTP/1.0). Every other 400 closes too.
+//   - 431 + close: a head over MaxHeaderBytes or over MaxHeaderFields.
+//   - 413 + close: a Content-Length over MaxRequestBodySize (at once with
+//     Expect: 100-continue, otherwise after fasthttp's prefetch of
+//     min(Content-Length, 8 KiB)), or a chunked body growing past it.
+//   - 408 + close: a head not received within HeaderTimeout (slowloris).
+//   - 501 and 505 are not used: "gzip, chunked" (RFC 9112 §6.1 suggests
+//     501) and unknown versions (505) are refused by fasthttp's parser
+//     before the handler, and one status per class keeps the table simple.
+//   - A request with a chunked body closes its connection after the
+//     answer, whatever the answer: fasthttp decodes where the body ends
+//     (it takes a bare LF as the end of the trailer section) and the proxy
+//     cannot see those bytes, so nothing pipelined behind one is read.
+//
+// Tolerated, because fasthttp consumes the bytes where the raw scan cannot
+// see them, and forwarded regenerated (the worker receives a clean
+// request): a bare LF ending the request line, empty lines before it, and
+// chunk extensions (dropped, whatever they contain). A chunked body whose
+// framing breaks after its first chunk has already streamed: the client
+// gets 400 and close, the worker a truncated body whose read fails.
+//
+// From a worker, the same faults (ambiguous framing, a bad Content-Length,
+// obs-fold, bare LF, CR/LF/NUL in a value, a blank in a name, an
+// unparsable status line, a head over MaxResponseHeaderBytes or cut off, a
+// 101 to a plain request) become the proxy's own 502 with nothing of the
+// worker's answer relayed.
 //
 // # Failures and retries
 //
@@ -122,7 +177,8 @@
 //   - The backend path is byte-identical to the client's (with the advertise
 //     URL's path, if any, in front); nothing is decoded or normalised.
 //   - A worker never sees a request the proxy refused, and never sees a
-//     client's X-Pinned-* field.
+//     client's X-Pinned-* field, in the head or in a trailer (trailers the
+//     proxy manages in the head are dropped).
 //   - Per request, the proxy's own code allocates nothing, starts no
 //     goroutine, and takes no lock shared by all requests: exchanges come
 //     from a sync.Pool, replies are prebuilt, counters are atomics on the
@@ -138,9 +194,9 @@
 //
 // # Callers must not assume
 //
-//   - that a request refused by fasthttp's parser (400/431 before the
-//     handler) shows up in the proxy's metrics: only what reaches the handler
-//     is counted;
+//   - that a request refused by fasthttp's parser is counted or answered in
+//     JSON unless the server's ErrorHandler is ServerError (NewServer sets
+//     it);
 //   - that a chunked request body failing after its first chunk is withheld
 //     from the worker: the worker sees a truncated body and its read fails;
 //   - that Close waits for requests: it only ends tunnels. Shut the server

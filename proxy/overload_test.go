@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -213,8 +214,8 @@ func TestRetryBudgetAllUnavailable(t *testing.T) {
 }
 
 // Reliability §3 goal 6 and §5: slowloris. Many connections that send their
-// head at 1 byte per second are closed at HeaderTimeout (±1 s), while
-// normal requests on other connections keep flowing with low latency.
+// head at 1 byte per second get 408 and are closed at HeaderTimeout (±1 s),
+// while normal requests on other connections keep flowing with low latency.
 func TestSlowlorisClosedAtHeaderTimeout(t *testing.T) {
 	const (
 		slow          = 200
@@ -225,6 +226,7 @@ func TestSlowlorisClosedAtHeaderTimeout(t *testing.T) {
 	type slowResult struct {
 		closedAfter time.Duration
 		sent        int
+		got408      bool
 		err         error
 	}
 	results := make([]slowResult, slow)
@@ -265,9 +267,10 @@ func TestSlowlorisClosedAtHeaderTimeout(t *testing.T) {
 					first = false
 				}
 				_ = c.SetReadDeadline(time.Now().Add(time.Second))
-				if _, err := c.Read(buf); err == nil || errors.Is(err, io.EOF) || !isNetTimeout(err) {
-					// A 408, then EOF; or EOF; or a reset.
+				if n, err := c.Read(buf); err == nil || errors.Is(err, io.EOF) || !isNetTimeout(err) {
+					// The 408 (then EOF), or EOF, or a reset.
 					r.closedAfter = time.Since(start)
+					r.got408 = strings.HasPrefix(string(buf[:n]), "HTTP/1.1 408")
 					return
 				}
 			}
@@ -296,6 +299,9 @@ func TestSlowlorisClosedAtHeaderTimeout(t *testing.T) {
 			continue
 		}
 		closed = append(closed, r.closedAfter)
+		if !r.got408 {
+			t.Errorf("slow connection %d: closed without a 408", i)
+		}
 		if r.closedAfter < headerTimeout-time.Second || r.closedAfter > headerTimeout+time.Second {
 			t.Errorf("slow connection %d closed after %v; want HeaderTimeout %v ± 1s", i, r.closedAfter, headerTimeout)
 		}
