@@ -217,7 +217,7 @@ func TestRunServesRegistryAndAdmin(t *testing.T) {
 	w := fakeworker.Start(t, "secret")
 	code, body := r.do("POST", r.public, wire.PathRegister, token, wire.RegisterRequest{
 		ClientID: "c1", Secret: "secret", Namespaces: []string{"/counter"}, AdvertiseURL: w.URL, Headroom: 1,
-		Challenge: "x", ChallengeValue: fakeworker.Value("x"),
+		Challenge: "x-0123456789abcdefghijkl", ChallengeValue: fakeworker.Value("x-0123456789abcdefghijkl"),
 	})
 	if code != 200 {
 		t.Fatalf("register = %d %s", code, body)
