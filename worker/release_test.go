@@ -116,3 +116,48 @@ func TestReleaseStopsWhenCtxEnds(t *testing.T) {
 		t.Fatalf("%d release calls; want 1", n)
 	}
 }
+
+// Release names the session: the current one, or the last one while the
+// worker holds none, so the pinboard never frees a newer session's
+// placement on a late release.
+func TestReleaseSendsSessionID(t *testing.T) {
+	h := newHarness(t)
+	hold := make(chan struct{})
+	h.pb.onHeartbeat = func(n int, _ wire.HeartbeatRequest) action {
+		if n == 1 {
+			return action{nack: wire.NackReregister}
+		}
+		return action{}
+	}
+	h.pb.onRegister = func(n int) action {
+		if n == 2 {
+			return action{hold: hold} // the fresh registration is slow
+		}
+		return action{}
+	}
+	first := h.register()
+	if err := release(t, h, context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	h.advanceTo(3 * time.Second) // the heartbeat is NACKed: the lease is lost
+	h.until("the second registration in flight", func() bool { return len(h.pb.registerList()) == 2 && !h.w.Ready() })
+	if err := release(t, h, context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	close(hold)
+	h.until("the new session", func() bool { return h.w.Ready() && h.w.Session() != first })
+	second := h.w.Session()
+	if err := release(t, h, context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	got := h.pb.releaseList()
+	want := []string{first, first, second}
+	if len(got) != len(want) {
+		t.Fatalf("%d releases; want %d", len(got), len(want))
+	}
+	for i, r := range got {
+		if r.SessionID != want[i] || r.ClientID != h.w.ClientID() || r.Namespace != "/counter" || r.ID != "abc" {
+			t.Errorf("release %d = %+v; want sessionId %q (current, else last)", i, r, want[i])
+		}
+	}
+}
