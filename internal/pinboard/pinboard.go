@@ -129,12 +129,19 @@ func New(cfg Config) (*Pinboard, error) {
 		p.st, p.redis = r, r
 	}
 	reg, err := registry.New(registry.Config{
-		Store:             p.st,
-		Tokens:            cfg.Tokens,
-		Lease:             cfg.Lease,
-		AdvertiseNetworks: cfg.AdvertiseNetworks,
-		Clock:             p.clock,
-		Logger:            root,
+		Store:               p.st,
+		Tokens:              cfg.Tokens,
+		Lease:               cfg.Lease,
+		AdvertiseNetworks:   cfg.AdvertiseNetworks,
+		AdvertisePorts:      cfg.AdvertisePorts,
+		NonceTTL:            cfg.NonceTTL,
+		RegisterIPLimit:     cfg.RegisterIPLimit,
+		RegisterTokenLimit:  cfg.RegisterTokenLimit,
+		AuthFailureLimit:    cfg.AuthFailureLimit,
+		MaxSessionsPerToken: cfg.MaxSessionsPerToken,
+		MaxTrackedClients:   cfg.MaxTrackedClients,
+		Clock:               p.clock,
+		Logger:              root,
 	})
 	if err != nil {
 		p.st.Close()
