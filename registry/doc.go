@@ -124,14 +124,18 @@
 //     20; IPv6 by /64) and per deployment token (RegisterTokenLimit, 20/s
 //     burst 100); failed authentications per client IP (AuthFailureLimit,
 //     10/min): past it every authenticated call from that IP is refused
-//     before its token is checked. Refusals are 429 + Retry-After; the
+//     before its token is checked, except a heartbeat naming a live session
+//     (its token is checked as usual), so workers behind the same NAT as a
+//     misconfigured client keep their leases; a guesser without a live
+//     session id never gets a guess evaluated. Refusals are 429 + Retry-After; the
 //     per-IP buckets live in LRUs of MaxTrackedClients entries. The client
 //     IP is the TCP peer: behind a proxy that hides it, the per-IP limits
 //     apply to the proxy.
 //   - Live sessions per deployment token are capped (MaxSessionsPerToken,
 //     default 1024): a verified registration reserves a slot atomically
-//     (store.ReserveSlot) before its session is written; beyond the cap it
-//     gets 429 + Retry-After: <lease>. Heartbeats keep the slot; deregister
+//     (store.ReserveSlot) before its session is written (a store failure
+//     in between leaves the slot to expire with the lease); beyond the cap
+//     it gets 429 + Retry-After: <lease>. Heartbeats keep the slot; deregister
 //     and expiry free it. Superseded sessions count until their lease ends.
 //   - Tokens are identified by a tokenId (PBKDF2 of the token, 72 bits,
 //     the same on every pinboard), stored with each session and logged;

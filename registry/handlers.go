@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"net/netip"
 	"slices"
 	"time"
 
@@ -34,8 +35,13 @@ func (r *Registry) endpoint(name string, auth bool, h handler) fasthttp.RequestH
 			client := clientKey(ctx.RemoteIP())
 			if blocked, wait := r.authFails.blocked(client); blocked {
 				// Refused before the token is looked at: a client that
-				// guessed wrong too often learns nothing more.
-				code = r.tooMany(ctx, limitAuthIP, wait, "too many failed authentications from this address; retry later")
+				// guessed wrong too often learns nothing more. Heartbeats of
+				// live sessions are the exception (see heartbeatWhileLimited).
+				if name == epHeartbeat {
+					code = r.heartbeatWhileLimited(ctx, client, wait)
+				} else {
+					code = r.authLimited(ctx, wait)
+				}
 			} else if tok, ok := r.authorized(ctx); ok {
 				code = h(ctx, tok)
 			} else {
@@ -48,6 +54,39 @@ func (r *Registry) endpoint(name string, auth bool, h handler) fasthttp.RequestH
 	}
 }
 
+func (r *Registry) authLimited(ctx *fasthttp.RequestCtx, wait time.Duration) int {
+	return r.tooMany(ctx, limitAuthIP, wait, "too many failed authentications from this address; retry later")
+}
+
+// heartbeatWhileLimited serves a heartbeat from an address that is over its
+// failed-authentication limit. Every other call from that address is
+// refused outright; but a heartbeat keeps a lease, and a worker that shares
+// its address (a NAT) with a client that keeps failing must not lose its
+// lease for it. So a heartbeat naming a live session has its token checked
+// as usual, and any other gets the same 429 without its token being looked
+// at. Session ids are 144 random bits known only to their worker and to
+// holders of a valid token, so a token guesser gains nothing: without a
+// live session id its guesses are never evaluated, and what it can time is
+// only whether the session exists.
+func (r *Registry) heartbeatWhileLimited(ctx *fasthttp.RequestCtx, client netip.Addr, wait time.Duration) int {
+	req, e := decodeRequest(ctx, parseHeartbeat)
+	if e != nil {
+		return r.authLimited(ctx, wait)
+	}
+	sctx, cancel := r.storeContext()
+	defer cancel()
+	if _, err := r.st.Session(sctx, req.SessionID); err != nil {
+		return r.authLimited(ctx, wait)
+	}
+	tok, ok := r.checkToken(ctx)
+	if !ok {
+		r.m.authFailures.Inc()
+		r.authFails.spend(client)
+		return r.authLimited(ctx, wait)
+	}
+	return r.heartbeatReq(ctx, tok, req)
+}
+
 // tooMany answers 429 + Retry-After with a JSON error and counts it.
 func (r *Registry) tooMany(ctx *fasthttp.RequestCtx, limit string, wait time.Duration, msg string) int {
 	r.m.rateLimited[limit].Inc()
@@ -58,14 +97,21 @@ func (r *Registry) tooMany(ctx *fasthttp.RequestCtx, limit string, wait time.Dur
 	return writeError(ctx, fasthttp.StatusTooManyRequests, msg, "")
 }
 
+// checkToken checks the bearer token and returns the id of the token that
+// matched.
+func (r *Registry) checkToken(ctx *fasthttp.RequestCtx) (string, bool) {
+	tok, ok := bearer(ctx.Request.Header.Peek(fasthttp.HeaderAuthorization))
+	if !ok {
+		return "", false
+	}
+	return r.tokens.Load().check(tok)
+}
+
 // authorized checks the bearer token and answers 401 when it is wrong. It
 // returns the id of the token that matched.
 func (r *Registry) authorized(ctx *fasthttp.RequestCtx) (string, bool) {
-	tok, ok := bearer(ctx.Request.Header.Peek(fasthttp.HeaderAuthorization))
-	if ok {
-		if id, ok := r.tokens.Load().check(tok); ok {
-			return id, true
-		}
+	if id, ok := r.checkToken(ctx); ok {
+		return id, true
 	}
 	r.m.authFailures.Inc()
 	if r.authLog.allow(10 * time.Second) {
@@ -227,6 +273,11 @@ func (r *Registry) heartbeat(ctx *fasthttp.RequestCtx, tok string) int {
 	if e != nil {
 		return writeBad(ctx, e)
 	}
+	return r.heartbeatReq(ctx, tok, req)
+}
+
+// heartbeatReq serves a decoded heartbeat.
+func (r *Registry) heartbeatReq(ctx *fasthttp.RequestCtx, tok string, req wire.HeartbeatRequest) int {
 	sctx, cancel := r.storeContext()
 	defer cancel()
 	verified := false

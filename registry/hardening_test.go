@@ -333,6 +333,8 @@ func TestRegistrationRateLimits(t *testing.T) {
 	})
 	t.Run("failed auth per IP", func(t *testing.T) {
 		e := newEnv(t, "memstore", func(c *Config) { c.AuthFailureLimit = Limit{Events: 3, Per: time.Minute} })
+		w := fakeworker.Start(t, "s")
+		sid := e.register(registerBody(w, "c1")) // a worker behind the same address
 		f := func(tok string, want int, wantRetry string) {
 			t.Helper()
 			r := e.do("GET", wire.PathWorkers, tok, nil)
@@ -352,12 +354,27 @@ func TestRegistrationRateLimits(t *testing.T) {
 		if r := e.do("GET", wire.PathHealthz, "", nil); r.code != 200 {
 			t.Fatalf("/healthz while the address is limited = %d; want 200 (unauthenticated, unlimited)", r.code)
 		}
+		// The worker sharing the address keeps its lease: a heartbeat of a
+		// live session with the right token is served; with a wrong token,
+		// or for an unknown session, it is refused like everything else.
+		hbf := func(tok, sid string, want int) {
+			t.Helper()
+			if r := e.do("POST", wire.PathHeartbeat, tok, heartbeatBody(sid, w, 0)); r.code != want {
+				t.Fatalf("heartbeat(%s) with %.8q… while limited = %d %s; want %d", sid, tok, r.code, r.body, want)
+			}
+		}
+		hbf(token, sid, 200)
+		hbf(token, "unknownSession", 429)
+		hbf("wrong-token-0123456789", sid, 429)
+		if r := e.post(wire.PathRegister, registerBody(w, "c2")); r.code != 429 {
+			t.Fatalf("registration while limited = %d; want 429", r.code)
+		}
 		e.fake.Advance(20 * time.Second) // one failure's worth refilled
 		f(token, 200, "")
 		f("wrong-token-0123456789", 401, "")
 		f(token, 429, "20")
-		if got := e.metric(`pinned_registry_rate_limited_total{limit="auth_ip"}`); got != "3" {
-			t.Errorf(`rate_limited{limit="auth_ip"} = %s; want 3`, got)
+		if got := e.metric(`pinned_registry_rate_limited_total{limit="auth_ip"}`); got != "6" {
+			t.Errorf(`rate_limited{limit="auth_ip"} = %s; want 6`, got)
 		}
 	})
 }
