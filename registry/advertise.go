@@ -228,6 +228,17 @@ func checkHost(host string) (string, error) {
 	return host, nil
 }
 
+// DialControl is a net.Dialer.Control hook applying the registry's address
+// rules (the defaults and Config.AdvertiseNetworks) to the exact address
+// being connected. The data plane dials workers through it, so a worker's
+// advertise URL can never lead the proxy to an address the registry
+// refuses, even when its name re-resolves elsewhere after registration. Its
+// errors wrap a sentinel the caller need not know: any error means "do not
+// connect".
+func (r *Registry) DialControl(network, address string, c syscall.RawConn) error {
+	return r.policy.control(network, address, c)
+}
+
 // resolver looks a host name up; the default is net.DefaultResolver.
 type resolver func(ctx context.Context, host string) ([]netip.Addr, error)
 

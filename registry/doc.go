@@ -40,7 +40,9 @@
 // bytes); secret is 1–256 visible ASCII bytes (it travels as a header);
 // namespaces are 1–64 "/name" values, never /registry, /healthz or /_pinned,
 // duplicates dropped; advertiseUrl is http(s)://host[:port] with no userinfo,
-// path, query or fragment, stored lower-cased without a trailing slash;
+// path, query or fragment, stored in canonical form (lower case, IP literals
+// as netip prints them, no default port, no trailing dot or slash; see
+// Hardening for the hosts and addresses refused);
 // headroom and drainDeadline are non-negative; deadlines are unix
 // milliseconds; challenge 22–256 bytes (wire.MinChallengeLen: room for 128
 // random bits), challengeValue ≤ 1 KiB; sessionId (heartbeat, release,

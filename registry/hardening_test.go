@@ -560,3 +560,16 @@ func TestReleaseWithSessionID(t *testing.T) {
 		}
 	})
 }
+
+// DialControl is the policy the data plane dials workers through.
+func TestDialControl(t *testing.T) {
+	e := newEnv(t, "memstore", func(c *Config) { c.AdvertiseNetworks = []netip.Prefix{mp("127.0.0.0/8"), mp("10.0.0.0/8")} })
+	for addr, ok := range map[string]bool{
+		"127.0.0.1:80": true, "10.1.2.3:8080": true, "[::ffff:10.0.0.1]:80": true,
+		"192.168.0.1:80": false, "169.254.169.254:80": false, "[::]:80": false, "0.0.0.0:80": false, "not-an-address": false,
+	} {
+		if err := e.reg.DialControl("tcp", addr, nil); (err == nil) != ok {
+			t.Errorf("DialControl(%s) = %v; want allowed = %v", addr, err, ok)
+		}
+	}
+}

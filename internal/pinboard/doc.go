@@ -30,7 +30,7 @@
 // # Plugging in the proxy
 //
 // Config.NewDataPlane receives DataPlaneDeps{Store, Lease, Logger, Metrics,
-// Clock} and returns a DataPlane: Handle serves every non-registry request;
+// Clock, DialControl} and returns a DataPlane: Handle serves every non-registry request;
 // Invalidate receives every store invalidation (wired as the store's
 // OnInvalidate before anything connects). Optional methods: Run(ctx) for
 // background work that lives as long as the pinboard, ConfigureServer to

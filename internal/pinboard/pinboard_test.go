@@ -343,8 +343,10 @@ func TestDataPlanePlugsIn(t *testing.T) {
 			})
 			r.waitHealth(t, 200)
 			<-fdp.ran
-			if fdp.deps.Store == nil || fdp.deps.Lease != 2*time.Second || fdp.deps.Logger == nil || fdp.deps.Clock == nil {
-				t.Fatalf("deps = %+v", fdp.deps)
+			if fdp.deps.Store == nil || fdp.deps.Lease != 2*time.Second || fdp.deps.Logger == nil || fdp.deps.Clock == nil ||
+				fdp.deps.DialControl == nil || fdp.deps.DialControl("tcp", "169.254.169.254:80", nil) == nil ||
+				fdp.deps.DialControl("tcp", "127.0.0.1:80", nil) != nil {
+				t.Fatalf("deps = %+v; want every field, DialControl refusing the metadata address", fdp.deps)
 			}
 			if code, _ := r.do("GET", r.public, "/counter/abc/incr", "", nil); code != 299 {
 				t.Fatalf("non-registry request = %d; want the data plane's 299", code)
