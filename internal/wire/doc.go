@@ -27,7 +27,11 @@
 //     [MinChallengeLen] bytes (a reused one is refused with 422); 429 +
 //     Retry-After with a JSON error for the registry's rate limits and its
 //     cap on live sessions per deployment token; keys pinned:x:<nonceId>
-//     and pinned:t:<tokenId> and the session hash field "tok".
+//     and pinned:t:<tokenId> and the session hash field "tok"; advertise
+//     URLs are stored (and keyed, pinned:a:) in a stricter canonical form:
+//     no default port, IP literals as netip prints them, no trailing dot,
+//     numeric-obfuscated hosts refused (the pinboard normalises; a worker
+//     sends what it likes).
 //
 // # Invariants
 //
