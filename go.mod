@@ -3,8 +3,10 @@ module github.com/pinned-go/pinned
 go 1.26.0
 
 require (
+	github.com/HdrHistogram/hdrhistogram-go v1.2.0
 	github.com/VictoriaMetrics/metrics v1.45.0
 	github.com/fasthttp/router v1.5.4
+	github.com/fasthttp/websocket v1.5.12
 	github.com/hashicorp/golang-lru/v2 v2.0.7
 	github.com/redis/rueidis v1.0.80
 	github.com/valyala/fasthttp v1.79.0
@@ -19,5 +21,6 @@ require (
 	github.com/valyala/bytebufferpool v1.0.0 // indirect
 	github.com/valyala/fastrand v1.1.0 // indirect
 	github.com/valyala/histogram v1.2.0 // indirect
+	golang.org/x/net v0.62.0 // indirect
 	golang.org/x/sys v0.50.0 // indirect
 )

@@ -1,0 +1,161 @@
+// Package proxy is the pinboard's data plane: a fasthttp request handler that
+// routes every request "/<namespace>/<id><rest>" to the worker process that
+// holds the instance (namespace, id), and relays the answer.
+//
+// # Using it
+//
+//	p, err := proxy.New(proxy.Config{Resolver: placements}) // no I/O
+//	srv := p.NewServer()                                     // configured for the proxy
+//	go srv.Serve(ln)
+//	...
+//	srv.Shutdown(); p.Close()
+//
+// A Resolver maps the placement name "/<ns>/<id>" to an *Endpoint: one worker
+// session with its secret, its address and its own connection pool. The
+// placement cache implements it (package proxytest has a static one for
+// tests). Endpoints are made with NewEndpoint by whoever resolves, shared by
+// all placements of a session, and closed (Endpoint.Close) when the session
+// is gone, which also ends its WebSocket tunnels.
+//
+// # What a request goes through
+//
+//  1. One pass over the request head as it arrived (RequestHeader.RawHeaders):
+//     framing that fasthttp's parse folds away (Content-Length with
+//     Transfer-Encoding, which fasthttp lets chunked win; a coding other than
+//     chunked) and field names with blanks are refused with 400 and a closed
+//     connection (RFC 9112 §6.1, §6.3); the same pass lists the fields to
+//     remove. fasthttp itself refuses duplicate Content-Length, duplicate
+//     Host, a missing Host, bad values and the like before the handler runs.
+//  2. The target, from the raw request URI, nothing decoded (route.go): the
+//     namespace and id must pass wire.CheckSegment; the rest must not be able
+//     to climb out of "/<ns>/<id>" once a backend decodes and normalises it
+//     (no dot segments, no raw '\', no %2F %5C %2E %00 %25). An absolute-form
+//     target must agree with Host and is sent in origin-form. Refusals are
+//     400 (404 for a path that names no object) with a JSON wire.Error, and
+//     the worker sees nothing.
+//  3. "Upgrade: websocket" goes to upgrade.go; any other Upgrade is 400.
+//  4. A body whose Content-Length exceeds MaxRequestBodySize is 413 before
+//     any byte is sent. Bodies up to ReplayBodyMax are read whole, so the
+//     request can be sent again; longer ones stream with their
+//     Content-Length, chunked ones stream re-chunked with their trailers and
+//     are cut off (413, connection closed) past the limit.
+//  5. Field hygiene (RFC 9110 §7.6.1): Connection and every field it names,
+//     Keep-Alive, Proxy-Connection, Proxy-Authorization, Proxy-Authenticate,
+//     TE, Upgrade, Expect and HTTP2-Settings are removed; so are the client's
+//     X-Pinned-*, Forwarded and X-Forwarded-* (unless the peer is in
+//     TrustedProxies). Then the proxy adds X-Forwarded-For/-Proto/-Host,
+//     X-Pinned-Proxy-Secret and X-Pinned-Session: after the removals, so no
+//     Connection option can strip them (golang/go#50580). Framing is
+//     regenerated on each leg; the client's Connection: close does not close
+//     the worker connection, nor the worker's the client's (P3). No
+//     User-Agent, Content-Type, Server or Date is invented.
+//  6. The Resolver's endpoint; the request goes out on a pooled connection
+//     (forward.go). The proxy writes and reads the messages itself and uses
+//     the endpoint's fasthttp.HostClient only for its pool, which gives it
+//     what HostClient.Do hides: whether any byte left (a counting writer),
+//     whether the connection was reused, the raw response head.
+//  7. The response head is scanned raw like the request's (a worker's
+//     Content-Length with Transfer-Encoding, a bad coding, a blank in a name
+//     or an unparsable head: 502, nothing relayed), interim 1xx are dropped,
+//     hop-by-hop fields removed. A body with a Content-Length up to
+//     BufferedResponseMax is read at once and the worker connection released
+//     before the client is written to; any other body streams: the exchange
+//     becomes the response's body stream and gives the connection back when
+//     the server has written it. Trailers follow the last chunk. An
+//     HTTP/1.0 client never gets chunked framing (P9): a body of unknown
+//     length is delimited by closing the connection.
+//
+// # Failures and retries
+//
+// Every answer the proxy makes itself is a wire.Error JSON body; every 503
+// carries Retry-After and X-Pinned-Reason.
+//
+//   - Resolve fails: 503 no_worker (ErrNoWorker) or 503 store.
+//   - The endpoint is over its cap (MaxConns in flight plus MaxQueue
+//     waiting), or no connection frees within QueueTimeout: 503 overloaded.
+//   - The worker cannot be reached (dial failed, or the connection failed
+//     before the kernel took a byte): 503 unreachable. The request provably
+//     did not leave, so nothing is ambiguous.
+//   - The request may have reached the worker but no usable answer came
+//     back: 502; no response head within ResponseHeaderTimeout: 504. Nothing
+//     waits without a deadline.
+//   - A worker 503 with X-Pinned-Reason closing, draining or lease (the host
+//     made it, not the application) invalidates the placement; the request is
+//     re-resolved and sent again when its body is held (or absent). Otherwise
+//     the 503 and its Retry-After reach the client.
+//   - A request that met a pooled connection the worker had closed is sent
+//     again on another when nothing of it left the proxy, or when it is
+//     idempotent (RFC 9110 §9.2.2) and its body is held. A request that may
+//     have been processed is never silently sent again otherwise.
+//
+// Sends per request are bounded by MaxAttempts; retries and re-resolves are
+// also bounded per worker by a retry budget (EndpointConfig.RetryBudgetRatio,
+// 20 % by default, plus a small burst), so that a failing worker sees at most
+// 1.2 × its requests.
+//
+// # Deadlines
+//
+// No deadline bounds a whole stream (P5). The server's ReadTimeout
+// (HeaderTimeout) bounds a request head and small bodies; long request
+// bodies and streamed responses move their deadlines with progress and fail
+// only after StreamIdleTimeout without any. WriteTimeout bounds writing a
+// buffered response. Tunnels close after TunnelIdleTimeout without a byte in
+// either direction.
+//
+// # WebSocket tunnels
+//
+// A WebSocket handshake goes to the worker on a connection of its own. An
+// answer other than 101 is relayed as a plain response and the connection
+// stays HTTP (no tunnel on a refused upgrade). A 101 hijacks the client
+// connection: the 101 head and any bytes the worker sent after it are
+// written, then two pumps copy bytes both ways, no framing. Worker → client
+// uses splice(2) when both sides are TCP (writes go to the raw connection
+// under fasthttp's wrapper, which flushed everything before the hijack);
+// client → worker reads through fasthttp's wrapper, which may hold bytes the
+// client sent right behind its handshake. A half-close is passed on with
+// CloseWrite. The hijack handler returns only when both pumps have ended.
+// Tunnels are capped by MaxTunnels (503 overloaded beyond); Endpoint.Close
+// and CloseTunnels end a worker's tunnels, Proxy.Close all of them.
+//
+// # Invariants
+//
+//   - The backend path is byte-identical to the client's (with the advertise
+//     URL's path, if any, in front); nothing is decoded or normalised.
+//   - A worker never sees a request the proxy refused, and never sees a
+//     client's X-Pinned-* field.
+//   - Per request, the proxy's own code allocates nothing, starts no
+//     goroutine, and takes no lock shared by all requests: exchanges come
+//     from a sync.Pool, replies are prebuilt, counters are atomics on the
+//     endpoint (one cache line per worker). The only shared locks are the
+//     endpoint HostClient's pool lock and the upstream histogram's mutex.
+//     (fasthttp's Server allocates once per request that has a body, when it
+//     discards what the handler left of it; see alloc_external_test.go.)
+//   - An exchange belongs to the client connection's goroutine; once handed
+//     to the server as a body stream, the server owns it until
+//     CloseWithError.
+//   - A worker connection goes back to the pool only after its response was
+//     read to the end with nothing left over and without Connection: close.
+//
+// # Callers must not assume
+//
+//   - that a request refused by fasthttp's parser (400/431 before the
+//     handler) shows up in the proxy's metrics: only what reaches the handler
+//     is counted;
+//   - that a chunked request body failing after its first chunk is withheld
+//     from the worker: the worker sees a truncated body and its read fails;
+//   - that Close waits for requests: it only ends tunnels. Shut the server
+//     down first.
+//
+// # Observability
+//
+// The logger is tagged logger=pinned.proxy; errors on the request path are
+// throttled to one per second. Metrics (Config.Metrics, or Proxy.Metrics):
+// pinned_proxy_responses_total{class}, pinned_proxy_upstream_duration_seconds
+// (classic buckets: taking a worker connection to its response head),
+// pinned_proxy_reresolves_total, pinned_proxy_retries_total,
+// pinned_proxy_unreachable_total, pinned_proxy_overloaded_total,
+// pinned_proxy_bad_gateway_total, pinned_proxy_upstream_timeouts_total,
+// pinned_proxy_rejected_total, pinned_proxy_retry_budget_exhausted_total,
+// pinned_proxy_tunnels_open, pinned_proxy_tunnels_total and
+// pinned_proxy_tunnels_rejected_total.
+package proxy

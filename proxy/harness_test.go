@@ -1,0 +1,301 @@
+package proxy_test
+
+import (
+	"bufio"
+	"io"
+	"log/slog"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/valyala/fasthttp"
+	"go.uber.org/goleak"
+
+	"github.com/pinned-go/pinned/proxy"
+	"github.com/pinned-go/pinned/proxy/proxytest"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m,
+		// fasthttp's process-wide helpers: the Date refresher and the
+		// idle-connection cleaner of a HostClient, which sleeps out its
+		// MaxIdleConnDuration before it notices the pool is empty.
+		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.updateServerDate.func1"),
+		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*HostClient).connsCleaner"),
+		// The worker pool's cleaner of a stopped server sleeps out its idle
+		// period; the default dialer of the test clients keeps a DNS cleaner.
+		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*workerPool).Start.func2"),
+		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*TCPDialer).tcpAddrsClean"),
+	)
+}
+
+// worker is a fasthttp server on 127.0.0.1 standing in for a worker process.
+type worker struct {
+	t        *testing.T
+	addr     string
+	srv      *fasthttp.Server
+	accepted atomic.Int64 // connections accepted
+	mu       sync.Mutex
+	seen     []seenRequest // every request the handler ran for
+}
+
+// seenRequest is what a worker received.
+type seenRequest struct {
+	method, uri, proto string
+	raw                string // raw header block
+	headers            map[string][]string
+	body               []byte
+}
+
+func (s seenRequest) get(name string) string {
+	if v := s.headers[strings.ToLower(name)]; len(v) > 0 {
+		return v[0]
+	}
+	return ""
+}
+
+// startWorker serves h on 127.0.0.1 and records every request. h may be nil
+// (answer 200 "ok").
+func startWorker(t *testing.T, h fasthttp.RequestHandler) *worker {
+	t.Helper()
+	return startWorkerWith(t, h, nil)
+}
+
+// startWorkerWith is startWorker with a hook on the server's settings.
+func startWorkerWith(t *testing.T, h fasthttp.RequestHandler, mutate func(*fasthttp.Server)) *worker {
+	t.Helper()
+	w := &worker{t: t}
+	if h == nil {
+		h = func(ctx *fasthttp.RequestCtx) { ctx.SetBodyString("ok") }
+	}
+	w.srv = &fasthttp.Server{
+		Handler: func(ctx *fasthttp.RequestCtx) {
+			s := seenRequest{
+				method:  string(ctx.Method()),
+				uri:     string(ctx.RequestURI()),
+				proto:   string(ctx.Request.Header.Protocol()),
+				raw:     string(ctx.Request.Header.RawHeaders()),
+				headers: map[string][]string{},
+			}
+			for k, v := range ctx.Request.Header.All() {
+				key := strings.ToLower(string(k))
+				s.headers[key] = append(s.headers[key], string(v))
+			}
+			if !ctx.Request.IsBodyStream() {
+				s.body = append([]byte(nil), ctx.Request.Body()...)
+			}
+			w.mu.Lock()
+			w.seen = append(w.seen, s)
+			w.mu.Unlock()
+			h(ctx)
+		},
+		StreamRequestBody: true,
+		CloseOnShutdown:   true,
+		IdleTimeout:       time.Minute,
+		ConnState: func(_ net.Conn, st fasthttp.ConnState) {
+			if st == fasthttp.StateNew {
+				w.accepted.Add(1)
+			}
+		},
+	}
+	if mutate != nil {
+		mutate(w.srv)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.addr = ln.Addr().String()
+	done := make(chan struct{})
+	go func() { defer close(done); _ = w.srv.Serve(ln) }()
+	t.Cleanup(func() {
+		_ = w.srv.Shutdown()
+		<-done
+	})
+	return w
+}
+
+// requests returns what the worker has seen so far.
+func (w *worker) requests() []seenRequest {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return append([]seenRequest(nil), w.seen...)
+}
+
+func (w *worker) last() seenRequest {
+	w.t.Helper()
+	r := w.requests()
+	if len(r) == 0 {
+		w.t.Fatal("worker saw no request")
+	}
+	return r[len(r)-1]
+}
+
+func (w *worker) url() string { return "http://" + w.addr }
+
+// endpoint makes an endpoint for w.
+func (w *worker) endpoint(t *testing.T, session, secret string, cfg proxy.EndpointConfig) *proxy.Endpoint {
+	t.Helper()
+	ep, err := proxy.NewEndpoint(cfg, session, secret, w.url())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(ep.Close)
+	return ep
+}
+
+// tWriter sends log lines to the test log.
+type tWriter struct{ t *testing.T }
+
+func (w tWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimSuffix(string(p), "\n"))
+	return len(p), nil
+}
+
+// front is a proxy served on 127.0.0.1.
+type front struct {
+	p    *proxy.Proxy
+	addr string
+	srv  *fasthttp.Server
+}
+
+func startProxy(t *testing.T, r proxy.Resolver, mutate func(*proxy.Config)) *front {
+	t.Helper()
+	cfg := proxy.Config{Resolver: r, Logger: slog.New(slog.NewTextHandler(tWriter{t}, nil))}
+	if mutate != nil {
+		mutate(&cfg)
+	}
+	p, err := proxy.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := p.NewServer()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { defer close(done); _ = srv.Serve(ln) }()
+	t.Cleanup(func() {
+		_ = srv.Shutdown()
+		<-done
+		_ = p.Close()
+	})
+	return &front{p: p, addr: ln.Addr().String(), srv: srv}
+}
+
+// setup starts a worker with h, an endpoint on it placed for namespace
+// "/counter", and a proxy in front.
+func setup(t *testing.T, h fasthttp.RequestHandler) (*worker, *front, *proxytest.Static, *proxy.Endpoint) {
+	t.Helper()
+	return setupWith(t, h, nil)
+}
+
+// setupWith is setup with a hook on the proxy's Config.
+func setupWith(t *testing.T, h fasthttp.RequestHandler, mutate func(*proxy.Config)) (*worker, *front, *proxytest.Static, *proxy.Endpoint) {
+	t.Helper()
+	w := startWorker(t, h)
+	res := proxytest.NewStatic()
+	ep := w.endpoint(t, "sess-1", "secret-1", proxy.EndpointConfig{})
+	res.PlaceNamespace("/counter", ep)
+	f := startProxy(t, res, mutate)
+	return w, f, res, ep
+}
+
+// raw sends req on a new connection and returns the bytes of the response,
+// read as far as its framing says (to EOF for one delimited by close).
+func raw(t *testing.T, addr, req string) string {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := io.WriteString(c, req); err != nil {
+		t.Fatal(err)
+	}
+	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	rec := &recorder{r: c}
+	var resp fasthttp.Response
+	resp.SkipBody = strings.HasPrefix(req, "HEAD ")
+	if err := resp.Read(bufio.NewReader(rec)); err != nil {
+		// Not a well-formed response: return whatever arrived.
+		rest := readAllQuiet(c, 200*time.Millisecond)
+		return rec.b.String() + rest
+	}
+	return rec.b.String()
+}
+
+// recorder keeps a copy of what is read through it.
+type recorder struct {
+	r io.Reader
+	b strings.Builder
+}
+
+func (r *recorder) Read(p []byte) (int, error) {
+	n, err := r.r.Read(p)
+	r.b.Write(p[:n])
+	return n, err
+}
+
+// closedAfter reports whether the peer closes c within d without sending
+// anything more.
+func closedAfter(c net.Conn, d time.Duration) bool {
+	_ = c.SetReadDeadline(time.Now().Add(d))
+	var b [1]byte
+	_, err := c.Read(b[:])
+	return err == io.EOF
+}
+
+// readAllQuiet reads until EOF or until nothing arrives for quiet.
+func readAllQuiet(c net.Conn, quiet time.Duration) string {
+	var b strings.Builder
+	buf := make([]byte, 32<<10)
+	for {
+		_ = c.SetReadDeadline(time.Now().Add(quiet))
+		n, err := c.Read(buf)
+		b.Write(buf[:n])
+		if err != nil {
+			return b.String()
+		}
+	}
+}
+
+// rawResponse sends req on c and parses one response.
+func rawResponse(t *testing.T, c net.Conn, br *bufio.Reader, req string) *fasthttp.Response {
+	t.Helper()
+	if _, err := io.WriteString(c, req); err != nil {
+		t.Fatal(err)
+	}
+	resp := &fasthttp.Response{}
+	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if err := resp.Read(br); err != nil {
+		t.Fatalf("reading response to %q: %v", req, err)
+	}
+	return resp
+}
+
+// do sends one request through a fasthttp client and returns the response.
+func do(t *testing.T, addr, method, uri string, body []byte, headers ...string) *fasthttp.Response {
+	t.Helper()
+	req := fasthttp.AcquireRequest()
+	defer fasthttp.ReleaseRequest(req)
+	req.SetRequestURI("http://" + addr + uri)
+	req.Header.SetMethod(method)
+	for i := 0; i+1 < len(headers); i += 2 {
+		req.Header.Add(headers[i], headers[i+1])
+	}
+	if body != nil {
+		req.SetBody(body)
+	}
+	resp := &fasthttp.Response{}
+	c := &fasthttp.HostClient{Addr: addr, DisablePathNormalizing: true}
+	defer c.CloseIdleConnections()
+	if err := c.DoTimeout(req, resp, 5*time.Second); err != nil {
+		t.Fatalf("%s %s: %v", method, uri, err)
+	}
+	return resp
+}

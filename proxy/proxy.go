@@ -1,0 +1,338 @@
+package proxy
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/VictoriaMetrics/metrics"
+	"github.com/valyala/fasthttp"
+)
+
+// Proxy is the pinboard's data plane: a fasthttp.RequestHandler that routes
+// "/<namespace>/<id><rest>" to the worker holding (namespace, id). Make it
+// with New; serve Handler on a server (NewServer returns one configured for
+// it); Close it after the server has shut down.
+type Proxy struct {
+	cfg      Config
+	resolver Resolver
+	log      *slog.Logger
+	errLog   throttle
+	m        proxyMetrics
+	replies  replies
+
+	exchanges sync.Pool
+
+	tunnelsOpen atomic.Int64
+	tunnelsMu   sync.Mutex
+	tunnels     map[*tunnel]struct{}
+	tunnelWG    sync.WaitGroup
+	closed      atomic.Bool
+}
+
+// New makes a Proxy. It validates cfg and does no I/O.
+func New(cfg Config) (*Proxy, error) {
+	if err := cfg.setDefaults(); err != nil {
+		return nil, err
+	}
+	p := &Proxy{
+		cfg:      cfg,
+		resolver: cfg.Resolver,
+		log:      cfg.Logger.With("logger", "pinned.proxy"),
+		errLog:   throttle{every: time.Second},
+		tunnels:  make(map[*tunnel]struct{}),
+	}
+	p.replies.build(&p.cfg)
+	p.m.register(p)
+	p.exchanges.New = func() any {
+		x := &exchange{p: p}
+		x.br = bufio.NewReaderSize(nil, p.cfg.MaxResponseHeaderBytes)
+		x.bw = bufio.NewWriterSize(nil, 4096)
+		return x
+	}
+	return p, nil
+}
+
+// Metrics returns the metric set the proxy reports on (Config.Metrics, or
+// the set New made).
+func (p *Proxy) Metrics() *metrics.Set { return p.cfg.Metrics }
+
+// Handler serves one request. It is a fasthttp.RequestHandler; the server
+// must be configured as NewServer does (above all StreamRequestBody and
+// DisablePreParseMultipartForm).
+func (p *Proxy) Handler(ctx *fasthttp.RequestCtx) {
+	x := p.exchanges.Get().(*exchange)
+	x.ctx = ctx
+	if !p.serve(x) {
+		p.putExchange(x)
+	}
+}
+
+func (p *Proxy) putExchange(x *exchange) {
+	x.ctx, x.ep, x.cc, x.conn, x.hijacked = nil, nil, nil, nil, nil
+	x.cw.Conn = nil
+	x.name, x.target = nil, nil
+	x.stable, x.http10, x.bodyKind = false, false, bodyNone
+	x.body = x.body[:0]
+	x.br.Reset(nil)
+	x.bw.Reset(nil)
+	p.exchanges.Put(x)
+}
+
+// serve checks and prepares the request and forwards it. It reports whether
+// x was handed to the server to stream the response body.
+func (p *Proxy) serve(x *exchange) bool {
+	ctx := x.ctx
+	h := &ctx.Request.Header
+
+	// One pass over the head as it arrived: framing the parse folded away,
+	// and the fields to remove.
+	trusted := p.trusted(ctx)
+	s := &x.reqScan
+	s.reset()
+	mode := dropPinned
+	if !trusted {
+		mode |= dropForwarded
+	}
+	scanFields(h.RawHeaders(), s, mode)
+	switch {
+	case s.contentLengths > 0 && s.transferEncodings > 0:
+		// RFC 9112 §6.1: a server may reject such a message, and must
+		// close after it; an intermediary must not pass it on as is.
+		p.reject(ctx, &p.replies.framing)
+		return false
+	case s.teNotChunked:
+		p.reject(ctx, &p.replies.transferEncoding)
+		return false
+	case s.badName:
+		p.reject(ctx, &p.replies.fieldName)
+		return false
+	case s.tooMany:
+		p.reject(ctx, &p.replies.tooManyFields)
+		return false
+	}
+
+	// The target, as it arrived.
+	target := h.RequestURI()
+	if authority, origin, ok := originForm(target); ok {
+		// RFC 9112 §3.2.2: the target's authority is the host. fasthttp
+		// already replaced Host with it; a different Host field is an
+		// attempt to be routed one way and seen another.
+		if s.hosts > 0 && !bytes.EqualFold(authority, s.host) {
+			p.reject(ctx, &p.replies.hostMismatch)
+			return false
+		}
+		x.tgt = append(x.tgt[:0], origin...)
+		target = x.tgt
+		x.stable = true
+	}
+	rt, rerr := parseRoute(target, p.cfg.MaxIDLen)
+	if rerr != routeOK {
+		p.reject(ctx, p.replies.route(rerr, rt.seg))
+		return false
+	}
+	x.name, x.target = rt.name, target
+
+	if s.upgrades > 0 {
+		p.serveUpgrade(x)
+		return false
+	}
+
+	// The body: refuse what is known to be too large before any byte of it
+	// goes anywhere.
+	cl := h.ContentLength()
+	if max := p.cfg.MaxRequestBodySize; max >= 0 && int64(cl) > max {
+		p.reject(ctx, &p.replies.tooLarge)
+		return false
+	}
+	switch {
+	case cl == -1:
+		x.bodyKind = bodyChunked
+	case cl <= 0 || ctx.Request.BodyStream() == nil:
+		x.bodyKind = bodyNone
+	case cl <= p.cfg.ReplayBodyMax:
+		x.bodyKind = bodyReplay
+		if !x.readReplayBody(cl) {
+			p.reply(ctx, &p.replies.badBody)
+			return false
+		}
+	default:
+		x.bodyKind = bodyLength
+	}
+
+	p.sanitizeRequest(x, trusted)
+	return x.forward()
+}
+
+// readReplayBody reads a body of known, small length whole.
+func (x *exchange) readReplayBody(n int) bool {
+	if cap(x.body) < n {
+		x.body = make([]byte, n, x.p.cfg.ReplayBodyMax)
+	}
+	x.body = x.body[:n]
+	rs := x.ctx.Request.BodyStream()
+	for got := 0; got < n; {
+		m, err := rs.Read(x.body[got:])
+		got += m
+		if err != nil && (got < n || err != io.EOF) {
+			return false
+		}
+	}
+	return true
+}
+
+// sanitizeRequest removes hop-by-hop, pinned and forwarding fields, stops the
+// client's Connection: close from closing the worker connection (P3), and
+// adds the forwarding fields. The proxy's own fields are added after the
+// removals, so no Connection option of the client's can strip them.
+func (p *Proxy) sanitizeRequest(x *exchange, trusted bool) {
+	ctx := x.ctx
+	h := &ctx.Request.Header
+	for _, f := range x.reqScan.deletes() {
+		h.DelBytes(f.name)
+	}
+	h.ResetConnectionClose()
+	h.SetNoDefaultContentType(true)
+	x.http10 = !h.IsHTTP11()
+	if x.http10 {
+		// Keep-alive toward the worker regardless of the client.
+		h.SetProtocol("HTTP/1.1")
+	}
+
+	xff := x.scratch[:0]
+	if trusted {
+		for _, v := range h.PeekAll(fasthttp.HeaderXForwardedFor) {
+			xff = append(xff, v...)
+			xff = append(xff, ',', ' ')
+		}
+		h.Del(fasthttp.HeaderXForwardedFor)
+	}
+	if ip, ok := netip.AddrFromSlice(ctx.RemoteIP()); ok {
+		xff = ip.Unmap().AppendTo(xff)
+	}
+	h.AddBytesV(fasthttp.HeaderXForwardedFor, xff)
+	if !trusted || len(h.Peek(fasthttp.HeaderXForwardedProto)) == 0 {
+		if ctx.IsTLS() {
+			h.Add(fasthttp.HeaderXForwardedProto, "https")
+		} else {
+			h.Add(fasthttp.HeaderXForwardedProto, "http")
+		}
+	}
+	if host := h.Host(); len(host) > 0 && (!trusted || len(h.Peek(fasthttp.HeaderXForwardedHost)) == 0) {
+		h.AddBytesV(fasthttp.HeaderXForwardedHost, host)
+	}
+}
+
+// trusted reports whether the peer is a configured trusted proxy.
+func (p *Proxy) trusted(ctx *fasthttp.RequestCtx) bool {
+	if len(p.cfg.TrustedProxies) == 0 {
+		return false
+	}
+	ip, ok := netip.AddrFromSlice(ctx.RemoteIP())
+	if !ok {
+		return false
+	}
+	ip = ip.Unmap()
+	for _, pfx := range p.cfg.TrustedProxies {
+		if pfx.Contains(ip) {
+			return true
+		}
+	}
+	return false
+}
+
+// countResponse counts a response the client gets by its status class.
+func (p *Proxy) countResponse(code int) {
+	c := code / 100
+	if c < 1 || c > 5 {
+		c = 0
+	}
+	p.m.responses[c].Inc()
+}
+
+// ExpectHandler answers "Expect: 100-continue" for a body the proxy would
+// refuse anyway with 413 instead of inviting it; set it as the server's
+// ExpectHandler (NewServer does).
+func (p *Proxy) ExpectHandler(ctx *fasthttp.RequestCtx) int {
+	if max := p.cfg.MaxRequestBodySize; max >= 0 && int64(ctx.Request.Header.ContentLength()) > max {
+		p.m.rejected.Inc()
+		p.countResponse(fasthttp.StatusRequestEntityTooLarge)
+		return fasthttp.StatusRequestEntityTooLarge
+	}
+	return fasthttp.StatusContinue
+}
+
+// NewServer returns a fasthttp.Server that serves the proxy, configured as
+// the proxy needs it:
+//
+//   - StreamRequestBody: bodies stream to the worker as they arrive;
+//   - DisablePreParseMultipartForm: a multipart body is not parsed (into
+//     memory or temporary files) before the handler runs;
+//   - NoDefaultServerHeader, NoDefaultDate, NoDefaultContentType: the
+//     worker's fields pass through and none are invented;
+//   - ReadBufferSize = MaxHeaderBytes (431 beyond; it is also the read buffer
+//     every client connection holds), ReadTimeout =
+//     HeaderTimeout (slowloris), IdleTimeout, WriteTimeout for buffered
+//     responses (streams move their own deadline), Concurrency = MaxConns;
+//   - ExpectHandler = p.ExpectHandler.
+//
+// Header names are normalised (fasthttp's default), so that fields the proxy
+// manages are found whatever their case.
+func (p *Proxy) NewServer() *fasthttp.Server {
+	return &fasthttp.Server{
+		Handler:                      p.Handler,
+		ExpectHandler:                p.ExpectHandler,
+		StreamRequestBody:            true,
+		DisablePreParseMultipartForm: true,
+		NoDefaultServerHeader:        true,
+		NoDefaultDate:                true,
+		NoDefaultContentType:         true,
+		ReadBufferSize:               p.cfg.MaxHeaderBytes,
+		ReadTimeout:                  p.cfg.HeaderTimeout,
+		IdleTimeout:                  p.cfg.IdleTimeout,
+		WriteTimeout:                 p.cfg.WriteTimeout,
+		Concurrency:                  p.cfg.MaxConns,
+		MaxRequestBodySize:           8 << 10, // under streaming: the prefetch size
+		CloseOnShutdown:              true,
+		SecureErrorLogMessage:        true,
+		Logger:                       slogLogger{p.log},
+	}
+}
+
+// Close closes every open tunnel and waits for them to end. The server must
+// have stopped first (fasthttp's Shutdown does not wait for hijacked
+// connections). Close is idempotent.
+func (p *Proxy) Close() error {
+	p.closed.Store(true)
+	p.tunnelsMu.Lock()
+	ts := make([]*tunnel, 0, len(p.tunnels))
+	for t := range p.tunnels {
+		ts = append(ts, t)
+	}
+	p.tunnelsMu.Unlock()
+	for _, t := range ts {
+		t.close()
+	}
+	p.tunnelWG.Wait()
+	return nil
+}
+
+// OpenTunnels returns the number of open WebSocket tunnels.
+func (p *Proxy) OpenTunnels() int { return int(p.tunnelsOpen.Load()) }
+
+// slogLogger adapts the proxy's logger to fasthttp.Logger for the server's
+// own errors (parse failures answered 400 and the like), at debug level.
+type slogLogger struct{ l *slog.Logger }
+
+func (s slogLogger) Printf(format string, args ...any) {
+	if s.l.Enabled(context.Background(), slog.LevelDebug) {
+		s.l.Debug("server: " + fmt.Sprintf(format, args...))
+	}
+}

@@ -1,0 +1,418 @@
+package proxy_test
+
+import (
+	"bufio"
+	"errors"
+	"io"
+	"net"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/pinned-go/pinned/internal/wire"
+	"github.com/pinned-go/pinned/proxy"
+	"github.com/pinned-go/pinned/proxy/proxytest"
+)
+
+// hostUnavailable answers like a host whose instance is closing (or
+// draining, or out of lease).
+func hostUnavailable(reason string) fasthttp.RequestHandler {
+	return func(ctx *fasthttp.RequestCtx) {
+		ctx.Response.Header.Set(wire.HeaderReason, reason)
+		ctx.Response.Header.Set(wire.HeaderRetryAfter, "2")
+		ctx.SetStatusCode(fasthttp.StatusServiceUnavailable)
+		ctx.SetBodyString("busy")
+	}
+}
+
+// echoBody answers with the request body.
+func echoBody(ctx *fasthttp.RequestCtx) {
+	b, _ := io.ReadAll(ctx.RequestBodyStream())
+	ctx.SetBody(append([]byte("B:"), b...))
+}
+
+// twoWorkers places "/counter/a" on a worker answering with old, and moves
+// the placement to a worker answering with new when the proxy invalidates it.
+func twoWorkers(t *testing.T, old, new fasthttp.RequestHandler, mutate func(*proxy.Config)) (a, b *worker, f *front, res *proxytest.Static) {
+	t.Helper()
+	a, b = startWorker(t, old), startWorker(t, new)
+	epA := a.endpoint(t, "sess-a", "secret-a", proxy.EndpointConfig{})
+	epB := b.endpoint(t, "sess-b", "secret-b", proxy.EndpointConfig{})
+	res = proxytest.NewStatic()
+	res.Place("/counter/a", epA)
+	res.OnInvalidate = func(name string, ep *proxy.Endpoint) {
+		if ep == epA {
+			res.Place(name, epB)
+		}
+	}
+	return a, b, startProxy(t, res, mutate), res
+}
+
+// A host 503 marked closing, draining or lease drops the placement, and the
+// request goes to the re-resolved worker when nothing of it was consumed.
+func TestReresolveOnHost503(t *testing.T) {
+	for _, reason := range []string{wire.ReasonClosing, wire.ReasonDraining, wire.ReasonLease} {
+		t.Run(reason, func(t *testing.T) {
+			a, b, f, res := twoWorkers(t, hostUnavailable(reason), echoBody, nil)
+			resp := raw(t, f.addr, "POST /counter/a/incr HTTP/1.1\r\nHost: h\r\nContent-Length: 4\r\n\r\nbody")
+			if !strings.HasPrefix(resp, "HTTP/1.1 200") || !strings.HasSuffix(resp, "B:body") {
+				t.Fatalf("response %q; want the new worker's 200", resp)
+			}
+			if n := res.Invalidations(); n != 1 {
+				t.Errorf("invalidations = %d; want 1", n)
+			}
+			ra, rb := a.requests(), b.requests()
+			if len(ra) != 1 || len(rb) != 1 {
+				t.Fatalf("workers saw %d and %d requests; want 1 and 1", len(ra), len(rb))
+			}
+			if got := rb[0].get(wire.HeaderProxySecret); got != "secret-b" {
+				t.Errorf("retry carried secret %q; want the new worker's", got)
+			}
+			if got := rb[0].get(wire.HeaderSession); got != "sess-b" {
+				t.Errorf("retry carried session %q; want the new worker's", got)
+			}
+			if got := rb[0].headers[strings.ToLower(wire.HeaderProxySecret)]; len(got) != 1 {
+				t.Errorf("retry carried %d secrets", len(got))
+			}
+		})
+	}
+}
+
+// When the body was streamed (not held), the 503 and its Retry-After reach
+// the client; the placement is still dropped.
+func TestNoReresolveAfterBodyConsumed(t *testing.T) {
+	a, b, f, res := twoWorkers(t, func(ctx *fasthttp.RequestCtx) {
+		_, _ = io.Copy(io.Discard, ctx.RequestBodyStream())
+		hostUnavailable(wire.ReasonClosing)(ctx)
+	}, echoBody, func(c *proxy.Config) { c.ReplayBodyMax = 8 })
+	resp := raw(t, f.addr, "POST /counter/a HTTP/1.1\r\nHost: h\r\nContent-Length: 20\r\n\r\n01234567890123456789")
+	if !strings.HasPrefix(resp, "HTTP/1.1 503") || !strings.Contains(resp, "Retry-After: 2") ||
+		!strings.Contains(resp, "X-Pinned-Reason: closing") {
+		t.Fatalf("response %q; want the worker's 503", resp)
+	}
+	if n := res.Invalidations(); n != 1 {
+		t.Errorf("invalidations = %d; want 1", n)
+	}
+	if len(a.requests()) != 1 || len(b.requests()) != 0 {
+		t.Errorf("workers saw %d and %d; want 1 and 0", len(a.requests()), len(b.requests()))
+	}
+	// Chunked bodies are never held either.
+	resp = raw(t, f.addr, "POST /counter/a HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nhi\r\n0\r\n\r\n")
+	if !strings.HasPrefix(resp, "HTTP/1.1 200") { // the placement moved to b
+		t.Fatalf("after the move: %q", resp)
+	}
+}
+
+// An application's own 503 (no pinned reason) is just a response.
+func TestApplication503PassesThrough(t *testing.T) {
+	a, b, f, res := twoWorkers(t, func(ctx *fasthttp.RequestCtx) {
+		ctx.Response.Header.Set(wire.HeaderRetryAfter, "7")
+		ctx.SetStatusCode(503)
+	}, echoBody, nil)
+	resp := raw(t, f.addr, "GET /counter/a HTTP/1.1\r\nHost: h\r\n\r\n")
+	if !strings.HasPrefix(resp, "HTTP/1.1 503") || !strings.Contains(resp, "Retry-After: 7") {
+		t.Fatalf("response %q", resp)
+	}
+	if res.Invalidations() != 0 || len(a.requests()) != 1 || len(b.requests()) != 0 {
+		t.Errorf("invalidations %d, workers %d/%d; want 0, 1/0", res.Invalidations(), len(a.requests()), len(b.requests()))
+	}
+}
+
+// Re-resolving is bounded: a placement that keeps answering closing gets
+// MaxAttempts sends, then its 503 reaches the client.
+func TestReresolveBounded(t *testing.T) {
+	w := startWorker(t, hostUnavailable(wire.ReasonClosing))
+	ep := w.endpoint(t, "s", "k", proxy.EndpointConfig{})
+	res := proxytest.NewStatic()
+	res.PlaceNamespace("/counter", ep)
+	f := startProxy(t, res, func(c *proxy.Config) { c.MaxAttempts = 3 })
+	resp := raw(t, f.addr, "GET /counter/a HTTP/1.1\r\nHost: h\r\n\r\n")
+	if !strings.HasPrefix(resp, "HTTP/1.1 503") || !strings.Contains(resp, "Retry-After: 2") {
+		t.Fatalf("response %q", resp)
+	}
+	if n := len(w.requests()); n != 3 {
+		t.Errorf("worker saw %d sends; want 3", n)
+	}
+}
+
+// The retry budget caps what retries add to a worker's load: with every
+// answer a closing 503, the worker sees at most requests × (1 + ratio) plus
+// the burst.
+func TestRetryBudget(t *testing.T) {
+	w := startWorker(t, hostUnavailable(wire.ReasonClosing))
+	ep := w.endpoint(t, "s", "k", proxy.EndpointConfig{RetryBudgetRatio: 0.2, RetryBudgetBurst: 2})
+	res := proxytest.NewStatic()
+	res.PlaceNamespace("/counter", ep)
+	f := startProxy(t, res, func(c *proxy.Config) { c.MaxAttempts = 3 })
+	hc := &fasthttp.HostClient{Addr: f.addr, Dial: fasthttp.Dial}
+	defer hc.CloseIdleConnections()
+	const n = 100
+	for i := 0; i < n; i++ {
+		if code, _, err := hc.GetTimeout(nil, "http://"+f.addr+"/counter/a", 5*time.Second); err != nil || code != 503 {
+			t.Fatalf("request %d: %d %v", i, code, err)
+		}
+	}
+	if got, max := len(w.requests()), n+n/5+2+1; got > max {
+		t.Errorf("worker saw %d sends for %d requests; want ≤ %d", got, n, max)
+	} else {
+		t.Logf("worker saw %d sends for %d requests", got, n)
+	}
+}
+
+// A worker that cannot be reached: 503 + Retry-After + unreachable, fast.
+func TestUnreachable(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	_ = ln.Close() // nothing listens there now
+	ep, err := proxy.NewEndpoint(proxy.EndpointConfig{}, "s", "k", "http://"+addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ep.Close()
+	res := proxytest.NewStatic()
+	res.PlaceNamespace("/counter", ep)
+	f := startProxy(t, res, nil)
+	for _, req := range []string{
+		"GET /counter/a HTTP/1.1\r\nHost: h\r\n\r\n",
+		"POST /counter/a HTTP/1.1\r\nHost: h\r\nContent-Length: 3\r\n\r\nabc",
+	} {
+		start := time.Now()
+		resp := raw(t, f.addr, req)
+		if !strings.HasPrefix(resp, "HTTP/1.1 503") || !strings.Contains(resp, "Retry-After: 1") ||
+			!strings.Contains(resp, "X-Pinned-Reason: unreachable") {
+			t.Errorf("response %q", resp)
+		}
+		if el := time.Since(start); el > 2*time.Second {
+			t.Errorf("took %v", el)
+		}
+	}
+}
+
+// A request the worker may have received but did not answer is a 502,
+// never sent again when it is not idempotent; an idempotent one that met a
+// connection the worker had closed while it sat in the pool goes again.
+func TestMaybeSent(t *testing.T) {
+	// The worker answers every first request on a connection and then
+	// closes it without saying so.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var requests atomic.Int64
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				br := bufio.NewReader(c)
+				var req fasthttp.Request
+				if err := req.Read(br); err != nil {
+					return
+				}
+				requests.Add(1)
+				_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+				time.Sleep(50 * time.Millisecond) // let the proxy pool it
+			}()
+		}
+	}()
+	defer func() { _ = ln.Close(); <-done }()
+	ep, err := proxy.NewEndpoint(proxy.EndpointConfig{}, "s", "k", "http://"+ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ep.Close()
+	res := proxytest.NewStatic()
+	res.PlaceNamespace("/counter", ep)
+	f := startProxy(t, res, nil)
+
+	send := func(req string) string {
+		if r := raw(t, f.addr, "GET /counter/a HTTP/1.1\r\nHost: h\r\n\r\n"); !strings.HasPrefix(r, "HTTP/1.1 200") {
+			t.Fatalf("priming request: %q", r)
+		}
+		time.Sleep(100 * time.Millisecond) // the worker has closed the pooled connection
+		return raw(t, f.addr, req)
+	}
+	if r := send("GET /counter/a HTTP/1.1\r\nHost: h\r\n\r\n"); !strings.HasPrefix(r, "HTTP/1.1 200") {
+		t.Errorf("idempotent request on a stale connection: %q; want a resend and 200", r)
+	}
+	before := requests.Load()
+	if r := send("POST /counter/a HTTP/1.1\r\nHost: h\r\nContent-Length: 3\r\n\r\nabc"); !strings.HasPrefix(r, "HTTP/1.1 502") {
+		t.Errorf("non-idempotent request on a stale connection: %q; want 502", r)
+	}
+	if got := requests.Load() - before; got != 1 { // the priming GET only
+		t.Errorf("worker answered %d requests during the POST; want 1 (no silent resend)", got)
+	}
+}
+
+// A worker that takes the request and never answers costs
+// ResponseHeaderTimeout, then 504: never a hang.
+func TestNoHang(t *testing.T) {
+	block := make(chan struct{})
+	defer close(block)
+	_, f, _, _ := setupWith(t, func(ctx *fasthttp.RequestCtx) { <-block },
+		func(c *proxy.Config) { c.ResponseHeaderTimeout = 200 * time.Millisecond })
+	start := time.Now()
+	resp := raw(t, f.addr, "GET /counter/a HTTP/1.1\r\nHost: h\r\n\r\n")
+	if !strings.HasPrefix(resp, "HTTP/1.1 504") {
+		t.Errorf("response %q; want 504", resp)
+	}
+	if el := time.Since(start); el > 2*time.Second {
+		t.Errorf("took %v", el)
+	}
+}
+
+// Beyond MaxConns in flight plus MaxQueue waiting, requests get 503
+// overloaded at once; a queued request that waits past QueueTimeout too.
+func TestOverload(t *testing.T) {
+	block := make(chan struct{})
+	entered := make(chan struct{}, 10)
+	w := startWorker(t, func(ctx *fasthttp.RequestCtx) {
+		entered <- struct{}{}
+		<-block
+	})
+	defer close(block)
+	ep := w.endpoint(t, "s", "k", proxy.EndpointConfig{MaxConns: 1, MaxQueue: 1, QueueTimeout: 200 * time.Millisecond})
+	res := proxytest.NewStatic()
+	res.PlaceNamespace("/counter", ep)
+	f := startProxy(t, res, nil)
+
+	first, err := net.Dial("tcp", f.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer first.Close()
+	_, _ = io.WriteString(first, "GET /counter/a HTTP/1.1\r\nHost: h\r\n\r\n")
+	<-entered // holds the only connection
+
+	queued := make(chan string)
+	go func() { queued <- raw(t, f.addr, "GET /counter/b HTTP/1.1\r\nHost: h\r\n\r\n") }()
+	waitFor(t, func() bool { return ep.Inflight() == 2 })
+
+	start := time.Now()
+	resp := raw(t, f.addr, "GET /counter/c HTTP/1.1\r\nHost: h\r\n\r\n")
+	if !strings.HasPrefix(resp, "HTTP/1.1 503") || !strings.Contains(resp, "X-Pinned-Reason: overloaded") ||
+		!strings.Contains(resp, "Retry-After:") {
+		t.Errorf("beyond the queue: %q", resp)
+	}
+	if el := time.Since(start); el > 150*time.Millisecond {
+		t.Errorf("refusal beyond the queue took %v; want immediate", el)
+	}
+	resp = <-queued
+	if !strings.HasPrefix(resp, "HTTP/1.1 503") || !strings.Contains(resp, "X-Pinned-Reason: overloaded") {
+		t.Errorf("queued past QueueTimeout: %q", resp)
+	}
+}
+
+// waitFor polls cond for up to 5 s.
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		if cond() {
+			return
+		}
+	}
+	t.Fatal("condition not met within 5s")
+}
+
+// Resolver failures become 503 + Retry-After with their reason.
+func TestResolveErrors(t *testing.T) {
+	res := proxytest.NewStatic()
+	f := startProxy(t, res, nil)
+	resp := raw(t, f.addr, "GET /counter/a HTTP/1.1\r\nHost: h\r\n\r\n")
+	if !strings.HasPrefix(resp, "HTTP/1.1 503") || !strings.Contains(resp, "X-Pinned-Reason: no_worker") ||
+		!strings.Contains(resp, "Retry-After: 1") {
+		t.Errorf("no worker: %q", resp)
+	}
+	res.SetError(errors.New("redis down"))
+	resp = raw(t, f.addr, "GET /counter/a HTTP/1.1\r\nHost: h\r\n\r\n")
+	if !strings.HasPrefix(resp, "HTTP/1.1 503") || !strings.Contains(resp, "X-Pinned-Reason: store") {
+		t.Errorf("store error: %q", resp)
+	}
+}
+
+// A closed endpoint is re-resolved, not used.
+func TestClosedEndpointReresolved(t *testing.T) {
+	a, b := startWorker(t, nil), startWorker(t, nil)
+	epA := a.endpoint(t, "a", "k", proxy.EndpointConfig{})
+	epB := b.endpoint(t, "b", "k", proxy.EndpointConfig{})
+	res := proxytest.NewStatic()
+	res.Place("/counter/x", epA)
+	res.OnInvalidate = func(name string, ep *proxy.Endpoint) { res.Place(name, epB) }
+	f := startProxy(t, res, nil)
+	epA.Close()
+	if resp := raw(t, f.addr, "GET /counter/x HTTP/1.1\r\nHost: h\r\n\r\n"); !strings.HasPrefix(resp, "HTTP/1.1 200") {
+		t.Fatalf("response %q", resp)
+	}
+	if len(a.requests()) != 0 || len(b.requests()) != 1 {
+		t.Errorf("workers saw %d/%d; want 0/1", len(a.requests()), len(b.requests()))
+	}
+}
+
+// A pooled connection the worker reset while it sat idle fails the write
+// before the kernel takes a byte: provably not sent, so even a POST goes
+// again on a fresh connection, and the worker sees it once.
+func TestResetPooledConnectionResent(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var posts atomic.Int64
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				br := bufio.NewReader(c)
+				var req fasthttp.Request
+				if err := req.Read(br); err != nil {
+					_ = c.Close()
+					return
+				}
+				if req.Header.IsPost() {
+					posts.Add(1)
+				}
+				_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+				if req.Header.IsGet() {
+					// Reset the connection once the proxy has pooled it.
+					time.Sleep(50 * time.Millisecond)
+					_ = c.(*net.TCPConn).SetLinger(0)
+				}
+				_ = c.Close()
+			}()
+		}
+	}()
+	defer func() { _ = ln.Close(); <-done }()
+	f := proxyTo(t, ln.Addr().String(), nil)
+
+	if r := raw(t, f.addr, "GET /counter/a HTTP/1.1\r\nHost: h\r\n\r\n"); !strings.HasPrefix(r, "HTTP/1.1 200") {
+		t.Fatalf("priming request: %q", r)
+	}
+	time.Sleep(150 * time.Millisecond) // the RST has arrived
+	r := raw(t, f.addr, "POST /counter/a HTTP/1.1\r\nHost: h\r\nContent-Length: 3\r\n\r\nabc")
+	if !strings.HasPrefix(r, "HTTP/1.1 200") {
+		t.Errorf("POST after a reset: %q; want a resend and 200", r)
+	}
+	if n := posts.Load(); n != 1 {
+		t.Errorf("worker saw the POST %d times; want 1", n)
+	}
+	var b strings.Builder
+	f.p.Metrics().WritePrometheus(&b)
+	if !strings.Contains(b.String(), "pinned_proxy_retries_total 1\n") {
+		t.Errorf("retries metric:\n%s", b.String())
+	}
+}
