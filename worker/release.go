@@ -18,8 +18,10 @@ var ErrReleaseRefused = errors.New("the pinboard refused the release")
 
 // Release implements host.Worker: POST /registry/release {clientId,
 // namespace, id, sessionId}, telling the pinboard that the instance closed so
-// the id can be placed again. sessionId is the current session, or, while
-// the worker holds none (its lease was just lost), the last one it held: the
+// the id can be placed again. sessionId is the session ctx carries (the host
+// passes the values of the lease the instance was activated under; see
+// SessionOf), else the current session, else, while the worker holds none
+// (its lease was just lost), the last one it held: the
 // pinboard frees the placement only when that session still holds it, so a
 // release that arrives late, after the id was placed on a newer session,
 // never deletes the newer placement. It makes at most Config.ReleaseAttempts calls, each bounded
@@ -30,7 +32,11 @@ var ErrReleaseRefused = errors.New("the pinboard refused the release")
 // Transport errors, 5xx, 408 and 429 are retried; other answers are not.
 // Release is safe for concurrent use and works with or without Run.
 func (w *Worker) Release(ctx context.Context, namespace, id string) error {
-	body := wire.ReleaseRequest{ClientID: w.clientID, Namespace: namespace, ID: id, SessionID: w.releaseSession()}
+	sid, ok := SessionOf(ctx)
+	if !ok {
+		sid = w.releaseSession()
+	}
+	body := wire.ReleaseRequest{ClientID: w.clientID, Namespace: namespace, ID: id, SessionID: sid}
 	wait := w.cfg.ReleaseBackoff
 	var last reply
 	for attempt := 1; ; attempt++ {

@@ -161,3 +161,33 @@ func TestReleaseSendsSessionID(t *testing.T) {
 		}
 	}
 }
+
+// A release whose context carries the lease an instance was activated under
+// names that session, even after the worker moved to a newer one (the host
+// passes context.WithoutCancel of the instance's lease).
+func TestReleaseNamesTheInstancesSession(t *testing.T) {
+	h := newHarness(t)
+	first := h.register()
+	lease, reason := h.w.Admit(h.w.secret, nil)
+	if reason != "" {
+		t.Fatalf("Admit = %q", reason)
+	}
+	if sid, ok := SessionOf(lease); !ok || sid != first {
+		t.Fatalf("SessionOf(lease) = %q, %v; want %q", sid, ok, first)
+	}
+	if _, ok := SessionOf(context.Background()); ok {
+		t.Fatal("SessionOf(Background) reported a session")
+	}
+	// A stand-in for a later session: the explicit one wins over the current.
+	ctx := context.WithValue(context.WithoutCancel(lease), sessionKey{}, "older-session")
+	if err := release(t, h, ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := release(t, h, context.WithoutCancel(lease)); err != nil {
+		t.Fatal(err)
+	}
+	got := h.pb.releaseList()
+	if len(got) != 2 || got[0].SessionID != "older-session" || got[1].SessionID != first {
+		t.Fatalf("releases = %+v; want sessionIds older-session, %s", got, first)
+	}
+}
