@@ -2,6 +2,7 @@ package proxy_test
 
 import (
 	"errors"
+	"flag"
 	"io"
 	"net"
 	"slices"
@@ -18,7 +19,12 @@ import (
 	"github.com/pinned-go/pinned/proxy/proxytest"
 )
 
-// outcome is what a load client saw for one request.
+// overloadDuration is how long TestOverloadTenTimesCapacity offers ten
+// times the worker's capacity: a few seconds in CI; reliability §5 asks for
+// 60 s: go test ./proxy -run TestOverloadTenTimesCapacity -overload-duration 60s -v
+var overloadDuration = flag.Duration("overload-duration", 3*time.Second, "how long TestOverloadTenTimesCapacity runs at 10× capacity")
+
+// loadOutcome is what a load client saw for one request.
 type loadOutcome struct {
 	status     int
 	retryAfter bool
@@ -94,12 +100,12 @@ func percentile(ds []time.Duration, p float64) time.Duration {
 // than MaxConns requests at once and keeps serving at its capacity.
 func TestOverloadTenTimesCapacity(t *testing.T) {
 	const (
-		service      = 100 * time.Millisecond
-		maxConns     = 4
-		maxQueue     = 16 // drains in 400 ms > QueueTimeout: some waits time out
+		service      = 200 * time.Millisecond
+		maxConns     = 2
+		maxQueue     = 4 // drains in 400 ms > QueueTimeout: some waits time out
 		queueTimeout = 250 * time.Millisecond
-		duration     = 3 * time.Second
 	)
+	duration := *overloadDuration
 	capacity := float64(maxConns) / service.Seconds() // requests per second
 	rate := 10 * capacity
 	n := int(rate * duration.Seconds())
@@ -306,9 +312,12 @@ func TestSlowlorisClosedAtHeaderTimeout(t *testing.T) {
 			t.Errorf("slow connection %d closed after %v; want HeaderTimeout %v ± 1s", i, r.closedAfter, headerTimeout)
 		}
 	}
+	// 100 ms is reliability §5's bound; under the race detector, with other
+	// packages' tests sharing the CPUs, only a stall is caught (a server
+	// that slowloris blocks would hold normal requests for HeaderTimeout).
 	p99, bound := percentile(lat, 99), 100*time.Millisecond
 	if raceEnabled {
-		bound = 300 * time.Millisecond
+		bound = time.Second
 	}
 	if p99 > bound {
 		t.Errorf("normal requests p99 %v during slowloris; want < %v", p99, bound)
