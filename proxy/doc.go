@@ -74,8 +74,12 @@
 //   - The endpoint is over its cap (MaxConns in flight plus MaxQueue
 //     waiting), or no connection frees within QueueTimeout: 503 overloaded.
 //   - The worker cannot be reached (dial failed, or the connection failed
-//     before the kernel took a byte): 503 unreachable. The request provably
-//     did not leave, so nothing is ambiguous.
+//     before the kernel took a byte): the placement is invalidated and
+//     resolved again; when it moved (the worker's session had expired and
+//     the resolver placed the instance elsewhere) and the body is held, the
+//     request goes to the new holder, otherwise the answer is 503
+//     unreachable. The request provably did not leave, so nothing is
+//     ambiguous.
 //   - The request may have reached the worker but no usable answer came
 //     back: 502; no response head within ResponseHeaderTimeout: 504. Nothing
 //     waits without a deadline.

@@ -24,8 +24,9 @@ type Resolver interface {
 	// both carry Retry-After.
 	Resolve(ctx context.Context, name []byte) (*Endpoint, error)
 	// Invalidate drops the cached placement of name if it still points at
-	// ep: the worker answered 503 closing, draining or lease for it, or ep
-	// was closed. The next Resolve must consult the store.
+	// ep: the worker answered 503 closing, draining or lease for it, could
+	// not be reached, or ep was closed. The next Resolve must consult the
+	// store. Invalidate is called on the request's goroutine: no I/O.
 	Invalidate(name []byte, ep *Endpoint)
 }
 

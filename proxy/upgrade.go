@@ -74,6 +74,8 @@ func (p *Proxy) serveUpgrade(x *exchange) {
 	timeout := min(p.cfg.TunnelHandshakeTimeout, ep.dialTimeout)
 	conn, err := ep.dial(ep.Addr, timeout)
 	if err != nil {
+		// The resolver re-checks the placement on the next request.
+		p.resolver.Invalidate(x.name, ep)
 		p.m.unreachable.Inc()
 		if p.errLog.allow() {
 			p.log.Warn("cannot reach worker", "session", ep.Session, "addr", ep.Addr, "err", err)
