@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fasthttp/websocket"
 	"github.com/redis/rueidis"
 	"github.com/valyala/fasthttp"
 	"go.uber.org/goleak"
@@ -82,6 +83,8 @@ type fakeHost struct {
 	mode              atomic.Int64
 	fleet             *fleet
 	served            atomic.Int64
+	sockets           atomic.Int64 // open websocket connections
+	upgrader          websocket.FastHTTPUpgrader
 
 	mu        sync.Mutex
 	instances map[string]int
@@ -141,6 +144,20 @@ func (h *fakeHost) handle(ctx *fasthttp.RequestCtx) {
 	}
 	path := string(ctx.Request.URI().PathOriginal())
 	id, _, _ := strings.Cut(strings.TrimPrefix(path, ns+"/"), "/")
+	if websocket.FastHTTPIsWebSocketUpgrade(ctx) {
+		// An echo socket; it ends when either side closes.
+		_ = h.upgrader.Upgrade(ctx, func(c *websocket.Conn) {
+			h.sockets.Add(1)
+			defer h.sockets.Add(-1)
+			for {
+				mt, b, err := c.ReadMessage()
+				if err != nil || c.WriteMessage(mt, b) != nil {
+					return
+				}
+			}
+		})
+		return
+	}
 	h.mu.Lock()
 	n, ok := h.instances[id]
 	if !ok && h.mode.Load() == modeDraining {

@@ -72,7 +72,10 @@ type flight struct {
 	err  error
 }
 
-var _ proxy.Resolver = (*Resolver)(nil)
+var _ interface {
+	proxy.Resolver
+	proxy.TunnelObserver
+} = (*Resolver)(nil)
 
 // New makes a Resolver. It validates cfg, does no I/O and starts nothing.
 func New(cfg Config) (*Resolver, error) {
@@ -179,6 +182,13 @@ func (r *Resolver) OnInvalidate(inv store.Invalidation) {
 		}
 	}
 }
+
+// TunnelOpened implements proxy.TunnelObserver: Run checks the placement of
+// a new tunnel at once. The check's read also makes Redis track the
+// placement key for this pinboard again (an invalidation ends tracking until
+// the next read, and the claim that placed the id was such an invalidation),
+// so that a later move reaches OnInvalidate.
+func (r *Resolver) TunnelOpened(name string, _ *proxy.Endpoint) { r.queueCheck(name) }
 
 // miss resolves name through the store, single-flighted per name.
 func (r *Resolver) miss(name []byte) (*proxy.Endpoint, error) {

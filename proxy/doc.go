@@ -119,7 +119,11 @@
 // client sent right behind its handshake. A half-close is passed on with
 // CloseWrite. The hijack handler returns only when both pumps have ended.
 // Tunnels are capped by MaxTunnels (503 overloaded beyond); Endpoint.Close
-// and CloseTunnels end a worker's tunnels, Proxy.Close all of them.
+// and CloseTunnels end a worker's tunnels, CloseTunnelsFor those of one
+// placement, Proxy.Close all of them. A Resolver that also implements
+// TunnelObserver hears of every tunnel once it is registered on its
+// endpoint, so that it can watch the placement and close the tunnel when
+// the placement moves.
 //
 // # Invariants
 //

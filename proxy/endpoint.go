@@ -30,6 +30,16 @@ type Resolver interface {
 	Invalidate(name []byte, ep *Endpoint)
 }
 
+// TunnelObserver may be implemented by a Resolver that closes tunnels when
+// their placement moves (Endpoint.CloseTunnelsFor): TunnelOpened is called
+// once a tunnel for the placement name to ep is open and registered on ep,
+// on the tunnel's goroutine, before any byte is relayed. A placement that
+// moved between its resolve and this call is caught only if the observer
+// checks it now. It must not block.
+type TunnelObserver interface {
+	TunnelOpened(name string, ep *Endpoint)
+}
+
 // ErrNoWorker is what a Resolver wraps when no live, undrained worker serves
 // the namespace; the proxy answers 503 no_worker with Retry-After. Start a
 // worker for the namespace, or wait for one to register.

@@ -208,6 +208,9 @@ func (t *tunnel) run(c net.Conn) {
 		return
 	}
 	defer t.unregister()
+	if o, ok := p.resolver.(TunnelObserver); ok {
+		o.TunnelOpened(t.name, t.ep)
+	}
 
 	_ = t.raw.SetWriteDeadline(time.Now().Add(p.cfg.TunnelIdleTimeout))
 	if _, err := t.raw.Write(t.head); err != nil {

@@ -344,3 +344,47 @@ func TestTunnelBytesAndHalfClose(t *testing.T) {
 	}
 	waitFor(t, func() bool { return f.p.OpenTunnels() == 0 })
 }
+
+// observingResolver is a Static resolver that records TunnelOpened calls.
+type observingResolver struct {
+	*proxytest.Static
+	opened chan string
+}
+
+func (o observingResolver) TunnelOpened(name string, ep *proxy.Endpoint) {
+	if ep == nil || ep.Tunnels() != 1 {
+		panic("TunnelOpened before the tunnel was registered on its endpoint")
+	}
+	o.opened <- name
+}
+
+// A Resolver that implements TunnelObserver hears of every tunnel once it is
+// registered on its endpoint (so that a close for its name reaches it), and
+// of nothing for a refused handshake.
+func TestTunnelObserver(t *testing.T) {
+	w, _ := wsWorker(t)
+	res := observingResolver{proxytest.NewStatic(), make(chan string, 4)}
+	res.PlaceNamespace("/counter", w.endpoint(t, "s", "k", proxy.EndpointConfig{}))
+	f := startProxy(t, res, nil)
+	c, err := dialWS(t, f.addr, "/counter/a/ws")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	select {
+	case name := <-res.opened:
+		if name != "/counter/a" {
+			t.Errorf("TunnelOpened(%q); want /counter/a", name)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("TunnelOpened was not called")
+	}
+	if _, err := dialWS(t, f.addr, "/counter/b/other"); err == nil { // answered 426: no tunnel
+		t.Fatal("a refused handshake opened a tunnel")
+	}
+	_ = c.Close()
+	waitFor(t, func() bool { return f.p.OpenTunnels() == 0 })
+	if n := len(res.opened); n != 0 {
+		t.Errorf("%d more TunnelOpened calls; want none", n)
+	}
+}
