@@ -363,7 +363,7 @@ func TestSweepClosesDeadEndpoints(t *testing.T) {
 	pb.get(t, "fresh-on-b") // b's endpoint exists too
 	done := make(chan struct{})
 	defer close(done)
-	e.fake.BlockUntil(1, done) // Run is asleep on its sweep timer
+	e.fake.BlockUntil(1, done)            // Run is asleep on its sweep timer
 	e.fake.Advance(e.lease - time.Second) // a sweep at 5 s finds both live
 	e.heartbeat(sb, 100, false)
 	e.fake.BlockUntil(1, done) // the sweep is done and re-armed
