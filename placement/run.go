@@ -6,7 +6,6 @@ import (
 
 	"github.com/pinned-go/pinned/internal/store"
 	"github.com/pinned-go/pinned/internal/wire"
-	"github.com/pinned-go/pinned/proxy"
 )
 
 // ErrRunning is returned by Run when it is called a second time.
@@ -137,6 +136,3 @@ func (r *Resolver) sweep(ctx context.Context) {
 		}
 	}
 }
-
-// endpointsSnapshot returns the current endpoints (tests).
-func (r *Resolver) endpointsSnapshot() []*proxy.Endpoint { return *r.eps.Load() }
