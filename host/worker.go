@@ -20,13 +20,27 @@ type Worker interface {
 	// which is cancelled when the lease is lost or runs out locally, and "".
 	// Otherwise it returns nil and wire.ReasonForbidden (answer 403) or
 	// wire.ReasonLease (answer 503). Admit must not allocate.
+	//
+	// Every call under one lease must return the same context value: the
+	// host compares it with == to the lease an instance was activated under
+	// and refuses (503 closing, and aborts the instance) on a mismatch.
+	// Instance contexts derive from it, so cancelling it on lease loss
+	// cancels them all.
 	Admit(secret, session []byte) (lease context.Context, reason string)
 	// Draining reports whether new activations are refused (drain or
-	// wind_down in progress).
+	// wind_down in progress). The host calls it, with no lock held, before
+	// each activation; it must be cheap.
 	Draining() bool
 	// Release tells the pinboard that the instance (namespace, id) has
 	// closed. It returns when the pinboard acknowledged it, when its bounded
 	// retries are exhausted, or when ctx ends.
+	//
+	// The host calls it exactly once per closed instance (never for an
+	// activation whose setup failed), after the teardown, from a goroutine
+	// of its own with no lock held, bounded by Config.ReleaseTimeout. Until
+	// it returns, requests for the id answer 503 closing, so it should
+	// return promptly when there is nothing to release (for example after
+	// the session that held the placement is gone).
 	Release(ctx context.Context, namespace, id string) error
 }
 
@@ -41,7 +55,8 @@ type Attached interface {
 	Len() int
 	// AbortAll force-ends every instance (abort semantics: contexts
 	// cancelled, teardown once) with the given eviction reason, without
-	// waiting for teardowns to finish.
+	// waiting for teardowns to finish. It never calls back into the Worker
+	// synchronously, so the worker may hold its own lock while calling it.
 	AbortAll(reason string)
 	// CloseIdle closes every instance that has no in-flight request, open
 	// stream or websocket, or running task, with the given eviction reason.

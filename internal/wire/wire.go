@@ -42,7 +42,7 @@ const (
 // client-supplied headers with this prefix (case-insensitively).
 const HeaderPrefix = "x-pinned-"
 
-// Values of HeaderReason. The host produces the first five; the proxy adds
+// Values of HeaderReason. The host produces the first six; the proxy adds
 // its own for answers it makes without reaching a host.
 const (
 	ReasonCapacity  = "capacity"  // host: max instances reached
@@ -50,6 +50,11 @@ const (
 	ReasonClosing   = "closing"   // host: instance closing or release in flight; re-resolve
 	ReasonLease     = "lease"     // host: no valid lease, or not the current session
 	ReasonForbidden = "forbidden" // host: wrong or missing proxy secret (403)
+	// ReasonAborted: the instance was aborted while this request's handler
+	// ran, so the request may have had effects. Unlike the reasons above it
+	// does not say "the request never reached an instance": the proxy passes
+	// it to the client and never retries it.
+	ReasonAborted = "aborted"
 
 	ReasonNoWorker    = "no_worker"   // proxy: no live, undrained worker serves the namespace
 	ReasonUnreachable = "unreachable" // proxy: worker could not be reached; request provably not sent

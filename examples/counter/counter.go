@@ -1,0 +1,176 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/fasthttp/websocket"
+
+	"github.com/pinned-go/pinned/host"
+)
+
+// Counter is the demo object: one counter per id. Its fields are touched
+// only inside the instance's turn (non-concurrent handlers, stream steps,
+// Instance.Do), so they need no locks.
+type Counter struct {
+	inst    *host.Instance
+	nonce   string // random per activation: shows when an id was re-activated
+	count   int64
+	sockets map[*host.WebSocket]chan struct{} // open websockets and their "count changed" signal
+}
+
+// maxStreamLines bounds GET /stream?n=N.
+const maxStreamLines = 1_000_000
+
+// maxIncrDelay bounds POST /incr-later?delay=D.
+const maxIncrDelay = time.Minute
+
+// counterType is the object type the host runs under /counter.
+func counterType() host.Type[*Counter] {
+	r := host.NewRoutes[*Counter]()
+	r.GET("/", (*Counter).get)
+	r.POST("/incr", (*Counter).incr)
+	r.POST("/incr-later", (*Counter).incrLater)
+	r.GET("/stream", (*Counter).stream)
+	r.WebSocket("/ws", (*Counter).ws)
+	return host.Type[*Counter]{
+		New: func(inst *host.Instance) (*Counter, error) {
+			var b [8]byte
+			if _, err := rand.Read(b[:]); err != nil {
+				return nil, fmt.Errorf("cannot make a nonce: %w", err)
+			}
+			return &Counter{inst: inst, nonce: hex.EncodeToString(b[:]), sockets: map[*host.WebSocket]chan struct{}{}}, nil
+		},
+		Routes: r,
+	}
+}
+
+type state struct {
+	ID       string `json:"id"`
+	Count    int64  `json:"count"`
+	Instance string `json:"instance"`
+}
+
+func (c *Counter) state() state { return state{ID: c.inst.ID(), Count: c.count, Instance: c.nonce} }
+
+// get answers GET /counter/{id}/.
+func (c *Counter) get(x *host.Ctx) error { return x.JSON(200, c.state()) }
+
+// incr answers POST /counter/{id}/incr.
+func (c *Counter) incr(x *host.Ctx) error {
+	c.add(1)
+	return x.JSON(200, c.state())
+}
+
+// add changes the count and signals every websocket. Call it inside the turn.
+func (c *Counter) add(d int64) {
+	c.count += d
+	for _, notify := range c.sockets {
+		select {
+		case notify <- struct{}{}:
+		default: // a push is already pending; it will read the latest count
+		}
+	}
+}
+
+// incrLater answers POST /counter/{id}/incr-later?delay=1s: a background
+// task (Instance.Go) that increments after the delay. While it waits the
+// instance is not idle; an abort cancels it.
+func (c *Counter) incrLater(x *host.Ctx) error {
+	delay := time.Second
+	if v := x.RequestCtx().QueryArgs().Peek("delay"); len(v) > 0 {
+		d, err := time.ParseDuration(string(v))
+		if err != nil || d < 0 || d > maxIncrDelay {
+			return &host.Error{Status: 400, Message: "delay must be a duration from 0s to " + maxIncrDelay.String(), Field: "delay"}
+		}
+		delay = d
+	}
+	err := c.inst.Go(func(ctx context.Context) error {
+		t := time.NewTimer(delay)
+		defer t.Stop()
+		select {
+		case <-t.C:
+			return c.inst.Do(func() { c.add(1) })
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	})
+	if err != nil {
+		return err
+	}
+	return x.JSON(202, map[string]any{"scheduled": true, "delay": delay.String()})
+}
+
+// stream answers GET /counter/{id}/stream?n=N with N lines of NDJSON,
+// generated one at a time as the client reads them.
+func (c *Counter) stream(x *host.Ctx) error {
+	n := 10
+	if v := x.RequestCtx().QueryArgs().Peek("n"); len(v) > 0 {
+		k, err := strconv.Atoi(string(v))
+		if err != nil || k < 0 || k > maxStreamLines {
+			return &host.Error{Status: 400, Message: "n must be an integer from 0 to " + strconv.Itoa(maxStreamLines), Field: "n"}
+		}
+		n = k
+	}
+	x.RequestCtx().SetContentType("application/x-ndjson")
+	return x.Stream(func(yield func([]byte, error) bool) {
+		var line []byte
+		for i := range n {
+			// Each step runs inside the turn: reading c.count is safe.
+			line = fmt.Appendf(line[:0], `{"line":%d,"count":%d}`+"\n", i, c.count)
+			if !yield(line, nil) {
+				return
+			}
+		}
+	})
+}
+
+// ws answers WebSocket /counter/{id}/ws: it echoes every message and pushes
+// {"count":N} whenever the count changes.
+func (c *Counter) ws(ws *host.WebSocket) error {
+	notify := make(chan struct{}, 1)
+	if err := c.inst.Do(func() { c.sockets[ws] = notify }); err != nil {
+		return err
+	}
+	defer c.inst.Do(func() { delete(c.sockets, ws) })
+
+	// The pusher belongs to this handler, which waits for it before
+	// returning (the connection is gone once the handler returns).
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer close(done)
+	wg.Go(func() {
+		var msg []byte
+		for {
+			select {
+			case <-done:
+				return
+			case <-notify:
+			}
+			var n int64
+			if c.inst.Do(func() { n = c.count }) != nil {
+				return
+			}
+			msg = fmt.Appendf(msg[:0], `{"count":%d}`, n)
+			if ws.WriteMessage(websocket.TextMessage, msg) != nil {
+				return
+			}
+		}
+	})
+
+	for {
+		mt, msg, err := ws.ReadMessage()
+		if err != nil {
+			return err
+		}
+		if err := ws.WriteMessage(mt, msg); err != nil {
+			return err
+		}
+	}
+}

@@ -1,0 +1,180 @@
+package host
+
+import (
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/VictoriaMetrics/metrics"
+	"github.com/fasthttp/websocket"
+
+	"github.com/pinned-go/pinned/internal/clock"
+	"github.com/pinned-go/pinned/internal/wire"
+)
+
+// Defaults for the zero values of Config fields.
+const (
+	// DefaultMaxInstances bounds the live instances of one host (SPEC §3).
+	DefaultMaxInstances = 10_000
+	// DefaultIdleTimeout is how long an instance may stay idle (no request,
+	// stream, websocket or task) before the sweep closes it. Five minutes
+	// sits between Cloudflare's ~1–2 min eviction and Orleans' 15 min
+	// collection age: long enough to survive a user's think time, short
+	// enough that abandoned ids do not pin memory for long.
+	DefaultIdleTimeout = 5 * time.Minute
+	// DefaultSweepInterval is the idle sweep period when it is not set and
+	// IdleTimeout/4 is longer. An instance is closed between IdleTimeout and
+	// IdleTimeout+SweepInterval after it became idle.
+	DefaultSweepInterval = 5 * time.Second
+	// MinSweepInterval is the smallest sweep period accepted.
+	MinSweepInterval = 10 * time.Millisecond
+	// DefaultRetryAfter is the Retry-After of every 503 the host makes.
+	DefaultRetryAfter = time.Second
+	// DefaultCloseWait bounds how long a request in local mode waits for a
+	// closing instance of its id to finish before it answers 503 closing.
+	DefaultCloseWait = 5 * time.Second
+	// DefaultReleaseTimeout bounds one Worker.Release call (fleet mode).
+	DefaultReleaseTimeout = 10 * time.Second
+	// DefaultWebSocketWriteTimeout bounds one WebSocket.WriteMessage.
+	DefaultWebSocketWriteTimeout = 10 * time.Second
+	// DefaultShards is the number of directory shards.
+	DefaultShards = 64
+	// MaxShards is the largest shard count accepted.
+	MaxShards = 4096
+)
+
+// Config configures a Host. The zero value of every field except Namespace
+// selects the default documented on it.
+type Config struct {
+	// Namespace is the path prefix the host serves, "/name" where name passes
+	// the id grammar (wire.CheckNamespace), e.g. "/counter". Required.
+	Namespace string
+
+	// Worker is the fleet registration the host serves under. nil means local
+	// mode: an in-memory directory, no pinboard, no fencing.
+	Worker Worker
+
+	// MaxInstances bounds the live instances (activating and closing ones
+	// included); an activation beyond it answers 503 capacity. Zero means
+	// DefaultMaxInstances.
+	MaxInstances int
+
+	// IdleTimeout is how long an instance may be idle before the sweep closes
+	// it. Zero means DefaultIdleTimeout; negative disables idle eviction.
+	IdleTimeout time.Duration
+
+	// SweepInterval is the idle sweep period. Zero means
+	// min(DefaultSweepInterval, IdleTimeout/4), at least MinSweepInterval.
+	SweepInterval time.Duration
+
+	// RetryAfter is sent, rounded up to whole seconds (at least 1), in the
+	// Retry-After header of every 503 the host makes. Zero means
+	// DefaultRetryAfter.
+	RetryAfter time.Duration
+
+	// MaxIDLen bounds ids in bytes, 1..wire.MaxIDLen. Zero means
+	// wire.MaxIDLen (256).
+	MaxIDLen int
+
+	// CloseWait bounds how long a request in local mode waits for a closing
+	// instance of its id before answering 503 closing. Zero means
+	// DefaultCloseWait; negative means do not wait. In fleet mode requests
+	// never wait: they get 503 closing so the proxy re-resolves.
+	CloseWait time.Duration
+
+	// ReleaseTimeout bounds each Worker.Release call. Zero means
+	// DefaultReleaseTimeout.
+	ReleaseTimeout time.Duration
+
+	// WebSocketWriteTimeout bounds each WebSocket.WriteMessage. Zero means
+	// DefaultWebSocketWriteTimeout.
+	WebSocketWriteTimeout time.Duration
+
+	// Upgrader upgrades websocket routes. Its zero value is usable (and
+	// refuses cross-origin upgrades); when Error is nil the host answers
+	// handshake failures with a JSON wire.Error.
+	Upgrader websocket.FastHTTPUpgrader
+
+	// Shards is the number of directory shards, a power of two up to
+	// MaxShards. Zero means DefaultShards.
+	Shards int
+
+	// Clock drives idle eviction and timeouts. nil means the real clock.
+	Clock clock.Clock
+
+	// Logger receives the host's logs, tagged logger=pinned.host. nil means
+	// slog.Default().
+	Logger *slog.Logger
+
+	// Metrics receives the host's metrics. nil means a new set, available
+	// from Host.Metrics.
+	Metrics *metrics.Set
+}
+
+// withDefaults validates c and returns it with every default filled in.
+func (c Config) withDefaults() (Config, error) {
+	if e := wire.CheckNamespace(c.Namespace); e != wire.SegmentOK {
+		return c, fmt.Errorf("host: Namespace %q is invalid (%v): want \"/name\" with name of 1-%d bytes of A-Za-z0-9._~@:+=- not starting with '.'",
+			c.Namespace, e, wire.MaxNamespaceLen)
+	}
+	switch {
+	case c.MaxInstances == 0:
+		c.MaxInstances = DefaultMaxInstances
+	case c.MaxInstances < 0:
+		return c, fmt.Errorf("host: MaxInstances is %d: want a positive number, or 0 for %d", c.MaxInstances, DefaultMaxInstances)
+	}
+	if c.IdleTimeout == 0 {
+		c.IdleTimeout = DefaultIdleTimeout
+	}
+	switch {
+	case c.SweepInterval == 0:
+		c.SweepInterval = DefaultSweepInterval
+		if c.IdleTimeout > 0 {
+			c.SweepInterval = min(c.SweepInterval, c.IdleTimeout/4)
+		}
+		c.SweepInterval = max(c.SweepInterval, MinSweepInterval)
+	case c.SweepInterval < MinSweepInterval:
+		return c, fmt.Errorf("host: SweepInterval is %v: want at least %v, or 0 for the default", c.SweepInterval, MinSweepInterval)
+	}
+	switch {
+	case c.RetryAfter == 0:
+		c.RetryAfter = DefaultRetryAfter
+	case c.RetryAfter < 0:
+		return c, fmt.Errorf("host: RetryAfter is %v: want a positive duration, or 0 for %v", c.RetryAfter, DefaultRetryAfter)
+	}
+	switch {
+	case c.MaxIDLen == 0:
+		c.MaxIDLen = wire.MaxIDLen
+	case c.MaxIDLen < 0 || c.MaxIDLen > wire.MaxIDLen:
+		return c, fmt.Errorf("host: MaxIDLen is %d: want 1..%d, or 0 for %d", c.MaxIDLen, wire.MaxIDLen, wire.MaxIDLen)
+	}
+	if c.CloseWait == 0 {
+		c.CloseWait = DefaultCloseWait
+	}
+	switch {
+	case c.ReleaseTimeout == 0:
+		c.ReleaseTimeout = DefaultReleaseTimeout
+	case c.ReleaseTimeout < 0:
+		return c, fmt.Errorf("host: ReleaseTimeout is %v: want a positive duration, or 0 for %v", c.ReleaseTimeout, DefaultReleaseTimeout)
+	}
+	switch {
+	case c.WebSocketWriteTimeout == 0:
+		c.WebSocketWriteTimeout = DefaultWebSocketWriteTimeout
+	case c.WebSocketWriteTimeout < 0:
+		return c, fmt.Errorf("host: WebSocketWriteTimeout is %v: want a positive duration, or 0 for %v", c.WebSocketWriteTimeout, DefaultWebSocketWriteTimeout)
+	}
+	switch {
+	case c.Shards == 0:
+		c.Shards = DefaultShards
+	case c.Shards < 0 || c.Shards > MaxShards || c.Shards&(c.Shards-1) != 0:
+		return c, fmt.Errorf("host: Shards is %d: want a power of two up to %d, or 0 for %d", c.Shards, MaxShards, DefaultShards)
+	}
+	c.Clock = clock.Or(c.Clock)
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.Metrics == nil {
+		c.Metrics = metrics.NewSet()
+	}
+	return c, nil
+}

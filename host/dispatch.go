@@ -1,0 +1,413 @@
+package host
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"runtime/debug"
+
+	"github.com/fasthttp/websocket"
+	"github.com/valyala/fasthttp"
+
+	"github.com/pinned-go/pinned/internal/wire"
+)
+
+// rootPath is the remainder of a request for "/ns/id" with nothing after
+// the id.
+var rootPath = []byte("/")
+
+// serve dispatches one request; rest is the path after "/<namespace>/".
+// This is the hot path: for a GET to an active instance it allocates
+// nothing itself.
+func (h *Host) serve(rc *fasthttp.RequestCtx, rest []byte) {
+	idb := rest
+	rest = rootPath
+	for i, c := range idb {
+		if c == '/' {
+			idb, rest = idb[:i], idb[i:]
+			break
+		}
+	}
+
+	var lease context.Context
+	if h.w != nil {
+		var reason string
+		lease, reason = h.w.Admit(rc.Request.Header.Peek(wire.HeaderProxySecret), rc.Request.Header.Peek(wire.HeaderSession))
+		if lease == nil {
+			h.reject(rc, reason)
+			return
+		}
+	}
+	if e := wire.CheckSegment(idb, h.maxIDLen); e != wire.SegmentOK {
+		h.met.reject(rejectInvalidID)
+		h.writeError(rc, fasthttp.StatusBadRequest, "invalid id: "+e.Error(), "id")
+		return
+	}
+
+	c := h.ctxPool.Get().(*Ctx)
+	e := h.table.match(rest, &c.vals)
+	if e == nil {
+		h.putCtx(c)
+		h.writeError(rc, fasthttp.StatusNotFound, "not found", "")
+		return
+	}
+	r, ws := h.pickRoute(rc, e)
+	if r == nil {
+		h.putCtx(c)
+		return // pickRoute answered
+	}
+
+	inst := h.acquire(rc, idb, lease)
+	if inst == nil {
+		h.putCtx(c)
+		return // acquire answered
+	}
+	c.rc, c.h, c.inst, c.route, c.path = rc, h, inst, r, rest
+
+	if ws {
+		h.upgrade(c)
+		return
+	}
+	if !r.concurrent && !inst.acquireTurn() {
+		h.putCtx(c)
+		h.release(inst)
+		h.reject(rc, wire.ReasonClosing)
+		return
+	}
+	err := h.call(c)
+	if !r.concurrent {
+		inst.releaseTurn()
+	}
+	if err != nil {
+		h.handlerError(c, err)
+	}
+	// One clock read per request: it stamps the idle time and ends the
+	// duration, which starts at fasthttp's request time (read by fasthttp
+	// right before calling the handler; 0 with Server.LazyRequestTime).
+	now := h.clock.Now()
+	if s := c.stream; s != nil && rc.Response.IsBodyStream() && s.arm() {
+		// The stream now owns c and the activity; its Close releases them.
+	} else {
+		h.putCtx(c)
+		h.releaseAt(inst, now)
+	}
+	if t := rc.Time(); !t.IsZero() {
+		h.met.duration.Update(max(0, now.Wall().Sub(t)).Seconds())
+	}
+}
+
+// pickRoute selects the route of entry e for the request's method, or
+// answers 405 / OPTIONS itself and returns nil. ws reports a websocket
+// upgrade.
+func (h *Host) pickRoute(rc *fasthttp.RequestCtx, e *entry) (r *route, ws bool) {
+	m := methodIndex(rc.Method())
+	if m == methodGET && e.ws != nil && websocket.FastHTTPIsWebSocketUpgrade(rc) {
+		return e.ws, true
+	}
+	if m >= 0 {
+		r = e.byMethod[m]
+	}
+	switch {
+	case r != nil:
+		return r, false
+	case m == methodHEAD && e.byMethod[methodGET] != nil:
+		return e.byMethod[methodGET], false
+	case m == methodGET && e.ws != nil:
+		h.writeError(rc, fasthttp.StatusUpgradeRequired, "websocket upgrade required", "")
+		rc.Response.Header.Set("Upgrade", "websocket")
+		return nil, false
+	case m == methodOPTIONS:
+		rc.Response.Header.Set("Allow", e.allow)
+		rc.SetStatusCode(fasthttp.StatusNoContent)
+		return nil, false
+	}
+	h.writeError(rc, fasthttp.StatusMethodNotAllowed, "method not allowed", "")
+	rc.Response.Header.Set("Allow", e.allow)
+	return nil, false
+}
+
+// call runs the route's handler, turning a panic into an error and an
+// abort of the instance (its state may be half-updated).
+func (h *Host) call(c *Ctx) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = &panicError{value: p, stack: debug.Stack()}
+			h.abort(c.inst, EvictAbort)
+		}
+	}()
+	return c.route.handler(c.inst.obj, c)
+}
+
+type panicError struct {
+	value any
+	stack []byte
+}
+
+func (p *panicError) Error() string { return fmt.Sprintf("handler panicked: %v", p.value) }
+
+// handlerError replaces the response with the answer for a handler error.
+func (h *Host) handlerError(c *Ctx, err error) {
+	rc := c.rc
+	var he *Error
+	_, panicked := err.(*panicError)
+	switch {
+	case errors.As(err, &he):
+		h.writeError(rc, he.Status, he.Message, he.Field)
+	case c.inst.ctx.Err() != nil && !panicked:
+		// The instance was aborted under the handler: the outcome is unknown.
+		h.reject(rc, wire.ReasonAborted)
+	default:
+		attrs := []any{"instance", c.inst.id, "route", c.route.pattern, "error", err}
+		if p, ok := err.(*panicError); ok {
+			attrs = append(attrs, "stack", string(p.stack))
+		}
+		h.logThrottled(slog.LevelError, "handler failed", attrs...)
+		h.writeError(rc, fasthttp.StatusInternalServerError, "internal server error", "")
+	}
+}
+
+// acquire finds or activates the instance for id and counts the request as
+// its activity. When it returns nil the response is written.
+func (h *Host) acquire(rc *fasthttp.RequestCtx, id []byte, lease context.Context) *Instance {
+	si := h.shardIndex(id)
+	sh := &h.shards[si]
+	for {
+		sh.mu.Lock()
+		inst := sh.m[string(id)]
+		if inst == nil {
+			sh.mu.Unlock()
+			inst, retry := h.activate(rc, sh, si, id, lease)
+			if retry {
+				continue
+			}
+			return inst
+		}
+		switch inst.state {
+		case stateActive:
+			if lease != nil && (inst.lease != lease || inst.ctx.Err() != nil) {
+				// Activated under another session, or the lease ended: this
+				// instance must not serve; it is being aborted.
+				sh.mu.Unlock()
+				h.abort(inst, EvictLease)
+				h.reject(rc, wire.ReasonClosing)
+				return nil
+			}
+			sh.hold(inst)
+			sh.mu.Unlock()
+			return inst
+		case stateActivating:
+			sh.hold(inst)
+			ready := inst.ready
+			sh.mu.Unlock()
+			<-ready
+			return h.joined(rc, sh, inst, lease)
+		default: // closing
+			if h.w != nil || h.closing.Load() || h.cfg.CloseWait < 0 {
+				sh.mu.Unlock()
+				h.reject(rc, wire.ReasonClosing)
+				return nil
+			}
+			done := inst.x.done
+			sh.mu.Unlock()
+			if !h.waitClosed(done) {
+				h.reject(rc, wire.ReasonClosing)
+				return nil
+			}
+		}
+	}
+}
+
+// waitClosed waits (bounded by CloseWait) for a closing instance to finish.
+func (h *Host) waitClosed(done <-chan struct{}) bool {
+	select {
+	case <-done:
+		return true
+	default:
+	}
+	t := h.clock.NewTimer(h.cfg.CloseWait)
+	defer t.Stop()
+	select {
+	case <-done:
+		return true
+	case <-t.C():
+		return false
+	}
+}
+
+// joined handles a request that waited for someone else's activation of
+// inst (holding one activity on it).
+func (h *Host) joined(rc *fasthttp.RequestCtx, sh *shard, inst *Instance, lease context.Context) *Instance {
+	sh.mu.Lock()
+	state := inst.state
+	var setupErr error
+	if inst.x != nil {
+		setupErr = inst.x.setupErr
+	}
+	sh.mu.Unlock()
+	switch {
+	case state == stateClosed:
+		h.setupFailed(rc, setupErr) // the instance is gone; its activity no longer matters
+		return nil
+	case state != stateActive:
+		h.release(inst)
+		h.reject(rc, wire.ReasonClosing)
+		return nil
+	case lease != nil && (inst.lease != lease || inst.ctx.Err() != nil):
+		h.release(inst)
+		h.abort(inst, EvictLease)
+		h.reject(rc, wire.ReasonClosing)
+		return nil
+	}
+	return inst
+}
+
+// activate creates the instance for id and runs its setup. retry reports
+// that another request inserted the id first.
+func (h *Host) activate(rc *fasthttp.RequestCtx, sh *shard, si uint16, id []byte, lease context.Context) (_ *Instance, retry bool) {
+	// The worker is consulted outside the shard lock: its own lock may be
+	// held while it calls AbortAll or CloseIdle, which take shard locks.
+	if h.w != nil && h.w.Draining() {
+		h.reject(rc, wire.ReasonDraining)
+		return nil, false
+	}
+	if h.live.Add(1) > int64(h.cfg.MaxInstances) {
+		h.live.Add(-1)
+		h.reject(rc, wire.ReasonCapacity)
+		return nil, false
+	}
+	parent := lease
+	if parent == nil {
+		parent = context.Background()
+	}
+	ctx, cancel := context.WithCancel(parent)
+	inst := &Instance{
+		h:        h,
+		id:       string(id),
+		ctx:      ctx,
+		cancel:   cancel,
+		lease:    lease,
+		turn:     make(chan struct{}, 1),
+		shard:    si,
+		state:    stateActivating,
+		activity: 1,
+		ready:    make(chan struct{}),
+	}
+
+	sh.mu.Lock()
+	if h.closing.Load() || sh.m[inst.id] != nil {
+		closing := h.closing.Load()
+		sh.mu.Unlock()
+		h.live.Add(-1)
+		cancel()
+		if closing {
+			h.reject(rc, wire.ReasonClosing)
+			return nil, false
+		}
+		return nil, true
+	}
+	sh.m[inst.id] = inst
+	h.wg.Add(1) // held by the instance until closeInstance (or a failed setup) ends
+	sh.mu.Unlock()
+	h.met.instances.Inc()
+
+	obj, err := h.callNew(inst)
+
+	sh.mu.Lock()
+	close(inst.ready)
+	inst.ready = nil
+	if err != nil {
+		delete(sh.m, inst.id)
+		inst.state = stateClosed
+		inst.extra().setupErr = err
+		sh.mu.Unlock()
+		cancel()
+		h.live.Add(-1)
+		h.met.instances.Dec()
+		h.wg.Done()
+		h.logThrottled(slog.LevelWarn, "instance setup failed", "instance", inst.id, "error", err)
+		h.setupFailed(rc, err)
+		return nil, false
+	}
+	inst.obj = obj
+	inst.state = stateActive
+	if x := inst.x; x != nil && x.pendingClose != "" {
+		h.beginCloseLocked(sh, inst, x.pendingClose, x.pendingAbort)
+	}
+	active := inst.state == stateActive
+	sh.mu.Unlock()
+	h.met.activations.Inc()
+	if h.log.Enabled(context.Background(), slog.LevelDebug) {
+		attrs := []any{"instance", inst.id}
+		if s := rc.Request.Header.Peek(wire.HeaderSession); len(s) > 0 {
+			attrs = append(attrs, "session", string(s))
+		}
+		h.log.Debug("instance activated", attrs...)
+	}
+	if !active {
+		h.release(inst)
+		h.reject(rc, wire.ReasonClosing)
+		return nil, false
+	}
+	return inst, false
+}
+
+// callNew runs the type's setup, turning a panic into an error.
+func (h *Host) callNew(inst *Instance) (obj any, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("setup panicked: %v\n%s", p, debug.Stack())
+		}
+	}()
+	return h.newObj(inst)
+}
+
+func (h *Host) setupFailed(rc *fasthttp.RequestCtx, err error) {
+	var he *Error
+	if errors.As(err, &he) {
+		h.writeError(rc, he.Status, he.Message, he.Field)
+		return
+	}
+	h.writeError(rc, fasthttp.StatusInternalServerError, "instance setup failed", "")
+}
+
+// reject answers a request the host refuses: 403 forbidden, or 503 with
+// Retry-After and the reason for everything else.
+func (h *Host) reject(rc *fasthttp.RequestCtx, reason string) {
+	h.met.reject(reason)
+	status, msg := fasthttp.StatusServiceUnavailable, reason
+	switch reason {
+	case wire.ReasonForbidden:
+		status, msg = fasthttp.StatusForbidden, "forbidden"
+	case wire.ReasonCapacity:
+		msg = "too many instances on this host"
+	case wire.ReasonDraining:
+		msg = "host is draining"
+	case wire.ReasonClosing:
+		msg = "instance is closing"
+	case wire.ReasonLease:
+		msg = "no valid lease for this session"
+	case wire.ReasonAborted:
+		msg = "instance was aborted"
+	}
+	h.writeError(rc, status, msg, "")
+	if status == fasthttp.StatusServiceUnavailable {
+		rc.Response.Header.Set(wire.HeaderRetryAfter, h.retryAfter)
+	}
+	rc.Response.Header.Set(wire.HeaderReason, reason)
+}
+
+// writeError replaces the response with status and a JSON wire.Error body.
+func (h *Host) writeError(rc *fasthttp.RequestCtx, status int, msg, field string) {
+	rc.Response.ResetBody()
+	rc.SetStatusCode(status)
+	rc.SetContentType("application/json")
+	b, _ := json.Marshal(wire.Error{Error: msg, Field: field})
+	rc.SetBody(b)
+}
+
+// upgradeError answers a failed websocket handshake with a JSON error.
+func (h *Host) upgradeError(rc *fasthttp.RequestCtx, status int, reason error) {
+	h.writeError(rc, status, reason.Error(), "")
+}

@@ -1,0 +1,173 @@
+package host
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"runtime/debug"
+)
+
+// sweepLoop closes idle instances every SweepInterval until stop is closed.
+func (h *Host) sweepLoop(stop <-chan struct{}, done chan<- struct{}) {
+	defer close(done)
+	t := h.clock.NewTimer(h.cfg.SweepInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C():
+			h.sweep()
+			t.Reset(h.cfg.SweepInterval)
+		}
+	}
+}
+
+// sweep closes every instance idle for at least IdleTimeout. Each shard's
+// idle list is ordered by idleSince, so the sweep stops at the first
+// instance that is not old enough: its cost is the number of shards plus the
+// number of evicted instances, independent of busy instances.
+func (h *Host) sweep() {
+	n := 0
+	h.forEachShard(func(sh *shard) {
+		if sh.head == nil {
+			return
+		}
+		now := h.clock.Now()
+		for sh.head != nil && now.Elapsed(sh.head.idleSince, h.cfg.IdleTimeout) {
+			h.beginCloseLocked(sh, sh.head, EvictIdle, false)
+			n++
+		}
+	})
+	if n > 0 {
+		h.logDebug("idle sweep", "evicted", n)
+	}
+}
+
+// abort aborts inst with the given reason.
+func (h *Host) abort(inst *Instance, reason string) {
+	sh := &h.shards[inst.shard]
+	sh.mu.Lock()
+	h.beginCloseLocked(sh, inst, reason, true)
+	sh.mu.Unlock()
+}
+
+// beginCloseLocked starts closing inst (gracefully, or by abort) and
+// returns without waiting. Called with sh.mu held. An activating instance
+// is closed when its setup returns; a closing one can still be upgraded to
+// an abort.
+func (h *Host) beginCloseLocked(sh *shard, inst *Instance, reason string, abort bool) {
+	switch inst.state {
+	case stateActivating:
+		x := inst.extra()
+		if x.pendingClose == "" {
+			x.pendingClose = reason
+		}
+		if abort && !x.pendingAbort {
+			x.pendingAbort = true
+			inst.cancel() // the setup sees it through inst.Context
+		}
+	case stateActive:
+		if inst.linked {
+			sh.unlink(inst)
+		}
+		inst.state = stateClosing
+		x := inst.extra()
+		x.reason = reason
+		x.done = make(chan struct{})
+		if abort {
+			h.abortLocked(inst)
+		} else {
+			for ws := range x.sockets {
+				ws.goAway()
+			}
+		}
+		go h.closeInstance(inst)
+	case stateClosing:
+		if abort && !inst.x.aborted {
+			h.abortLocked(inst)
+		}
+	}
+}
+
+// abortLocked cancels everything running for a closing instance: its
+// context (handlers, tasks, turn waiters), open streams (their next write
+// fails) and websockets. Called with the shard's mutex held.
+func (h *Host) abortLocked(inst *Instance) {
+	x := inst.x
+	x.aborted = true
+	h.met.aborts.Inc()
+	inst.cancel()
+	for s := range x.streams {
+		s.kick()
+	}
+	for ws := range x.sockets {
+		ws.kick()
+	}
+	h.logDebug("instance aborted", "instance", inst.id, "reason", x.reason)
+}
+
+// closeInstance finishes closing inst: it waits until no handler, stream,
+// websocket or task of it runs, tears it down inside the turn, cancels its
+// context, releases the placement (fleet mode), and removes it from the
+// directory. Requests that find it meanwhile answer 503 closing (fleet
+// mode) or wait for it (local mode). The instance's WaitGroup count, taken
+// at activation, ends here.
+func (h *Host) closeInstance(inst *Instance) {
+	defer h.wg.Done()
+	sh := &h.shards[inst.shard]
+	sh.mu.Lock()
+	x := inst.x
+	if inst.activity > 0 {
+		drained := make(chan struct{})
+		x.drained = drained
+		sh.mu.Unlock()
+		<-drained
+	} else {
+		sh.mu.Unlock()
+	}
+
+	// Nothing holds activity now and nothing can take new activity, so only
+	// a stray Do can compete for the turn; teardown excludes it.
+	inst.turn <- struct{}{}
+	h.callTeardown(inst)
+	inst.cancel()
+	<-inst.turn
+
+	if h.w != nil {
+		ctx, cancel := context.WithTimeout(h.stopCtx, h.cfg.ReleaseTimeout)
+		err := h.w.Release(ctx, h.ns, inst.id)
+		cancel()
+		if err != nil {
+			h.logThrottled(slog.LevelWarn, "release failed", "instance", inst.id, "error", err)
+		}
+	}
+
+	sh.mu.Lock()
+	if sh.m[inst.id] == inst {
+		delete(sh.m, inst.id)
+	}
+	inst.state = stateClosed
+	reason := x.reason
+	close(x.done)
+	x.streams, x.sockets = nil, nil
+	sh.mu.Unlock()
+
+	h.live.Add(-1)
+	h.met.instances.Dec()
+	h.met.evictions[evictIndex(reason)].Inc()
+	h.logDebug("instance closed", "instance", inst.id, "reason", reason)
+}
+
+func (h *Host) callTeardown(inst *Instance) {
+	if h.teardown == nil {
+		return
+	}
+	defer func() {
+		if p := recover(); p != nil {
+			h.logThrottled(slog.LevelError, "teardown panicked", "instance", inst.id,
+				"error", fmt.Sprintf("%v", p), "stack", string(debug.Stack()))
+		}
+	}()
+	h.teardown(inst.obj)
+}

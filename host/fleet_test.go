@@ -1,0 +1,310 @@
+package host
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/pinned-go/pinned/internal/wire"
+)
+
+// fakeWorker is a Worker for tests: a fixed secret, a current lease that the
+// test replaces, a draining flag, and Release calls it records (optionally
+// blocking until the test lets them finish).
+type fakeWorker struct {
+	secret   string
+	attached Attached
+	draining atomic.Bool
+
+	mu      sync.Mutex
+	lease   context.Context
+	cancel  context.CancelFunc
+	session string
+
+	releaseGate chan struct{} // when set, Release waits for it (or ctx)
+	releaseMu   sync.Mutex
+	released    map[string]int
+	releases    chan string
+}
+
+func newFakeWorker() *fakeWorker {
+	w := &fakeWorker{secret: "s3cret", released: map[string]int{}, releases: make(chan string, 1024)}
+	w.newLease("session-1")
+	return w
+}
+
+// newLease ends the current lease (as lease loss does) and starts another.
+func (w *fakeWorker) newLease(session string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.cancel != nil {
+		w.cancel()
+	}
+	w.lease, w.cancel = context.WithCancel(context.Background())
+	w.session = session
+}
+
+// loseLease ends the lease without a new one.
+func (w *fakeWorker) loseLease() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.cancel()
+	w.lease = nil
+}
+
+func (w *fakeWorker) Attach(h Attached) error {
+	if w.attached != nil {
+		return errors.New("attached twice")
+	}
+	w.attached = h
+	return nil
+}
+
+func (w *fakeWorker) Admit(secret, session []byte) (context.Context, string) {
+	if string(secret) != w.secret {
+		return nil, wire.ReasonForbidden
+	}
+	w.mu.Lock()
+	lease, current := w.lease, w.session
+	w.mu.Unlock()
+	if lease == nil || lease.Err() != nil || (session != nil && string(session) != current) {
+		return nil, wire.ReasonLease
+	}
+	return lease, ""
+}
+
+func (w *fakeWorker) Draining() bool { return w.draining.Load() }
+
+func (w *fakeWorker) Release(ctx context.Context, ns, id string) error {
+	if w.releaseGate != nil {
+		select {
+		case <-w.releaseGate:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	w.releaseMu.Lock()
+	w.released[ns+"/"+id]++
+	w.releaseMu.Unlock()
+	w.releases <- ns + "/" + id
+	return nil
+}
+
+func (w *fakeWorker) releasedCount(name string) int {
+	w.releaseMu.Lock()
+	defer w.releaseMu.Unlock()
+	return w.released[name]
+}
+
+func (w *fakeWorker) waitReleased(t *testing.T, name string) {
+	t.Helper()
+	timer := time.NewTimer(testTimeout)
+	defer timer.Stop()
+	for w.releasedCount(name) == 0 {
+		select {
+		case <-w.releases: // something was released: check again
+		case <-timer.C:
+			t.Fatalf("no Release of %s within %v", name, testTimeout)
+		}
+	}
+}
+
+func newFleetHost(t *testing.T, cfg Config) (*testServer, *fakeWorker, *env) {
+	t.Helper()
+	w := newFakeWorker()
+	cfg.Worker = w
+	e := newEnv()
+	ts := newTestHost(t, cfg, e)
+	if w.attached != ts.h {
+		t.Fatalf("New did not Attach the host to its worker")
+	}
+	return ts, w, e
+}
+
+// auth are the headers the proxy sends.
+func auth(session string) []string {
+	h := []string{wire.HeaderProxySecret, "s3cret"}
+	if session != "" {
+		h = append(h, wire.HeaderSession, session)
+	}
+	return h
+}
+
+func TestFleetAdmit(t *testing.T) {
+	ts, w, _ := newFleetHost(t, Config{})
+	r := ts.expect(403, "GET", "/p/a/")
+	if got := r.header.Get("X-Pinned-Reason"); got != "forbidden" {
+		t.Errorf("missing secret: X-Pinned-Reason = %q; want forbidden", got)
+	}
+	ts.expect(403, "GET", "/p/a/", wire.HeaderProxySecret, "wrong")
+	ts.expect503("lease", "GET", "/p/a/", auth("session-0")...) // stale session
+	ts.expect(200, "GET", "/p/a/", auth("session-1")...)
+	ts.expect(200, "GET", "/p/a/", auth("")...) // no session header: the current one
+	// The secret is checked before anything else, even an invalid id.
+	ts.expect(403, "GET", "/p/%2F/")
+	w.loseLease()
+	ts.expect503("lease", "GET", "/p/a/", auth("")...)
+	if ts.h.Len() != 1 {
+		t.Errorf("Len() = %d; want 1", ts.h.Len())
+	}
+}
+
+func TestFleetDrainingRefusesOnlyNewActivations(t *testing.T) {
+	ts, w, _ := newFleetHost(t, Config{})
+	ts.expect(200, "POST", "/p/old/incr", auth("")...)
+	w.draining.Store(true)
+	ts.expect(200, "POST", "/p/old/incr", auth("")...)
+	ts.expect503("draining", "GET", "/p/new/", auth("")...)
+	if ts.h.instance("new") != nil {
+		t.Error("a draining host activated a new instance")
+	}
+}
+
+// TestFleetStaleLeaseInstanceNotServed: an instance activated under a lease
+// that has since been replaced must not serve, even before the worker gets
+// round to AbortAll.
+func TestFleetStaleLeaseInstanceNotServed(t *testing.T) {
+	ts, w, e := newFleetHost(t, Config{})
+	first := ts.expect(200, "GET", "/p/a/", auth("")...).json(t)["nonce"]
+	inst := ts.h.instance("a")
+	w.newLease("session-2")
+	if inst.Context().Err() == nil {
+		t.Error("instance context not cancelled when its lease ended")
+	}
+	ts.expect503("closing", "GET", "/p/a/", auth("session-2")...)
+	e.waitTorn(t, "a")
+	w.waitReleased(t, "/p/a")
+	waitFor(t, "the instance to leave", func() bool { return ts.h.instance("a") == nil })
+	second := ts.expect(200, "GET", "/p/a/", auth("session-2")...).json(t)["nonce"]
+	if second == first {
+		t.Error("the stale instance served under the new lease")
+	}
+	if got := ts.h.met.evictions[evictIndex(EvictLease)].Get(); got != 1 {
+		t.Errorf("pinned_evictions_total{reason=lease} = %d; want 1", got)
+	}
+}
+
+// TestFleetClosingWhileReleaseInFlight: between teardown and the end of
+// Release, requests for the id answer 503 closing and never re-activate it
+// locally; Release runs once per closed instance.
+func TestFleetClosingWhileReleaseInFlight(t *testing.T) {
+	w := newFakeWorker()
+	w.releaseGate = make(chan struct{})
+	e := newEnv()
+	ts := newTestHost(t, Config{Worker: w}, e)
+	ts.expect(200, "GET", "/p/a/", auth("")...)
+	ts.expect(200, "GET", "/p/b/", auth("")...)
+	ts.h.CloseIdle(EvictWindDown)
+	e.waitTorn(t, "a")
+	e.waitTorn(t, "b")
+	for range 5 {
+		ts.expect503("closing", "GET", "/p/a/", auth("")...)
+	}
+	if got := e.setups.Load(); got != 2 {
+		t.Fatalf("setups = %d; want 2 (no local re-activation while releasing)", got)
+	}
+	if ts.h.Len() != 2 {
+		t.Errorf("Len() while releasing = %d; want 2 (closing instances count)", ts.h.Len())
+	}
+	close(w.releaseGate)
+	w.waitReleased(t, "/p/a")
+	w.waitReleased(t, "/p/b")
+	waitFor(t, "closed instances to leave", func() bool { return ts.h.Len() == 0 })
+	ts.expect(200, "GET", "/p/a/", auth("")...)
+	for _, name := range []string{"/p/a", "/p/b"} {
+		if got := w.releasedCount(name); got != 1 {
+			t.Errorf("Release(%s) called %d times; want 1", name, got)
+		}
+	}
+	if got := ts.h.met.evictions[evictIndex(EvictWindDown)].Get(); got != 2 {
+		t.Errorf("pinned_evictions_total{reason=wind_down} = %d; want 2", got)
+	}
+}
+
+func TestFleetAbortAllCloseIdleHeadroom(t *testing.T) {
+	ts, w, e := newFleetHost(t, Config{MaxInstances: 5})
+	h := ts.h
+	if h.Namespace() != "/p" {
+		t.Errorf("Namespace() = %q; want /p", h.Namespace())
+	}
+	for _, id := range []string{"a", "b", "c"} {
+		ts.expect(200, "GET", "/p/"+id+"/", auth("")...)
+	}
+	if h.Len() != 3 || h.Headroom() != 2 {
+		t.Errorf("Len, Headroom = %d, %d; want 3, 2", h.Len(), h.Headroom())
+	}
+
+	// CloseIdle leaves busy instances alone.
+	blocked := make(chan response, 1)
+	go func() { r, _ := ts.doErr("GET", "/p/a/block", auth("")...); blocked <- r }()
+	e.waitEntered(t, "a")
+	h.CloseIdle(EvictDrain)
+	e.waitTorn(t, "b")
+	e.waitTorn(t, "c")
+	if inst := h.instance("a"); inst == nil || inst.state != stateActive {
+		t.Fatal("CloseIdle closed an instance with a request in flight")
+	}
+	waitFor(t, "b and c to be released", func() bool { return h.Len() == 1 })
+	if h.Headroom() != 4 {
+		t.Errorf("Headroom = %d; want 4", h.Headroom())
+	}
+
+	// AbortAll ends the busy one too, without waiting.
+	ts.expect(200, "GET", "/p/d/", auth("")...)
+	h.AbortAll(EvictLease)
+	if r := <-blocked; r.status != 503 {
+		t.Errorf("request in flight during AbortAll = %d; want 503", r.status)
+	}
+	e.waitTorn(t, "a")
+	e.waitTorn(t, "d")
+	waitFor(t, "everything to be released", func() bool { return h.Len() == 0 })
+	for _, id := range []string{"a", "b", "c", "d"} {
+		if got := w.releasedCount("/p/" + id); got != 1 {
+			t.Errorf("Release(/p/%s) called %d times; want 1", id, got)
+		}
+		if got := e.tornCount(id); got != 1 {
+			t.Errorf("teardowns of %s = %d; want 1", id, got)
+		}
+	}
+	if got := h.met.aborts.Get(); got != 2 {
+		t.Errorf("pinned_aborts_total = %d; want 2", got)
+	}
+}
+
+func TestFleetAttachError(t *testing.T) {
+	w := newFakeWorker()
+	w.attached = &Host{} // a second Attach fails
+	_, err := New(Config{Namespace: "/p", Worker: w}, newEnv().typ())
+	if err == nil {
+		t.Fatal("New succeeded although Attach failed")
+	}
+}
+
+// TestFleetActivationDuringAbortAll: an instance whose setup is running
+// when AbortAll comes is closed as soon as the setup returns: it never
+// serves, its teardown runs once and it is released.
+func TestFleetActivationDuringAbortAll(t *testing.T) {
+	w := newFakeWorker()
+	e := newEnv()
+	e.setupWait = make(chan struct{})
+	ts := newTestHost(t, Config{Worker: w}, e)
+	got := make(chan response, 1)
+	go func() {
+		r, _ := ts.doErr("GET", "/p/x/", auth("")...)
+		got <- r
+	}()
+	waitFor(t, "the activation to start", func() bool { return e.setups.Load() == 1 })
+	ts.h.AbortAll(EvictLease)
+	close(e.setupWait)
+	if r := <-got; r.status != 503 || r.header.Get("X-Pinned-Reason") != "closing" {
+		t.Errorf("activating request during AbortAll = %d (reason %q); want 503 closing", r.status, r.header.Get("X-Pinned-Reason"))
+	}
+	e.waitTorn(t, "x")
+	w.waitReleased(t, "/p/x")
+	if n := e.tornCount("x"); n != 1 {
+		t.Errorf("teardowns = %d; want 1", n)
+	}
+}

@@ -1,0 +1,289 @@
+package host
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"runtime"
+	"strconv"
+	"sync/atomic"
+	"testing"
+
+	"github.com/fasthttp/router"
+	"github.com/valyala/fasthttp"
+
+	"github.com/pinned-go/pinned/internal/wire"
+)
+
+// benchObj is a minimal object: what the benchmarks measure is the host.
+type benchObj struct{ n int }
+
+func benchType(torn *atomic.Int64) Type[*benchObj] {
+	r := NewRoutes[*benchObj]()
+	r.GET("/", func(o *benchObj, c *Ctx) error {
+		o.n++
+		c.RequestCtx().SetBodyString("ok")
+		return nil
+	})
+	r.GET("/items/{item}", func(o *benchObj, c *Ctx) error {
+		c.RequestCtx().SetBody(c.ParamBytes("item"))
+		return nil
+	})
+	r.Concurrent().GET("/c", func(o *benchObj, c *Ctx) error {
+		c.RequestCtx().SetBodyString("ok")
+		return nil
+	})
+	typ := Type[*benchObj]{
+		New:    func(*Instance) (*benchObj, error) { return &benchObj{}, nil },
+		Routes: r,
+	}
+	if torn != nil {
+		typ.Teardown = func(*benchObj) { torn.Add(1) }
+	}
+	return typ
+}
+
+func newBenchHost(tb testing.TB, cfg Config, torn *atomic.Int64) *Host {
+	tb.Helper()
+	cfg.Namespace = "/b"
+	cfg.Logger = slog.New(slog.DiscardHandler)
+	h, err := New(cfg, benchType(torn))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() {
+		if err := h.Close(context.Background()); err != nil {
+			tb.Errorf("Close: %v", err)
+		}
+	})
+	return h
+}
+
+// requestCtx returns a reusable request context for method and uri.
+// Init stamps the request time as fasthttp's server does, so the duration
+// histogram is updated as in production.
+func requestCtx(method, uri string, hdr ...string) *fasthttp.RequestCtx {
+	var req fasthttp.Request
+	req.SetRequestURI(uri)
+	req.Header.SetMethod(method)
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	rc := &fasthttp.RequestCtx{}
+	rc.Init(&req, nil, nil)
+	return rc
+}
+
+// serveOnce runs one request through handler and checks the status.
+func serveOnce(tb testing.TB, handler fasthttp.RequestHandler, rc *fasthttp.RequestCtx, want int) {
+	rc.Response.Reset()
+	handler(rc)
+	if got := rc.Response.StatusCode(); got != want {
+		tb.Fatalf("%s %s = %d %s; want %d", rc.Method(), rc.RequestURI(), got, rc.Response.Body(), want)
+	}
+}
+
+// allocWorker is a Worker whose Admit does not allocate.
+type allocWorker struct {
+	lease context.Context
+}
+
+func (w *allocWorker) Attach(Attached) error { return nil }
+func (w *allocWorker) Admit(secret, session []byte) (context.Context, string) {
+	if string(secret) != "s" {
+		return nil, wire.ReasonForbidden
+	}
+	return w.lease, ""
+}
+func (w *allocWorker) Draining() bool                                   { return false }
+func (w *allocWorker) Release(ctx context.Context, ns, id string) error { return nil }
+
+func BenchmarkDispatchGET(b *testing.B) {
+	h := newBenchHost(b, Config{}, nil)
+	rc := requestCtx("GET", "/b/alice/")
+	serveOnce(b, h.Handler, rc, 200)
+	b.ReportAllocs()
+	for b.Loop() {
+		rc.Response.Reset()
+		h.Handler(rc)
+	}
+}
+
+func BenchmarkDispatchGETParam(b *testing.B) {
+	h := newBenchHost(b, Config{}, nil)
+	rc := requestCtx("GET", "/b/alice/items/42")
+	serveOnce(b, h.Handler, rc, 200)
+	b.ReportAllocs()
+	for b.Loop() {
+		rc.Response.Reset()
+		h.Handler(rc)
+	}
+}
+
+func BenchmarkDispatchGETFleet(b *testing.B) {
+	lease, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	h := newBenchHost(b, Config{Worker: &allocWorker{lease: lease}}, nil)
+	rc := requestCtx("GET", "/b/alice/", wire.HeaderProxySecret, "s")
+	serveOnce(b, h.Handler, rc, 200)
+	b.ReportAllocs()
+	for b.Loop() {
+		rc.Response.Reset()
+		h.Handler(rc)
+	}
+}
+
+// BenchmarkDispatchGETRouter mounts with Register: the router's catch-all
+// copy is the only difference from BenchmarkDispatchGET.
+func BenchmarkDispatchGETRouter(b *testing.B) {
+	h := newBenchHost(b, Config{}, nil)
+	r := router.New()
+	h.Register(r)
+	rc := requestCtx("GET", "/b/alice/")
+	serveOnce(b, r.Handler, rc, 200)
+	b.ReportAllocs()
+	for b.Loop() {
+		rc.Response.Reset()
+		r.Handler(rc)
+	}
+}
+
+// BenchmarkDispatchGETParallel: every goroutine hits its own instance
+// (1024 ids in total), as a busy host would see.
+func BenchmarkDispatchGETParallel(b *testing.B) {
+	h := newBenchHost(b, Config{}, nil)
+	var next atomic.Int64
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		rc := requestCtx("GET", "/b/id"+strconv.FormatInt(next.Add(1)%1024, 10)+"/")
+		for pb.Next() {
+			rc.Response.Reset()
+			h.Handler(rc)
+		}
+	})
+}
+
+// BenchmarkDispatchGETOneInstanceParallel: every goroutine hits the same
+// instance; non-concurrent handlers take turns.
+func BenchmarkDispatchGETOneInstanceParallel(b *testing.B) {
+	for _, path := range []string{"/b/hot/", "/b/hot/c"} {
+		b.Run(path, func(b *testing.B) {
+			h := newBenchHost(b, Config{}, nil)
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				rc := requestCtx("GET", path)
+				for pb.Next() {
+					rc.Response.Reset()
+					h.Handler(rc)
+				}
+			})
+		})
+	}
+}
+
+// BenchmarkActivationTeardown: one op is the activation of a new id (setup
+// included) plus, in batches, its idle close (closer goroutine, teardown,
+// directory removal).
+func BenchmarkActivationTeardown(b *testing.B) {
+	var torn atomic.Int64
+	h := newBenchHost(b, Config{IdleTimeout: -1}, &torn)
+	const batch = 1000
+	rc := requestCtx("GET", "/b/x/")
+	uri := make([]byte, 0, 64)
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		uri = strconv.AppendInt(append(uri[:0], "/b/i"...), int64(i), 10)
+		uri = append(uri, '/')
+		rc.Request.SetRequestURIBytes(uri)
+		serveOnce(b, h.Handler, rc, 200)
+		i++
+		if i%batch == 0 {
+			h.CloseIdle(EvictIdle)
+			for torn.Load() < int64(i) || h.Len() > 0 {
+				runtime.Gosched()
+			}
+		}
+	}
+}
+
+// BenchmarkIdleInstanceMemory reports the heap bytes per idle instance
+// (the host's overhead: the object here is empty) at 10 000 and 100 000
+// instances. Run it with -benchtime=1x.
+func BenchmarkIdleInstanceMemory(b *testing.B) {
+	for _, n := range []int{10_000, 100_000} {
+		b.Run(strconv.Itoa(n), func(b *testing.B) {
+			for b.Loop() {
+				b.StopTimer()
+				perInstance := idleInstanceMemory(b, n)
+				b.StartTimer()
+				b.ReportMetric(perInstance, "B/instance")
+			}
+		})
+	}
+}
+
+type emptyObj struct{}
+
+func idleInstanceMemory(b *testing.B, n int) float64 {
+	r := NewRoutes[*emptyObj]()
+	r.GET("/", func(*emptyObj, *Ctx) error { return nil })
+	h, err := New(Config{Namespace: "/m", MaxInstances: n + 1, Logger: slog.New(slog.DiscardHandler)},
+		Type[*emptyObj]{New: func(*Instance) (*emptyObj, error) { return &emptyObj{}, nil }, Routes: r})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer h.Close(context.Background())
+	rc := requestCtx("GET", "/m/x/")
+	uri := make([]byte, 0, 64)
+	// Warm the pools and maps with one instance.
+	serveOnce(b, h.Handler, rc, 200)
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	for i := range n {
+		uri = fmt.Appendf(uri[:0], "/m/id-%07d/", i)
+		rc.Request.SetRequestURIBytes(uri)
+		rc.Response.Reset()
+		h.Handler(rc)
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	if h.Len() != n+1 {
+		b.Fatalf("Len() = %d; want %d", h.Len(), n+1)
+	}
+	return float64(after.HeapAlloc-before.HeapAlloc) / float64(n)
+}
+
+// BenchmarkSweep: one idle sweep that evicts nothing, with 0 and 10 000
+// busy instances. Busy instances are not on the idle lists, so the cost is
+// the same: one lock per shard.
+func BenchmarkSweep(b *testing.B) {
+	for _, busy := range []int{0, 10_000} {
+		b.Run("busy="+strconv.Itoa(busy), func(b *testing.B) {
+			h := newBenchHost(b, Config{MaxInstances: busy + 1}, nil)
+			rc := requestCtx("GET", "/b/x/")
+			uri := make([]byte, 0, 64)
+			var held []*Instance
+			for i := range busy {
+				uri = fmt.Appendf(uri[:0], "/b/busy-%d/", i)
+				rc.Request.SetRequestURIBytes(uri)
+				serveOnce(b, h.Handler, rc, 200)
+				inst := h.instance(fmt.Sprintf("busy-%d", i))
+				sh := &h.shards[inst.shard]
+				sh.mu.Lock()
+				sh.hold(inst) // as an in-flight request would
+				sh.mu.Unlock()
+				held = append(held, inst)
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				h.sweep()
+			}
+			b.StopTimer()
+			for _, inst := range held {
+				h.release(inst)
+			}
+		})
+	}
+}
