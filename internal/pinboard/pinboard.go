@@ -369,13 +369,15 @@ func (p *Pinboard) Run(ctx context.Context) error {
 	sctx, cancel := context.WithTimeout(context.Background(), cmp.Or(p.cfg.ShutdownTimeout, DefaultShutdownTimeout))
 	defer cancel()
 	// Close the listeners ourselves too: a Shutdown that ran before Serve
-	// registered its listener would not.
+	// registered its listener would not. fasthttp's Shutdown then still
+	// waits for in-flight requests, and reports its own second close of
+	// the listener (net.ErrClosed), which is not a failure.
 	publicLn.Close()
-	if err := p.public.ShutdownWithContext(sctx); err != nil {
+	if err := p.public.ShutdownWithContext(sctx); err != nil && !errors.Is(err, net.ErrClosed) {
 		p.log.Warn("in-flight requests did not finish within the shutdown timeout", "err", err)
 	}
 	adminLn.Close()
-	if err := p.admin.ShutdownWithContext(sctx); err != nil {
+	if err := p.admin.ShutdownWithContext(sctx); err != nil && !errors.Is(err, net.ErrClosed) {
 		p.log.Warn("admin requests did not finish within the shutdown timeout", "err", err)
 	}
 	stop()
