@@ -28,7 +28,8 @@ type inmem struct {
 	via           *fasthttp.HostClient
 	st            *memstore.Store
 	static        *proxy.Endpoint
-	done          chan struct{}
+	done          chan struct{} // the front server's Serve returned
+	workerDone    chan struct{}
 }
 
 func newInmem(tb testing.TB, static bool) *inmem {
@@ -78,7 +79,8 @@ func newInmem(tb testing.TB, static bool) *inmem {
 		tb.Fatal(err)
 	}
 	m.frontSrv = m.px.NewServer()
-	go func() { _ = m.workerSrv.Serve(m.worker) }()
+	m.workerDone = make(chan struct{})
+	go func() { _ = m.workerSrv.Serve(m.worker); close(m.workerDone) }()
 	go func() { _ = m.frontSrv.Serve(m.front); close(m.done) }()
 	m.via = &fasthttp.HostClient{Addr: "front", Dial: func(string) (net.Conn, error) { return m.front.Dial() }, MaxConns: 1024}
 	return m
@@ -86,9 +88,14 @@ func newInmem(tb testing.TB, static bool) *inmem {
 
 func (m *inmem) close() {
 	m.via.CloseIdleConnections()
+	// Close the listeners too: a Shutdown that runs before Serve registered
+	// its listener would leave Serve accepting forever.
+	_ = m.front.Close()
 	_ = m.frontSrv.Shutdown()
 	<-m.done
+	_ = m.worker.Close()
 	_ = m.workerSrv.Shutdown()
+	<-m.workerDone
 	_ = m.px.Close()
 	if m.res != nil {
 		m.res.Close()

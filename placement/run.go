@@ -112,12 +112,18 @@ func (r *Resolver) checkTunnel(ctx context.Context, name string) {
 	}
 }
 
-// sweep closes the endpoints of sessions gone from the store.
+// sweep closes the endpoints of sessions gone from the store (and forgets
+// unusable sessions that are gone).
 func (r *Resolver) sweep(ctx context.Context) {
 	var ids []string
 	for _, ep := range *r.eps.Load() {
 		ids = append(ids, ep.Session)
 	}
+	r.mu.Lock()
+	for sid := range r.unusable {
+		ids = append(ids, sid)
+	}
+	r.mu.Unlock()
 	for _, sid := range ids {
 		if ctx.Err() != nil || r.ctx.Err() != nil {
 			return
