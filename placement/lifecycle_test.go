@@ -390,3 +390,35 @@ func TestSweepClosesDeadEndpoints(t *testing.T) {
 		t.Errorf("GET x after the sweep = %d %q; want b", ans.status, ans.body)
 	}
 }
+
+// Redis down: the cache is dropped (the connection loss is a nil
+// invalidation) and misses answer 503 store with Retry-After, bounded by
+// ResolveTimeout; service resumes once Redis is back.
+func TestRedisDownAnswersStore(t *testing.T) {
+	e := newEnv(t, "redis")
+	a := startHost(t, "a", e.fl)
+	e.register(a, 100)
+	pb := e.pinboard(func(c *placement.Config) { c.ResolveTimeout = 500 * time.Millisecond }, nil)
+	warmAll(t, pb, "d1")
+	e.srv.Kill()
+	waitFor(t, "the cache to empty after the connection loss", func() bool { return pb.res.CacheStats().Size == 0 })
+	start := time.Now()
+	ans := pb.get(t, "d1")
+	if ans.status != 503 || ans.reason != wire.ReasonStore || ans.retryAfter == "" {
+		t.Errorf("GET with Redis down = %d %q Retry-After %q; want 503 store with Retry-After", ans.status, ans.reason, ans.retryAfter)
+	}
+	if el := time.Since(start); el > 3*time.Second {
+		t.Errorf("the answer took %v; want it bounded by ResolveTimeout", el)
+	}
+	e.srv.Restart(t) // empty: the worker registers again
+	waitFor(t, "Redis back", func() bool {
+		_, err := e.st.Register(context.Background(), store.Session{
+			ID: "s-again", ClientID: "client-a", Secret: a.secret, AdvertiseURL: a.url,
+			Namespaces: []string{ns}, Headroom: 100, Verified: true,
+		}, e.lease)
+		return err == nil
+	})
+	sid := "s-again"
+	a.session.Store(&sid)
+	waitFor(t, "service after Redis came back", func() bool { return pb.get(t, "d1").host() == "a" })
+}

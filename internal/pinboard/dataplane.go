@@ -6,6 +6,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/pinned-go/pinned/internal/clock"
 	"github.com/pinned-go/pinned/internal/store"
 	"github.com/pinned-go/pinned/placement"
 	"github.com/pinned-go/pinned/proxy"
@@ -28,10 +29,14 @@ func NewProxy(d DataPlaneDeps) (DataPlane, error) {
 }
 
 // NewProxyWith is NewProxy with adjusted settings (tests and embedders): the
-// store, lease, logger, metrics and clock always come from d; a nil
-// rc.Clock stays nil so that lookups use fasthttp's request time.
+// store, lease, logger and metrics always come from d. The resolver gets
+// d.Clock only when it is not the real clock: with the real clock, lookups
+// use fasthttp's request time instead of reading the clock again.
 func NewProxyWith(d DataPlaneDeps, rc placement.Config, pc proxy.Config) (*ProxyPlane, error) {
 	rc.Store, rc.Lease, rc.Logger, rc.Metrics = d.Store, d.Lease, d.Logger, d.Metrics
+	if _, real := d.Clock.(clock.Real); d.Clock != nil && !real && rc.Clock == nil {
+		rc.Clock = d.Clock
+	}
 	res, err := placement.New(rc)
 	if err != nil {
 		return nil, fmt.Errorf("placement: %w", err)
