@@ -32,8 +32,9 @@ const (
 	// to the store on their next request).
 	DefaultSweepInterval = time.Minute
 	// DefaultMaxTunnelChecks bounds the placement names waiting for Run to
-	// check whether their WebSocket tunnels must close.
-	DefaultMaxTunnelChecks = 4096
+	// check whether their WebSocket tunnels must close (above the proxy's
+	// default tunnel cap, so that a reconnect can re-check every one).
+	DefaultMaxTunnelChecks = 16 << 10
 )
 
 // maxRounds bounds the claim/replace rounds of one miss: each lost round

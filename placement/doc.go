@@ -84,11 +84,14 @@
 // synchronously from the writer):
 //
 //   - {Placement: name}: placecache.Invalidate(name). When WebSocket tunnels
-//     are open, Run re-reads the placement and closes the name's tunnels to
+//     of the name are open, Run re-reads the placement and closes them on
 //     every session that no longer holds it (Endpoint.CloseTunnelsFor). A
 //     new tunnel is checked the same way as soon as it opens
-//     (proxy.TunnelObserver), which also makes Redis track the key again.
-//   - {All: true} (connection loss, FLUSHALL): placecache.InvalidateAll.
+//     (proxy.TunnelObserver, which also tells the resolver which names have
+//     tunnels); the check's read makes Redis track the key again.
+//   - {All: true} (connection loss, FLUSHALL): placecache.InvalidateAll, and
+//     every name with open tunnels is checked again (a lost connection ends
+//     tracking; the re-read restores it).
 //   - {Session: id}: ignored. It arrives on every heartbeat (the session
 //     hash is rewritten every few seconds per worker); dropping the worker's
 //     placements on it would cost store reads for every one of its ids at

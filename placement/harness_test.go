@@ -83,11 +83,12 @@ type fakeHost struct {
 	mode              atomic.Int64
 	fleet             *fleet
 	served            atomic.Int64
-	sockets           atomic.Int64 // open websocket connections
 	upgrader          websocket.FastHTTPUpgrader
+	wsWG              sync.WaitGroup // websocket handlers (hijacked: Shutdown does not wait)
 
 	mu        sync.Mutex
 	instances map[string]int
+	conns     map[*websocket.Conn]struct{} // open websockets; nil once killed
 
 	ln   net.Listener
 	srv  *fasthttp.Server
@@ -103,7 +104,7 @@ func startHost(t *testing.T, name string, fl *fleet) *fakeHost {
 	}
 	h := &fakeHost{
 		name: name, secret: "secret-" + name, url: "http://" + ln.Addr().String(),
-		fleet: fl, instances: map[string]int{}, ln: ln, done: make(chan struct{}),
+		fleet: fl, instances: map[string]int{}, conns: map[*websocket.Conn]struct{}{}, ln: ln, done: make(chan struct{}),
 	}
 	h.srv = &fasthttp.Server{Handler: h.handle, MaxIdleWorkerDuration: 100 * time.Millisecond, IdleTimeout: 30 * time.Second}
 	go func() { defer close(h.done); _ = h.srv.Serve(ln) }()
@@ -123,7 +124,12 @@ func (h *fakeHost) kill() {
 			h.fleet.deactivate(id, h.name)
 		}
 		clear(h.instances)
+		for c := range h.conns {
+			c.Close()
+		}
+		h.conns = nil
 		h.mu.Unlock()
+		h.wsWG.Wait()
 	})
 }
 
@@ -147,8 +153,22 @@ func (h *fakeHost) handle(ctx *fasthttp.RequestCtx) {
 	if websocket.FastHTTPIsWebSocketUpgrade(ctx) {
 		// An echo socket; it ends when either side closes.
 		_ = h.upgrader.Upgrade(ctx, func(c *websocket.Conn) {
-			h.sockets.Add(1)
-			defer h.sockets.Add(-1)
+			h.mu.Lock()
+			if h.conns == nil { // killed
+				h.mu.Unlock()
+				c.Close()
+				return
+			}
+			h.conns[c] = struct{}{}
+			h.wsWG.Add(1)
+			h.mu.Unlock()
+			defer func() {
+				h.mu.Lock()
+				delete(h.conns, c)
+				h.mu.Unlock()
+				c.Close()
+				h.wsWG.Done()
+			}()
 			for {
 				mt, b, err := c.ReadMessage()
 				if err != nil || c.WriteMessage(mt, b) != nil {

@@ -362,6 +362,26 @@ func TestTunnelsCloseWhenPlacementMoves(t *testing.T) {
 		if _, b, err := y.ReadMessage(); err != nil || string(b) != "still" {
 			t.Errorf("y's tunnel after x's release: %q, %v; want the echo", b, err)
 		}
+		if e.kind != "redis" {
+			return
+		}
+		// A lost connection ends Redis's tracking of y for this pinboard;
+		// the re-check it triggers tracks y again, so y's later release
+		// still closes its tunnel.
+		before := checks.Get()
+		if err := e.redis("CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes").Error(); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, "the re-check after the connection loss", func() bool { return checks.Get() > before })
+		if ok, err := e.st.Release(ctxT(t), ns, "y", sa); !ok || err != nil {
+			t.Fatalf("Release y = %v, %v", ok, err)
+		}
+		_ = y.SetReadDeadline(time.Now().Add(5 * time.Second))
+		if _, _, err := y.ReadMessage(); err == nil {
+			t.Fatal("y's tunnel still carries messages after its placement was released")
+		} else if ne, ok := err.(net.Error); ok && ne.Timeout() {
+			t.Fatal("y's tunnel was not closed within 5 s of its release after a reconnect")
+		}
 	})
 }
 

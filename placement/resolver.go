@@ -49,6 +49,7 @@ type Resolver struct {
 
 	checksMu sync.Mutex
 	checks   map[string]struct{} // placement names whose tunnels Run must check
+	tunnels  map[string]int      // open tunnels by placement name (TunnelOpened/Closed)
 	wake     chan struct{}
 }
 
@@ -105,6 +106,7 @@ func New(cfg Config) (*Resolver, error) {
 		sessions: make(map[string]*session),
 		unusable: make(map[string]struct{}),
 		checks:   make(map[string]struct{}),
+		tunnels:  make(map[string]int),
 		wake:     make(chan struct{}, 1),
 	}
 	r.ctx, r.cancel = context.WithCancel(context.Background())
@@ -162,11 +164,13 @@ func (r *Resolver) Invalidate(name []byte, ep *proxy.Endpoint) {
 // through the pinboard's DataPlane.Invalidate). It is fast and does no I/O:
 // it runs on a Redis connection's reader goroutine.
 //
-//   - {Placement: name}: the cached placement is dropped; if any WebSocket
-//     tunnel is open, Run is asked to re-read the placement and close the
-//     name's tunnels to every session that no longer holds it.
+//   - {Placement: name}: the cached placement is dropped; if WebSocket
+//     tunnels of the name are open, Run is asked to re-read the placement
+//     and close them on every session that no longer holds it.
 //   - {All: true} (connection loss, FLUSHALL): every cached placement is
-//     dropped. Tunnels stay: a lost connection changes nothing in Redis.
+//     dropped, and Run re-checks every name with open tunnels (a lost
+//     connection changes nothing in Redis, but ends its tracking: the
+//     re-read tracks the keys again).
 //   - {Session: id}: ignored. Every heartbeat rewrites the session hash, so
 //     this arrives every few seconds per worker; dropping that worker's
 //     placements would cost store reads for each of its ids each time. A
@@ -175,11 +179,20 @@ func (r *Resolver) OnInvalidate(inv store.Invalidation) {
 	switch {
 	case inv.All:
 		r.cache.InvalidateAll()
+		r.checksMu.Lock()
+		for name := range r.tunnels {
+			r.queueCheckLocked(name)
+		}
+		r.checksMu.Unlock()
+		r.wakeRun()
 	case inv.Placement != "":
 		r.cache.Invalidate(inv.Placement)
-		if r.tunnelsOpen() {
-			r.queueCheck(inv.Placement)
+		r.checksMu.Lock()
+		if r.tunnels[inv.Placement] > 0 {
+			r.queueCheckLocked(inv.Placement)
 		}
+		r.checksMu.Unlock()
+		r.wakeRun()
 	}
 }
 
@@ -188,7 +201,22 @@ func (r *Resolver) OnInvalidate(inv store.Invalidation) {
 // placement key for this pinboard again (an invalidation ends tracking until
 // the next read, and the claim that placed the id was such an invalidation),
 // so that a later move reaches OnInvalidate.
-func (r *Resolver) TunnelOpened(name string, _ *proxy.Endpoint) { r.queueCheck(name) }
+func (r *Resolver) TunnelOpened(name string, _ *proxy.Endpoint) {
+	r.checksMu.Lock()
+	r.tunnels[name]++
+	r.queueCheckLocked(name)
+	r.checksMu.Unlock()
+	r.wakeRun()
+}
+
+// TunnelClosed implements proxy.TunnelObserver.
+func (r *Resolver) TunnelClosed(name string, _ *proxy.Endpoint) {
+	r.checksMu.Lock()
+	if r.tunnels[name]--; r.tunnels[name] <= 0 {
+		delete(r.tunnels, name)
+	}
+	r.checksMu.Unlock()
+}
 
 // miss resolves name through the store, single-flighted per name.
 func (r *Resolver) miss(name []byte) (*proxy.Endpoint, error) {

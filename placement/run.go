@@ -43,27 +43,20 @@ func (r *Resolver) Run(ctx context.Context) error {
 	}
 }
 
-// tunnelsOpen reports whether any endpoint has an open tunnel.
-func (r *Resolver) tunnelsOpen() bool {
-	for _, ep := range *r.eps.Load() {
-		if ep.Tunnels() > 0 {
-			return true
-		}
-	}
-	return false
-}
-
-// queueCheck asks Run to check the tunnels of name. Names beyond
-// MaxTunnelChecks are dropped (and counted): their tunnels then end by
-// themselves, by idleness or when the old holder's endpoint is closed.
-func (r *Resolver) queueCheck(name string) {
-	r.checksMu.Lock()
+// queueCheckLocked asks Run to check the tunnels of name; r.checksMu is
+// held. Names beyond MaxTunnelChecks are dropped (and counted): their
+// tunnels then end by themselves, by idleness or when the old holder's
+// endpoint is closed.
+func (r *Resolver) queueCheckLocked(name string) {
 	if len(r.checks) < r.cfg.MaxTunnelChecks {
 		r.checks[name] = struct{}{}
 	} else if _, ok := r.checks[name]; !ok {
 		r.m.tunnelChecksDropped.Inc()
 	}
-	r.checksMu.Unlock()
+}
+
+// wakeRun tells Run that checks are queued.
+func (r *Resolver) wakeRun() {
 	select {
 	case r.wake <- struct{}{}:
 	default:
@@ -75,7 +68,9 @@ func (r *Resolver) checkTunnels(ctx context.Context) {
 	r.checksMu.Lock()
 	names := make([]string, 0, len(r.checks))
 	for n := range r.checks {
-		names = append(names, n)
+		if r.tunnels[n] > 0 {
+			names = append(names, n)
+		}
 	}
 	clear(r.checks)
 	r.checksMu.Unlock()

@@ -31,13 +31,17 @@ type Resolver interface {
 }
 
 // TunnelObserver may be implemented by a Resolver that closes tunnels when
-// their placement moves (Endpoint.CloseTunnelsFor): TunnelOpened is called
-// once a tunnel for the placement name to ep is open and registered on ep,
-// on the tunnel's goroutine, before any byte is relayed. A placement that
-// moved between its resolve and this call is caught only if the observer
-// checks it now. It must not block.
+// their placement moves (Endpoint.CloseTunnelsFor). Both calls run on the
+// tunnel's goroutine and must not block; each tunnel gets exactly one of
+// each, Opened first.
 type TunnelObserver interface {
+	// TunnelOpened is called once a tunnel for the placement name to ep is
+	// open and registered on ep (CloseTunnelsFor reaches it), before any
+	// byte is relayed. A placement that moved between its resolve and this
+	// call is caught only if the observer checks it now.
 	TunnelOpened(name string, ep *Endpoint)
+	// TunnelClosed is called when the tunnel has ended.
+	TunnelClosed(name string, ep *Endpoint)
 }
 
 // ErrNoWorker is what a Resolver wraps when no live, undrained worker serves

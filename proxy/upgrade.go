@@ -210,6 +210,7 @@ func (t *tunnel) run(c net.Conn) {
 	defer t.unregister()
 	if o, ok := p.resolver.(TunnelObserver); ok {
 		o.TunnelOpened(t.name, t.ep)
+		defer o.TunnelClosed(t.name, t.ep)
 	}
 
 	_ = t.raw.SetWriteDeadline(time.Now().Add(p.cfg.TunnelIdleTimeout))

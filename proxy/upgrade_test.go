@@ -345,10 +345,11 @@ func TestTunnelBytesAndHalfClose(t *testing.T) {
 	waitFor(t, func() bool { return f.p.OpenTunnels() == 0 })
 }
 
-// observingResolver is a Static resolver that records TunnelOpened calls.
+// observingResolver is a Static resolver that records TunnelOpened and
+// TunnelClosed calls.
 type observingResolver struct {
 	*proxytest.Static
-	opened chan string
+	opened, closed chan string
 }
 
 func (o observingResolver) TunnelOpened(name string, ep *proxy.Endpoint) {
@@ -358,12 +359,14 @@ func (o observingResolver) TunnelOpened(name string, ep *proxy.Endpoint) {
 	o.opened <- name
 }
 
+func (o observingResolver) TunnelClosed(name string, ep *proxy.Endpoint) { o.closed <- name }
+
 // A Resolver that implements TunnelObserver hears of every tunnel once it is
 // registered on its endpoint (so that a close for its name reaches it), and
 // of nothing for a refused handshake.
 func TestTunnelObserver(t *testing.T) {
 	w, _ := wsWorker(t)
-	res := observingResolver{proxytest.NewStatic(), make(chan string, 4)}
+	res := observingResolver{proxytest.NewStatic(), make(chan string, 4), make(chan string, 4)}
 	res.PlaceNamespace("/counter", w.endpoint(t, "s", "k", proxy.EndpointConfig{}))
 	f := startProxy(t, res, nil)
 	c, err := dialWS(t, f.addr, "/counter/a/ws")
@@ -383,8 +386,16 @@ func TestTunnelObserver(t *testing.T) {
 		t.Fatal("a refused handshake opened a tunnel")
 	}
 	_ = c.Close()
+	select {
+	case name := <-res.closed:
+		if name != "/counter/a" {
+			t.Errorf("TunnelClosed(%q); want /counter/a", name)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("TunnelClosed was not called")
+	}
 	waitFor(t, func() bool { return f.p.OpenTunnels() == 0 })
-	if n := len(res.opened); n != 0 {
-		t.Errorf("%d more TunnelOpened calls; want none", n)
+	if n, m := len(res.opened), len(res.closed); n != 0 || m != 0 {
+		t.Errorf("%d more TunnelOpened and %d more TunnelClosed calls; want none", n, m)
 	}
 }
