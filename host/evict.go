@@ -135,9 +135,7 @@ func (h *Host) closeInstance(inst *Instance) {
 	<-inst.turn
 
 	if h.w != nil {
-		ctx, cancel := context.WithTimeout(h.stopCtx, h.cfg.ReleaseTimeout)
-		err := h.w.Release(ctx, h.ns, inst.id)
-		cancel()
+		err := h.releasePlacement(inst)
 		if err != nil {
 			h.logThrottled(slog.LevelWarn, "release failed", "instance", inst.id, "error", err)
 		}
@@ -170,4 +168,20 @@ func (h *Host) callTeardown(inst *Instance) {
 		}
 	}()
 	h.teardown(inst.obj)
+}
+
+// releasePlacement calls Worker.Release for a closed instance, bounded by
+// ReleaseTimeout and by Close, with a context that carries the values of the
+// lease the instance was activated under (so the worker names that session)
+// but not its cancellation (the lease may be gone already).
+func (h *Host) releasePlacement(inst *Instance) error {
+	parent := context.Background()
+	if inst.lease != nil {
+		parent = context.WithoutCancel(inst.lease)
+	}
+	ctx, cancel := context.WithTimeout(parent, h.cfg.ReleaseTimeout)
+	defer cancel()
+	stop := context.AfterFunc(h.stopCtx, cancel)
+	defer stop()
+	return h.w.Release(ctx, h.ns, inst.id)
 }

@@ -27,11 +27,16 @@ type fakeWorker struct {
 	releaseGate chan struct{} // when set, Release waits for it (or ctx)
 	releaseMu   sync.Mutex
 	released    map[string]int
+	releasedIn  map[string]string // name → session value the Release ctx carried
 	releases    chan string
 }
 
+// leaseKey is the context key under which a fake lease carries its session
+// (as worker.SessionOf does for real leases).
+type leaseKey struct{}
+
 func newFakeWorker() *fakeWorker {
-	w := &fakeWorker{secret: "s3cret", released: map[string]int{}, releases: make(chan string, 1024)}
+	w := &fakeWorker{secret: "s3cret", released: map[string]int{}, releasedIn: map[string]string{}, releases: make(chan string, 1024)}
 	w.newLease("session-1")
 	return w
 }
@@ -43,7 +48,7 @@ func (w *fakeWorker) newLease(session string) {
 	if w.cancel != nil {
 		w.cancel()
 	}
-	w.lease, w.cancel = context.WithCancel(context.Background())
+	w.lease, w.cancel = context.WithCancel(context.WithValue(context.Background(), leaseKey{}, session))
 	w.session = session
 }
 
@@ -88,6 +93,7 @@ func (w *fakeWorker) Release(ctx context.Context, ns, id string) error {
 	}
 	w.releaseMu.Lock()
 	w.released[ns+"/"+id]++
+	w.releasedIn[ns+"/"+id], _ = ctx.Value(leaseKey{}).(string)
 	w.releaseMu.Unlock()
 	w.releases <- ns + "/" + id
 	return nil
@@ -177,6 +183,12 @@ func TestFleetStaleLeaseInstanceNotServed(t *testing.T) {
 	ts.expect503("closing", "GET", "/p/a/", auth("session-2")...)
 	e.waitTorn(t, "a")
 	w.waitReleased(t, "/p/a")
+	w.releaseMu.Lock()
+	in := w.releasedIn["/p/a"]
+	w.releaseMu.Unlock()
+	if in != "session-1" {
+		t.Errorf("Release ctx carries session %q; want session-1, the lease the instance was activated under", in)
+	}
 	waitFor(t, "the instance to leave", func() bool { return ts.h.instance("a") == nil })
 	second := ts.expect(200, "GET", "/p/a/", auth("session-2")...).json(t)["nonce"]
 	if second == first {

@@ -33,7 +33,9 @@ type Worker interface {
 	Draining() bool
 	// Release tells the pinboard that the instance (namespace, id) has
 	// closed. It returns when the pinboard acknowledged it, when its bounded
-	// retries are exhausted, or when ctx ends.
+	// retries are exhausted, or when ctx ends. ctx carries the values of the
+	// lease context the instance was activated under (not its cancellation),
+	// so the worker can name the session that held the placement.
 	//
 	// The host calls it exactly once per closed instance (never for an
 	// activation whose setup failed), after the teardown, from a goroutine

@@ -2,8 +2,10 @@ package registry
 
 import (
 	"bytes"
+	"crypto/pbkdf2"
 	"crypto/sha256"
 	"crypto/subtle"
+	"encoding/base64"
 	"errors"
 	"fmt"
 )
@@ -19,10 +21,11 @@ const (
 	MaxTokens = 2
 )
 
-// tokenSet holds the SHA-256 digests of the valid deployment tokens. The
-// tokens themselves are not kept.
+// tokenSet holds the SHA-256 digests of the valid deployment tokens and
+// their ids. The tokens themselves are not kept.
 type tokenSet struct {
 	digests [][sha256.Size]byte
+	ids     []string // tokenID of each token
 	// eq is subtle.ConstantTimeCompare; a field so that a test can observe
 	// that every check goes through it with equal-length digests.
 	eq func(a, b []byte) int
@@ -54,21 +57,45 @@ func newTokenSet(tokens []string) (*tokenSet, error) {
 			return nil, err
 		}
 		ts.digests = append(ts.digests, sha256.Sum256([]byte(t)))
+		ts.ids = append(ts.ids, tokenID(t))
 	}
 	return ts, nil
 }
 
-// check reports whether presented is one of the tokens. Both sides are
-// hashed first, so the comparison is between equal-length digests and
-// subtle.ConstantTimeCompare cannot return early on a length mismatch; every
-// configured digest is compared, so timing does not tell which one matched.
-func (ts *tokenSet) check(presented []byte) bool {
-	d := sha256.Sum256(presented)
-	ok := 0
-	for i := range ts.digests {
-		ok |= ts.eq(d[:], ts.digests[i][:])
+// TokenIDLen is the length of a token id: 12 base64url characters.
+const TokenIDLen = 12
+
+// tokenID is the id of a deployment token: what the registry stores with a
+// session (the session cap and the registration limit count per token id)
+// and what it logs, never the token. It is the same on every pinboard
+// (nothing random goes into it) and derived with PBKDF2-HMAC-SHA-256, 4096
+// rounds, 72 bits kept, so that someone who can read Redis or the logs gains
+// no practical way to test guesses of a weak token.
+func tokenID(t string) string {
+	k, err := pbkdf2.Key(sha256.New, t, []byte("pinned/token-id/v1"), 4096, TokenIDLen*3/4)
+	if err != nil { // only for an invalid key length
+		panic(err)
 	}
-	return ok == 1
+	return base64.RawURLEncoding.EncodeToString(k)
+}
+
+// check reports whether presented is one of the tokens, and which (its
+// id). Both sides are hashed first, so the comparison is between
+// equal-length digests and subtle.ConstantTimeCompare cannot return early
+// on a length mismatch; every configured digest is compared and the match
+// is selected in constant time, so timing does not tell which one matched.
+func (ts *tokenSet) check(presented []byte) (id string, ok bool) {
+	d := sha256.Sum256(presented)
+	match, idx := 0, 0
+	for i := range ts.digests {
+		eq := ts.eq(d[:], ts.digests[i][:])
+		match |= eq
+		idx = subtle.ConstantTimeSelect(eq, i, idx)
+	}
+	if match != 1 {
+		return "", false
+	}
+	return ts.ids[idx], true
 }
 
 // bearer extracts the token from an Authorization header value

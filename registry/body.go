@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/netip"
 	"net/url"
 	"strconv"
 	"strings"
@@ -145,6 +146,8 @@ func checkPair(challenge, value string) *badRequest {
 		return bad("challenge", "is required with challengeValue (both or neither)")
 	case value == "":
 		return bad("challengeValue", "is required with challenge (both or neither)")
+	case len(challenge) < wire.MinChallengeLen:
+		return bad("challenge", "shorter than %d bytes: send at least 128 random bits (e.g. crypto/rand.Text())", wire.MinChallengeLen)
 	case len(challenge) > MaxChallengeLen:
 		return bad("challenge", "longer than %d bytes", MaxChallengeLen)
 	case len(value) > MaxChallengeValueLen:
@@ -246,6 +249,25 @@ func parseRelease(body []byte) (wire.ReleaseRequest, *badRequest) {
 	if e := wire.CheckSegment([]byte(r.ID), wire.MaxIDLen); e != wire.SegmentOK {
 		return r, bad("id", "%v", e)
 	}
+	if r.SessionID != "" {
+		if e := wire.CheckSessionID(r.SessionID); e != wire.SegmentOK {
+			return r, bad("sessionId", "%v", e)
+		}
+	}
+	return r, nil
+}
+
+func parseDeregister(body []byte) (wire.DeregisterRequest, *badRequest) {
+	var r wire.DeregisterRequest
+	if e := decode(body, &r); e != nil {
+		return r, e
+	}
+	if r.SessionID == "" {
+		return r, bad("sessionId", "is required")
+	}
+	if e := wire.CheckSessionID(r.SessionID); e != wire.SegmentOK {
+		return r, bad("sessionId", "%v", e)
+	}
 	return r, nil
 }
 
@@ -267,9 +289,11 @@ func parsePush(body []byte) (wire.PushRequest, *badRequest) {
 }
 
 // canonicalAdvertiseURL accepts scheme://host[:port] (http or https, an
-// optional trailing slash, nothing else) and returns it with the scheme and
-// host lower-cased and no trailing slash, so that one worker address always
-// maps to one Redis key.
+// optional trailing slash, nothing else; the host a DNS name or an IP
+// literal in canonical form, see checkHost) and returns it with the scheme
+// and host lower-cased, IP literals in their canonical spelling, no default
+// port, no trailing dot or slash, so that one worker address always maps to
+// one Redis key.
 func canonicalAdvertiseURL(s string) (string, error) {
 	switch {
 	case s == "":
@@ -294,23 +318,42 @@ func canonicalAdvertiseURL(s string) (string, error) {
 	case u.RawQuery != "" || u.ForceQuery || u.Fragment != "" || strings.ContainsAny(s, "?#"):
 		return "", errors.New("must not have a query or fragment")
 	}
-	host := u.Hostname()
-	if host == "" || strings.ContainsAny(host, "{}%") {
+	if strings.ContainsAny(u.Host, "{}%") {
 		return "", errors.New("has an invalid host")
 	}
+	bracketed := strings.HasPrefix(u.Host, "[")
+	host := strings.ToLower(u.Hostname())
+	if !bracketed {
+		host = strings.TrimSuffix(host, ".") // one FQDN, one key
+	}
+	if host == "" {
+		return "", errors.New("has an empty host")
+	}
+	host, err = checkHost(host)
+	if err != nil {
+		return "", err
+	}
+	if ip, e := netip.ParseAddr(host); e == nil && ip.Is6() {
+		if !bracketed {
+			return "", errors.New("IPv6 hosts must be in brackets")
+		}
+		host = "[" + host + "]"
+	} else if bracketed {
+		return "", errors.New("brackets must hold an IPv6 address")
+	}
+	port := ""
 	if p := u.Port(); p != "" {
 		n, err := strconv.Atoi(p)
 		if err != nil || n < 1 || n > 65535 {
 			return "", errors.New("has an invalid port")
 		}
+		if !(scheme == "http" && n == 80 || scheme == "https" && n == 443) {
+			port = ":" + strconv.Itoa(n)
+		}
 	} else if strings.HasSuffix(u.Host, ":") {
 		return "", errors.New("has an empty port")
 	}
-	h := strings.ToLower(u.Host)
-	if ip := net.ParseIP(host); ip != nil && ip.To4() == nil && !strings.HasPrefix(h, "[") {
-		return "", errors.New("IPv6 hosts must be in brackets")
-	}
-	return scheme + "://" + h, nil
+	return scheme + "://" + host + port, nil
 }
 
 // hostPort returns the dial address and whether TLS is used for a

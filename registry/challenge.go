@@ -1,6 +1,7 @@
 package registry
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
@@ -10,6 +11,8 @@ import (
 	"net"
 	"net/netip"
 	"net/url"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -32,10 +35,12 @@ const (
 	challengeTooLarge    = "too_large"
 	challengeMalformed   = "malformed"
 	challengeMismatch    = "mismatch"
+	// challengeReplay: the challenge was used before (within NonceTTL).
+	challengeReplay = "replay"
 )
 
 var challengeReasons = []string{challengeUnreachable, challengeTimeout, challengeNetwork, challengeRedirect,
-	challengeStatus, challengeTooLarge, challengeMalformed, challengeMismatch}
+	challengeStatus, challengeTooLarge, challengeMalformed, challengeMismatch, challengeReplay}
 
 // challengeError is a failed proof. msg is ours alone (never the fetched
 // body), fit for the 422 body and the log.
@@ -46,34 +51,57 @@ type challengeError struct {
 
 func (e *challengeError) Error() string { return "challenge failed: " + e.msg }
 
-// errNetworkNotAllowed is returned by the dialer's Control hook.
-var errNetworkNotAllowed = errors.New("address not in the allowed advertise networks")
-
 // verifier proves that the process at an advertise URL knows the worker's
 // secret and the challenge it is proving: GET <url>/_pinned/challenge?challenge=…
 // with the secret header, answered {"value": challengeValue}.
 type verifier struct {
 	timeout time.Duration
-	allow   []netip.Prefix // empty: any
+	policy  *addrPolicy
+	resolve resolver // host name -> addresses; a seam for rebinding tests
 }
 
-// control runs after DNS resolution for every address the dialer tries, so
-// the allow-list also holds against DNS rebinding.
-func (v *verifier) control(_, address string, _ syscall.RawConn) error {
-	if len(v.allow) == 0 {
-		return nil
-	}
-	ap, err := netip.ParseAddrPort(address)
+// dial connects to addr ("host:port"): it resolves the host itself and
+// dials each address in turn through a net.Dialer whose Control hook applies
+// the address policy to the exact address being connected, so what DNS
+// answers (now or, rebinding, on a later fetch) can never lead it to a
+// refused one. An address refused by the policy is reported in preference
+// to other dial errors.
+func (v *verifier) dial(ctx context.Context, addr string) (net.Conn, error) {
+	host, portStr, err := net.SplitHostPort(addr)
 	if err != nil {
-		return errNetworkNotAllowed
+		return nil, err
 	}
-	ip := ap.Addr().Unmap()
-	for _, p := range v.allow {
-		if p.Contains(ip) {
-			return nil
+	port, err := strconv.ParseUint(portStr, 10, 16)
+	if err != nil {
+		return nil, fmt.Errorf("invalid port %q", portStr)
+	}
+	var ips []netip.Addr
+	if ip, err := netip.ParseAddr(host); err == nil {
+		ips = []netip.Addr{ip}
+	} else if ips, err = v.resolve(ctx, host); err != nil {
+		return nil, err
+	}
+	d := &net.Dialer{Control: v.policy.control}
+	var refused, first error
+	for _, ip := range ips {
+		c, err := d.DialContext(ctx, "tcp", netip.AddrPortFrom(ip, uint16(port)).String())
+		if err == nil {
+			return c, nil
+		}
+		switch {
+		case errors.Is(err, errNetworkNotAllowed):
+			refused = cmp.Or(refused, err)
+		case first == nil:
+			first = err
+		}
+		if ctx.Err() != nil {
+			break
 		}
 	}
-	return fmt.Errorf("%w: %s", errNetworkNotAllowed, ip)
+	if err := cmp.Or(refused, first); err != nil {
+		return nil, err
+	}
+	return nil, &net.DNSError{Err: "no addresses", Name: host, IsNotFound: true}
 }
 
 // verify fetches the challenge and compares the value in constant time.
@@ -83,7 +111,6 @@ func (v *verifier) verify(ctx context.Context, advertiseURL, secret, challenge, 
 		deadline = d
 	}
 	addr, tls := hostPort(advertiseURL)
-	dialer := &net.Dialer{Control: v.control}
 	// A HostClient per fetch, with Connection: close: nothing is pooled, so
 	// no connection or cleaner goroutine outlives the call, and a worker
 	// address is never dialled except during a proof.
@@ -93,7 +120,7 @@ func (v *verifier) verify(ctx context.Context, advertiseURL, secret, challenge, 
 		Dial: func(a string) (net.Conn, error) {
 			dctx, cancel := context.WithDeadline(ctx, deadline)
 			defer cancel()
-			return dialer.DialContext(dctx, "tcp", a)
+			return v.dial(dctx, a)
 		},
 		MaxConns:                  1,
 		MaxIdemponentCallAttempts: 1,
@@ -115,7 +142,7 @@ func (v *verifier) verify(ctx context.Context, advertiseURL, secret, challenge, 
 	switch {
 	case err == nil:
 	case errors.Is(err, errNetworkNotAllowed):
-		return &challengeError{challengeNetwork, "the advertise address is outside the allowed advertise networks"}
+		return &challengeError{challengeNetwork, "the advertise URL resolves to an address the pinboard refuses: " + policyReason(err)}
 	case errors.Is(err, fasthttp.ErrBodyTooLarge):
 		return &challengeError{challengeTooLarge, fmt.Sprintf("challenge response larger than %d bytes", wire.MaxChallengeResponseBytes)}
 	case errors.Is(err, fasthttp.ErrTimeout), errors.Is(err, fasthttp.ErrDialTimeout), errors.Is(err, context.DeadlineExceeded), isTimeout(err):
@@ -139,6 +166,16 @@ func (v *verifier) verify(ctx context.Context, advertiseURL, secret, challenge, 
 		return &challengeError{challengeMismatch, "the worker's value does not match challengeValue"}
 	}
 	return nil
+}
+
+// policyReason is the policy's own message (an address and a rule, never
+// anything the peer sent) without the dialer's wrapping.
+func policyReason(err error) string {
+	msg := err.Error()
+	if i := strings.Index(msg, errNetworkNotAllowed.Error()); i >= 0 {
+		return msg[i:]
+	}
+	return errNetworkNotAllowed.Error()
 }
 
 func isTimeout(err error) bool {

@@ -12,20 +12,24 @@
 // fields are ignored; a malformed body or field is a 400 with
 // {"error": "...", "field": "<json name>"} (field omitted when the body as a
 // whole is at fault). Store failures are 503 + Retry-After: 1 (Redis
-// unreachable or slow) or 500.
+// unreachable or slow) or 500. A limit (see Hardening) answers 429 +
+// Retry-After (whole seconds) with a JSON error.
 //
 //	POST /registry/register
 //	  {clientId, secret, namespaces, advertiseUrl, headroom, draining, challenge, challengeValue}
 //	  200 {sessionId, expiresInMs}
-//	  400 invalid field; 422 {"error": "challenge failed: ...", "field": "challenge"};
+//	  400 invalid field (also a refused advertiseUrl); 422 {"error": "challenge failed: ...",
+//	  "field": "challenge"} (also a reused challenge); 429 rate limit or session cap;
 //	  503 + Retry-After when MaxConcurrentChallenges proofs are in flight
 //	POST /registry/heartbeat
 //	  {sessionId, headroom, draining, drainDeadline?, challenge?, challengeValue?}
 //	  200 {expiresInMs, messages?: [{type, deadlineMs?}], reregister?: true}
 //	  409 {"nack": "reregister"}  unknown or expired session, or the challenge failed
 //	  409 {"nack": "superseded"}  a newer registration took over: stop for good
-//	  400 when only one of challenge/challengeValue is present
-//	POST /registry/release   {clientId, namespace, id}        200 {"released": bool}
+//	  400 when only one of challenge/challengeValue is present; 422 reused challenge
+//	POST /registry/release   {clientId, namespace, id, sessionId?}  200 {"released": bool};
+//	                         403 when sessionId belongs to another clientId
+//	POST /registry/deregister {sessionId}                     200 {"deregistered": bool}
 //	POST /registry/push      {clientId, type, deadlineMs?}    202 {"queued": true}; 404 no live session
 //	GET  /registry/workers   200 {"workers": [WorkerInfo...]}
 //	GET  /registry/overview  200 {protocolVersion, leaseMs, sessions, namespaces: {ns: {...}}, workers}
@@ -36,9 +40,13 @@
 // bytes); secret is 1–256 visible ASCII bytes (it travels as a header);
 // namespaces are 1–64 "/name" values, never /registry, /healthz or /_pinned,
 // duplicates dropped; advertiseUrl is http(s)://host[:port] with no userinfo,
-// path, query or fragment, stored lower-cased without a trailing slash;
+// path, query or fragment, stored in canonical form (lower case, IP literals
+// as netip prints them, no default port, no trailing dot or slash; see
+// Hardening for the hosts and addresses refused);
 // headroom and drainDeadline are non-negative; deadlines are unix
-// milliseconds; challenge ≤ 256 bytes, challengeValue ≤ 1 KiB.
+// milliseconds; challenge 22–256 bytes (wire.MinChallengeLen: room for 128
+// random bits), challengeValue ≤ 1 KiB; sessionId (heartbeat, release,
+// deregister) follows wire.CheckSessionID.
 //
 // # Semantics
 //
@@ -52,9 +60,9 @@
 //     crypto/subtle). The fetch uses a fresh fasthttp HostClient with
 //     Connection: close (nothing pooled), a ChallengeTimeout (2 s) deadline
 //     from dial to last byte, no redirects (a 3xx fails), a 4 KiB response
-//     cap, http/https only, and, when AdvertiseNetworks is set, a dial-time
-//     check of every resolved address (so DNS rebinding cannot bypass it).
-//     The fetched body never appears in a response or a log. Registration
+//     cap, http/https only, and a dial-time check of every resolved address
+//     (see Hardening). The fetched body never appears in a response or a
+//     log. Registration
 //     requires a pair unless AllowUnverified; a heartbeat with a pair is
 //     re-proved against the session's own URL and secret, and refused with
 //     409 reregister if it fails (the lease is then not extended). A pairless
@@ -65,9 +73,19 @@
 //     superseded; its next heartbeat gets 409 superseded; its record (and its
 //     placements) stay until its lease runs out, so its ids are not
 //     re-placed while the old process may still serve them.
-//   - Release is a compare-and-delete against the client's current session:
-//     a release by any other client, or a late one after a re-registration,
-//     changes nothing and answers {"released": false}.
+//   - Release is a compare-and-delete against the session named by
+//     sessionId (which must be live and belong to clientId, else 403; an
+//     ended one frees nothing) or, without sessionId, the client's current
+//     session: a release by any other client, or a late one of an old
+//     session, never deletes what another session holds and answers
+//     {"released": false}.
+//   - Deregister deletes the session record at once (a compare-by-id: only
+//     that session), and the client and advertise-URL pointers only while
+//     they still name it; from then on it is unknown to every read, so its
+//     heartbeats get 409 reregister, its placements are re-placed by the
+//     proxy on their next request, and the janitor collects them after
+//     ReapGrace. Superseded sessions can be deregistered. A worker calls it
+//     as the last step of its graceful shutdown.
 //   - Push queues a message per client (bounded, newest kept) that the next
 //     accepted heartbeat of the client's current session takes, all at once,
 //     atomically: each message is handed to exactly one ack. (If that ack is
@@ -77,13 +95,61 @@
 //     so a placement the proxy already replaced is left alone, and several
 //     pinboards can sweep at once), and the gauges are refreshed.
 //
+// # Hardening (research/reliability.md §4)
+//
+//   - Challenges are single use: before anyone is dialled, the registry
+//     records wire.NonceID(challenge) with SET NX PX NonceTTL (default and
+//     maximum 30 s; the value binds it to "<r|h>:<tokenId>:<advertise URL
+//     or session>"). A second use within NonceTTL, by any body, for any URL
+//     or session, is refused with 422, so of N concurrent submits exactly one
+//     proceeds. After NonceTTL the record is gone, but a worker answers a
+//     challenge only while its own call is in flight (5 s by default), so
+//     a replay then fails the proof. Challenges shorter than 22 bytes are a
+//     400.
+//   - Advertise URLs (advertise.go): http/https, no userinfo, path, query or
+//     fragment; a DNS name whose last label is not numeric, or an IP literal
+//     in canonical form (2130706433, 0177.0.0.1, 0x7f.1, 127.1 are refused);
+//     optional port allow-list (AdvertisePorts); cloud metadata names
+//     refused. Addresses: never the unspecified ones or cloud metadata
+//     endpoints; by default not the IANA special-purpose ranges (169.254/16,
+//     fe80::/10, 100.64/10, multicast, reserved, documentation, NAT64, 6to4,
+//     ...; an AdvertiseNetworks entry inside such a range opts into it);
+//     loopback, RFC 1918, fc00::/7 and public addresses are allowed, and
+//     AdvertiseNetworks narrows that. IP literals are checked when parsed
+//     (400); every address is checked again at dial time by the
+//     net.Dialer Control hook, on the exact address connected after the
+//     registry's own DNS lookup, so DNS rebinding cannot reach a refused
+//     address (422 network_not_allowed for a registration, 409 reregister
+//     for a heartbeat).
+//   - Rate limits (token buckets, golang.org/x/time/rate, per pinboard
+//     process): registrations per client IP (RegisterIPLimit, 5/s burst
+//     20; IPv6 by /64) and per deployment token (RegisterTokenLimit, 20/s
+//     burst 100); failed authentications per client IP (AuthFailureLimit,
+//     10/min): past it every authenticated call from that IP is refused
+//     before its token is checked, except a heartbeat naming a live session
+//     (its token is checked as usual), so workers behind the same NAT as a
+//     misconfigured client keep their leases; a guesser without a live
+//     session id never gets a guess evaluated. Refusals are 429 + Retry-After; the
+//     per-IP buckets live in LRUs of MaxTrackedClients entries. The client
+//     IP is the TCP peer: behind a proxy that hides it, the per-IP limits
+//     apply to the proxy.
+//   - Live sessions per deployment token are capped (MaxSessionsPerToken,
+//     default 1024): a verified registration reserves a slot atomically
+//     (store.ReserveSlot) before its session is written (a store failure
+//     in between leaves the slot to expire with the lease); beyond the cap
+//     it gets 429 + Retry-After: <lease>. Heartbeats keep the slot; deregister
+//     and expiry free it. Superseded sessions count until their lease ends.
+//   - Tokens are identified by a tokenId (PBKDF2 of the token, 72 bits,
+//     the same on every pinboard), stored with each session and logged;
+//     tokens themselves never are.
+//
 // # Redis key layout (internal/wire/keys.go)
 //
 // Every key is touched only by single-key commands or single-key Lua
 // scripts, so the layout works on Redis Cluster without hash tags:
 //
 //	pinned:s:<sessionId>      HASH   session: cid secret url ns headroom draining deadline
-//	                                 verified sup reg hb exp; PEXPIRE = lease; refreshed
+//	                                 verified sup reg hb exp tok; PEXPIRE = lease; refreshed
 //	                                 only by an owner-checked script that never re-creates it
 //	pinned:c:<clientId>       STRING current session of a client; PX lease, refreshed
 //	                                 while it still names the heartbeating session
@@ -94,6 +160,8 @@
 //	pinned:p:<namespace>/<id> STRING session holding the placement; no TTL; SET NX /
 //	                                 compare-and-set / compare-and-delete only
 //	pinned:o:<sessionId>      HASH   placement index: "<ns>/<id>" -> 1, "#<ns>" -> count
+//	pinned:x:<nonceId>        STRING a used challenge; SET NX PX NonceTTL; value = its binding
+//	pinned:t:<tokenId>        ZSET   session -> expiry (ms) of the token's live sessions (cap)
 //
 // # Concurrency and lifecycle
 //
@@ -106,7 +174,8 @@
 // # Observability
 //
 // Logger "pinned.registry": registration ok (session, client, advertiseUrl,
-// namespaces) and refused (reason), supersede, challenge failures,
+// namespaces, token id) and refused (reason), supersede, deregistration,
+// challenge failures and replays, limit refusals (throttled),
 // collections, control messages; store and auth failures throttled to one
 // line per 10 s. Tokens and worker secrets are never logged. Metrics (on
 // Registry.Metrics): pinned_registry_requests_total{endpoint,code},
@@ -114,7 +183,10 @@
 // pinned_registry_registrations_total, pinned_registry_registration_failures_total{reason},
 // pinned_registry_challenge_failures_total{reason}, pinned_registry_superseded_total,
 // pinned_registry_heartbeats_total, pinned_registry_messages_{pushed,delivered}_total,
-// pinned_registry_releases_total{result}, pinned_registry_auth_failures_total,
+// pinned_registry_releases_total{result} (released, not_owner, refused),
+// pinned_registry_deregistrations_total{result} (deregistered, unknown),
+// pinned_registry_rate_limited_total{limit} (auth_ip, register_ip,
+// register_token, session_cap), pinned_registry_auth_failures_total,
 // pinned_registry_store_errors_total, pinned_registry_reaped_{sessions,placements}_total,
 // pinned_registry_sweep_errors_total, and the gauges pinned_registry_live_workers
 // (live, not superseded), pinned_registry_sessions, pinned_registry_store_up and

@@ -4,7 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"log/slog"
 	"maps"
+	"net/netip"
 	"slices"
 	"time"
 
@@ -14,26 +17,101 @@ import (
 	"github.com/pinned-go/pinned/internal/wire"
 )
 
-// endpoint wraps a handler with authentication, the request counter and
-// the duration histogram. h returns the status code it answered.
-func (r *Registry) endpoint(name string, auth bool, h func(*fasthttp.RequestCtx) int) fasthttp.RequestHandler {
+// handler serves one endpoint; tokenID is the id of the deployment token
+// the call authenticated with ("" for unauthenticated endpoints). It
+// returns the status code it answered.
+type handler func(ctx *fasthttp.RequestCtx, tokenID string) int
+
+// endpoint wraps a handler with the failed-authentication limit,
+// authentication, the request counter and the duration histogram.
+func (r *Registry) endpoint(name string, auth bool, h handler) fasthttp.RequestHandler {
 	dur := r.m.duration[name]
 	return func(ctx *fasthttp.RequestCtx) {
 		start := time.Now()
-		code := fasthttp.StatusUnauthorized
-		if !auth || r.authorized(ctx) {
-			code = h(ctx)
+		var code int
+		if !auth {
+			code = h(ctx, "")
+		} else {
+			client := clientKey(ctx.RemoteIP())
+			if blocked, wait := r.authFails.blocked(client); blocked {
+				// Refused before the token is looked at: a client that
+				// guessed wrong too often learns nothing more. Heartbeats of
+				// live sessions are the exception (see heartbeatWhileLimited).
+				if name == epHeartbeat {
+					code = r.heartbeatWhileLimited(ctx, client, wait)
+				} else {
+					code = r.authLimited(ctx, wait)
+				}
+			} else if tok, ok := r.authorized(ctx); ok {
+				code = h(ctx, tok)
+			} else {
+				r.authFails.spend(client)
+				code = fasthttp.StatusUnauthorized
+			}
 		}
 		r.m.request(name, code)
 		dur.UpdateDuration(start)
 	}
 }
 
-// authorized checks the bearer token and answers 401 when it is wrong.
-func (r *Registry) authorized(ctx *fasthttp.RequestCtx) bool {
+func (r *Registry) authLimited(ctx *fasthttp.RequestCtx, wait time.Duration) int {
+	return r.tooMany(ctx, limitAuthIP, wait, "too many failed authentications from this address; retry later")
+}
+
+// heartbeatWhileLimited serves a heartbeat from an address that is over its
+// failed-authentication limit. Every other call from that address is
+// refused outright; but a heartbeat keeps a lease, and a worker that shares
+// its address (a NAT) with a client that keeps failing must not lose its
+// lease for it. So a heartbeat naming a live session has its token checked
+// as usual, and any other gets the same 429 without its token being looked
+// at. Session ids are 144 random bits known only to their worker and to
+// holders of a valid token, so a token guesser gains nothing: without a
+// live session id its guesses are never evaluated, and what it can time is
+// only whether the session exists.
+func (r *Registry) heartbeatWhileLimited(ctx *fasthttp.RequestCtx, client netip.Addr, wait time.Duration) int {
+	req, e := decodeRequest(ctx, parseHeartbeat)
+	if e != nil {
+		return r.authLimited(ctx, wait)
+	}
+	sctx, cancel := r.storeContext()
+	defer cancel()
+	if _, err := r.st.Session(sctx, req.SessionID); err != nil {
+		return r.authLimited(ctx, wait)
+	}
+	tok, ok := r.checkToken(ctx)
+	if !ok {
+		r.m.authFailures.Inc()
+		r.authFails.spend(client)
+		return r.authLimited(ctx, wait)
+	}
+	return r.heartbeatReq(ctx, tok, req)
+}
+
+// tooMany answers 429 + Retry-After with a JSON error and counts it.
+func (r *Registry) tooMany(ctx *fasthttp.RequestCtx, limit string, wait time.Duration, msg string) int {
+	r.m.rateLimited[limit].Inc()
+	if r.limitLog.allow(10 * time.Second) {
+		r.log.Warn("registry call refused: limit reached", "limit", limit, "remote", ctx.RemoteIP().String(), "retryAfter", wait)
+	}
+	ctx.Response.Header.Set(wire.HeaderRetryAfter, retryAfter(wait))
+	return writeError(ctx, fasthttp.StatusTooManyRequests, msg, "")
+}
+
+// checkToken checks the bearer token and returns the id of the token that
+// matched.
+func (r *Registry) checkToken(ctx *fasthttp.RequestCtx) (string, bool) {
 	tok, ok := bearer(ctx.Request.Header.Peek(fasthttp.HeaderAuthorization))
-	if ok && r.tokens.Load().check(tok) {
-		return true
+	if !ok {
+		return "", false
+	}
+	return r.tokens.Load().check(tok)
+}
+
+// authorized checks the bearer token and answers 401 when it is wrong. It
+// returns the id of the token that matched.
+func (r *Registry) authorized(ctx *fasthttp.RequestCtx) (string, bool) {
+	if id, ok := r.checkToken(ctx); ok {
+		return id, true
 	}
 	r.m.authFailures.Inc()
 	if r.authLog.allow(10 * time.Second) {
@@ -41,7 +119,7 @@ func (r *Registry) authorized(ctx *fasthttp.RequestCtx) bool {
 	}
 	ctx.Response.Header.Set(fasthttp.HeaderWWWAuthenticate, `Bearer realm="pinboard"`)
 	writeError(ctx, fasthttp.StatusUnauthorized, "missing or invalid bearer token (Authorization: Bearer <deployment token>)", "")
-	return false
+	return "", false
 }
 
 // decodeRequest reads the body (bounded by wire.MaxBodyBytes) and parses it.
@@ -91,18 +169,37 @@ func (r *Registry) storeFailed(ctx *fasthttp.RequestCtx, op string, err error) i
 	return writeError(ctx, fasthttp.StatusInternalServerError, "the directory failed", "")
 }
 
-func (r *Registry) register(ctx *fasthttp.RequestCtx) int {
+func (r *Registry) register(ctx *fasthttp.RequestCtx, tok string) int {
+	if ok, wait := r.regIP.take(clientKey(ctx.RemoteIP())); !ok {
+		r.m.registerFailures[failRateLimited].Inc()
+		return r.tooMany(ctx, limitRegisterIP, wait, "too many registrations from this address; retry later")
+	}
+	if ok, wait := r.regTok.take(tok); !ok {
+		r.m.registerFailures[failRateLimited].Inc()
+		return r.tooMany(ctx, limitRegisterToken, wait, "too many registrations with this deployment token; retry later")
+	}
 	req, e := decodeRequest(ctx, func(b []byte) (wire.RegisterRequest, *badRequest) {
 		return parseRegister(b, r.maxNS, !r.allowPair)
 	})
+	if e == nil {
+		if err := r.policy.checkURL(req.AdvertiseURL); err != nil {
+			e = bad("advertiseUrl", "%v", err)
+		}
+	}
 	if e != nil {
 		r.m.registerFailures[failInvalid].Inc()
 		r.log.Warn("registration refused", "reason", "invalid", "field", e.field, "err", e.msg, "client", req.ClientID)
 		return writeBad(ctx, e)
 	}
 	log := r.log.With("client", req.ClientID, "advertiseUrl", req.AdvertiseURL, "namespaces", req.Namespaces)
+	sctx, cancel := r.storeContext()
+	defer cancel()
 	verified := false
 	if req.Challenge != "" {
+		if code, ok := r.useNonce(ctx, sctx, req.Challenge, "r:"+tok+":"+req.AdvertiseURL, log); !ok {
+			r.m.registerFailures[challengeReplay].Inc()
+			return code
+		}
 		select {
 		case r.sem <- struct{}{}:
 		default:
@@ -122,11 +219,23 @@ func (r *Registry) register(ctx *fasthttp.RequestCtx) int {
 		verified = true
 	}
 	sid := mintSessionID()
-	sctx, cancel := r.storeContext()
-	defer cancel()
+	if r.maxPerTok > 0 {
+		held, ok, err := r.st.ReserveSlot(sctx, tok, sid, r.maxPerTok, r.lease)
+		if err != nil {
+			r.m.registerFailures[failStore].Inc()
+			return r.storeFailed(ctx, "reserve slot", err)
+		}
+		if !ok {
+			r.m.registerFailures[failSessionCap].Inc()
+			log.Warn("registration refused", "reason", failSessionCap, "token", tok, "live", held, "max", r.maxPerTok)
+			return r.tooMany(ctx, failSessionCap, r.lease, fmt.Sprintf(
+				"this deployment token already holds %d live sessions, the pinboard's maximum; retry once some end (or raise the cap)", held))
+		}
+	}
 	superseded, err := r.st.Register(sctx, store.Session{
 		ID: sid, ClientID: req.ClientID, Secret: req.Secret, AdvertiseURL: req.AdvertiseURL,
 		Namespaces: req.Namespaces, Headroom: req.Headroom, Draining: req.Draining, Verified: verified,
+		TokenID: tok,
 	}, r.lease)
 	if err != nil {
 		r.m.registerFailures[failStore].Inc()
@@ -134,7 +243,7 @@ func (r *Registry) register(ctx *fasthttp.RequestCtx) int {
 		return r.storeFailed(ctx, "register", err)
 	}
 	r.m.registrations.Inc()
-	log.Info("worker registered", "session", sid, "verified", verified, "headroom", req.Headroom, "draining", req.Draining)
+	log.Info("worker registered", "session", sid, "verified", verified, "headroom", req.Headroom, "draining", req.Draining, "token", tok)
 	for _, old := range superseded {
 		r.m.superseded.Inc()
 		log.Info("session superseded", "session", old, "by", sid, "reason", "superseded")
@@ -142,11 +251,33 @@ func (r *Registry) register(ctx *fasthttp.RequestCtx) int {
 	return writeJSON(ctx, fasthttp.StatusOK, wire.RegisterResponse{SessionID: sid, ExpiresInMs: r.leaseMs})
 }
 
-func (r *Registry) heartbeat(ctx *fasthttp.RequestCtx) int {
+// useNonce records a challenge as used before anyone is dialled. It
+// answers the request itself (422 for a replay, 503/500 for a store
+// failure) and returns false when the call must stop there.
+func (r *Registry) useNonce(ctx *fasthttp.RequestCtx, sctx context.Context, challenge, binding string, log *slog.Logger) (int, bool) {
+	first, err := r.st.UseNonce(sctx, wire.NonceID(challenge), binding, r.nonceTTL)
+	if err != nil {
+		return r.storeFailed(ctx, "use nonce", err), false
+	}
+	if first {
+		return 0, true
+	}
+	r.m.challengeFailures[challengeReplay].Inc()
+	log.Warn("call refused: challenge reused", "reason", challengeReplay)
+	return writeError(ctx, fasthttp.StatusUnprocessableEntity,
+		"challenge failed: this challenge was already used; send a fresh one with every call", "challenge"), false
+}
+
+func (r *Registry) heartbeat(ctx *fasthttp.RequestCtx, tok string) int {
 	req, e := decodeRequest(ctx, parseHeartbeat)
 	if e != nil {
 		return writeBad(ctx, e)
 	}
+	return r.heartbeatReq(ctx, tok, req)
+}
+
+// heartbeatReq serves a decoded heartbeat.
+func (r *Registry) heartbeatReq(ctx *fasthttp.RequestCtx, tok string, req wire.HeartbeatRequest) int {
 	sctx, cancel := r.storeContext()
 	defer cancel()
 	verified := false
@@ -162,10 +293,14 @@ func (r *Registry) heartbeat(ctx *fasthttp.RequestCtx) int {
 		case sess.Superseded:
 			return writeNack(ctx, wire.NackSuperseded)
 		}
+		log := r.log.With("session", req.SessionID, "client", sess.ClientID)
+		if code, ok := r.useNonce(ctx, sctx, req.Challenge, "h:"+tok+":"+req.SessionID, log); !ok {
+			return code
+		}
 		if err := r.verifier.verify(context.Background(), sess.AdvertiseURL, sess.Secret, req.Challenge, req.ChallengeValue); err != nil {
 			ce := err.(*challengeError)
 			r.m.challengeFailures[ce.reason].Inc()
-			r.log.Warn("heartbeat refused: challenge failed", "session", req.SessionID, "client", sess.ClientID, "reason", ce.reason, "err", ce.msg)
+			log.Warn("heartbeat refused: challenge failed", "reason", ce.reason, "err", ce.msg)
 			return writeNack(ctx, wire.NackReregister)
 		}
 		verified = true
@@ -191,20 +326,40 @@ func (r *Registry) heartbeat(ctx *fasthttp.RequestCtx) int {
 	return writeJSON(ctx, fasthttp.StatusOK, wire.HeartbeatResponse{ExpiresInMs: r.leaseMs, Messages: msgs, Reregister: !sess.Verified})
 }
 
-func (r *Registry) release(ctx *fasthttp.RequestCtx) int {
+func (r *Registry) release(ctx *fasthttp.RequestCtx, _ string) int {
 	req, e := decodeRequest(ctx, parseRelease)
 	if e != nil {
 		return writeBad(ctx, e)
 	}
 	sctx, cancel := r.storeContext()
 	defer cancel()
-	cur, err := r.st.CurrentSession(sctx, req.ClientID)
-	if err != nil {
-		return r.storeFailed(ctx, "current session", err)
+	target := req.SessionID
+	if target != "" {
+		// The caller names the session the instance ran under: it must be
+		// one of its own. An ended one frees nothing (the janitor or the
+		// proxy takes care of its placements).
+		sess, err := r.st.Session(sctx, target)
+		switch {
+		case errors.Is(err, store.ErrUnknownSession):
+			target = ""
+		case err != nil:
+			return r.storeFailed(ctx, "session", err)
+		case sess.ClientID != req.ClientID:
+			r.m.releaseRefused.Inc()
+			r.log.Warn("release refused: the session belongs to another client", "session", req.SessionID, "client", req.ClientID, "namespace", req.Namespace, "instance", req.ID)
+			return writeError(ctx, fasthttp.StatusForbidden, "sessionId belongs to another clientId", "sessionId")
+		}
+	} else {
+		cur, err := r.st.CurrentSession(sctx, req.ClientID)
+		if err != nil {
+			return r.storeFailed(ctx, "current session", err)
+		}
+		target = cur
 	}
 	released := false
-	if cur != "" {
-		if released, err = r.st.Release(sctx, req.Namespace, req.ID, cur); err != nil {
+	if target != "" {
+		var err error
+		if released, err = r.st.Release(sctx, req.Namespace, req.ID, target); err != nil {
 			return r.storeFailed(ctx, "release", err)
 		}
 	}
@@ -213,11 +368,32 @@ func (r *Registry) release(ctx *fasthttp.RequestCtx) int {
 	} else {
 		r.m.releaseNoop.Inc()
 	}
-	r.log.Debug("release", "namespace", req.Namespace, "instance", req.ID, "session", cur, "client", req.ClientID, "released", released)
+	r.log.Debug("release", "namespace", req.Namespace, "instance", req.ID, "session", target, "client", req.ClientID, "released", released)
 	return writeJSON(ctx, fasthttp.StatusOK, wire.ReleaseResponse{Released: released})
 }
 
-func (r *Registry) push(ctx *fasthttp.RequestCtx) int {
+func (r *Registry) deregister(ctx *fasthttp.RequestCtx, _ string) int {
+	req, e := decodeRequest(ctx, parseDeregister)
+	if e != nil {
+		return writeBad(ctx, e)
+	}
+	sctx, cancel := r.storeContext()
+	defer cancel()
+	ok, err := r.st.Deregister(sctx, req.SessionID)
+	if err != nil {
+		return r.storeFailed(ctx, "deregister", err)
+	}
+	if ok {
+		r.m.deregistered.Inc()
+		r.log.Info("worker deregistered", "session", req.SessionID, "reason", "deregister")
+	} else {
+		r.m.deregisterNoop.Inc()
+		r.log.Debug("deregister of an ended session", "session", req.SessionID)
+	}
+	return writeJSON(ctx, fasthttp.StatusOK, wire.DeregisterResponse{Deregistered: ok})
+}
+
+func (r *Registry) push(ctx *fasthttp.RequestCtx, _ string) int {
 	req, e := decodeRequest(ctx, parsePush)
 	if e != nil {
 		return writeBad(ctx, e)
@@ -262,7 +438,7 @@ func (r *Registry) workerInfos(ctx context.Context) ([]wire.WorkerInfo, error) {
 	return out, nil
 }
 
-func (r *Registry) workers(ctx *fasthttp.RequestCtx) int {
+func (r *Registry) workers(ctx *fasthttp.RequestCtx, _ string) int {
 	sctx, cancel := r.storeContext()
 	defer cancel()
 	ws, err := r.workerInfos(sctx)
@@ -301,7 +477,7 @@ func summarize(ws []wire.WorkerInfo) map[string]wire.NamespaceOverview {
 	return out
 }
 
-func (r *Registry) overview(ctx *fasthttp.RequestCtx) int {
+func (r *Registry) overview(ctx *fasthttp.RequestCtx, _ string) int {
 	sctx, cancel := r.storeContext()
 	defer cancel()
 	ws, err := r.workerInfos(sctx)
@@ -314,7 +490,7 @@ func (r *Registry) overview(ctx *fasthttp.RequestCtx) int {
 	})
 }
 
-func (r *Registry) healthz(ctx *fasthttp.RequestCtx) int {
+func (r *Registry) healthz(ctx *fasthttp.RequestCtx, _ string) int {
 	sctx, cancel := r.storeContext()
 	defer cancel()
 	h := wire.Healthz{OK: true, Store: "ok", ShuttingDown: r.shutdown.Load()}

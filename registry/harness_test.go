@@ -3,6 +3,7 @@ package registry
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"io"
 	"log/slog"
@@ -79,6 +80,14 @@ func newEnv(t *testing.T, kind string, opts ...envOpt) *env {
 		Store:  e.st,
 		Tokens: []string{token},
 		Logger: slog.New(slog.NewTextHandler(e.logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		// Tests send many calls from 127.0.0.1 with one token; the limit
+		// tests turn the limits on themselves.
+		RegisterIPLimit:    off,
+		RegisterTokenLimit: off,
+		AuthFailureLimit:   off,
+	}
+	if e.fake != nil {
+		cfg.Clock = e.fake // the limits' buckets refill on the same fake time
 	}
 	for _, o := range opts {
 		o(&cfg)
@@ -126,6 +135,15 @@ func (r reply) errField(t *testing.T) wire.Error {
 // body (a string is sent as is).
 func (e *env) do(method, path, tok string, body any) reply {
 	e.t.Helper()
+	r, err := e.try(method, path, tok, body)
+	if err != nil {
+		e.t.Fatalf("%s %s: %v", method, path, err)
+	}
+	return r
+}
+
+// try is do for any goroutine: it returns transport errors.
+func (e *env) try(method, path, tok string, body any) (reply, error) {
 	req := fasthttp.AcquireRequest()
 	resp := fasthttp.AcquireResponse()
 	defer fasthttp.ReleaseRequest(req)
@@ -144,18 +162,30 @@ func (e *env) do(method, path, tok string, body any) reply {
 	default:
 		j, err := json.Marshal(b)
 		if err != nil {
-			e.t.Fatal(err)
+			return reply{}, err
 		}
 		req.SetBody(j)
 	}
 	if err := e.hc.DoTimeout(req, resp, 10*time.Second); err != nil {
-		e.t.Fatalf("%s %s: %v", method, path, err)
+		return reply{}, err
 	}
 	r := reply{code: resp.StatusCode(), body: append([]byte(nil), resp.Body()...), hdr: map[string]string{}}
 	for k, v := range resp.Header.All() {
 		r.hdr[strings.ToLower(string(k))] = string(v)
 	}
-	return r
+	return r, nil
+}
+
+// metric returns the value of one series of the registry's metrics.
+func (e *env) metric(series string) string {
+	var b bytes.Buffer
+	e.reg.Metrics().WritePrometheus(&b)
+	for line := range strings.SplitSeq(b.String(), "\n") {
+		if v, ok := strings.CutPrefix(line, series+" "); ok {
+			return v
+		}
+	}
+	return "<missing>"
 }
 
 func (e *env) post(path string, body any) reply { return e.do("POST", path, token, body) }
@@ -182,11 +212,15 @@ func registerBody(w *fakeworker.Worker, client string, ns ...string) wire.Regist
 	if len(ns) == 0 {
 		ns = []string{"/counter"}
 	}
+	c := newChallenge()
 	return wire.RegisterRequest{
 		ClientID: client, Secret: w.Secret, Namespaces: ns, AdvertiseURL: w.URL, Headroom: 10,
-		Challenge: "c-" + client, ChallengeValue: fakeworker.Value("c-" + client),
+		Challenge: c, ChallengeValue: fakeworker.Value(c),
 	}
 }
+
+// newChallenge mints a challenge the way a worker does (fresh, 130 bits).
+func newChallenge() string { return rand.Text() }
 
 // register registers and returns the session id.
 func (e *env) register(body wire.RegisterRequest) string {
@@ -206,7 +240,7 @@ func (e *env) register(body wire.RegisterRequest) string {
 func heartbeatBody(sid string, w *fakeworker.Worker, n int) wire.HeartbeatRequest {
 	hb := wire.HeartbeatRequest{SessionID: sid, Headroom: 9}
 	if w != nil {
-		hb.Challenge = "hb-" + sid + "-" + string(rune('a'+n%26))
+		hb.Challenge = newChallenge()
 		hb.ChallengeValue = fakeworker.Value(hb.Challenge)
 	}
 	return hb
@@ -243,5 +277,8 @@ func (e *env) expire() {
 	}
 	time.Sleep(e.reg.lease + e.reg.lease/5) // time must pass on Redis's clock
 }
+
+// off turns a Limit off.
+var off = Limit{Events: -1}
 
 func withLease(d time.Duration) envOpt { return func(c *Config) { c.Lease = d } }

@@ -16,20 +16,21 @@ const DefaultMaxNamespaceSeries = 500
 
 // Endpoint names used as the "endpoint" label.
 const (
-	epRegister  = "register"
-	epHeartbeat = "heartbeat"
-	epRelease   = "release"
-	epPush      = "push"
-	epWorkers   = "workers"
-	epOverview  = "overview"
-	epHealthz   = "healthz"
+	epRegister   = "register"
+	epHeartbeat  = "heartbeat"
+	epRelease    = "release"
+	epDeregister = "deregister"
+	epPush       = "push"
+	epWorkers    = "workers"
+	epOverview   = "overview"
+	epHealthz    = "healthz"
 )
 
-var endpoints = []string{epRegister, epHeartbeat, epRelease, epPush, epWorkers, epOverview, epHealthz}
+var endpoints = []string{epRegister, epHeartbeat, epRelease, epDeregister, epPush, epWorkers, epOverview, epHealthz}
 
 // codes are the status codes the registry answers; anything else is
 // counted as code="other".
-var codes = []int{200, 202, 400, 401, 404, 409, 413, 422, 500, 503}
+var codes = []int{200, 202, 400, 401, 403, 404, 409, 413, 422, 429, 500, 503}
 
 // registryMetrics holds every metric pointer, resolved once in New.
 type registryMetrics struct {
@@ -48,6 +49,10 @@ type registryMetrics struct {
 	delivered         *metrics.Counter
 	released          *metrics.Counter
 	releaseNoop       *metrics.Counter
+	releaseRefused    *metrics.Counter
+	deregistered      *metrics.Counter
+	deregisterNoop    *metrics.Counter
+	rateLimited       map[string]*metrics.Counter // limit
 	authFailures      *metrics.Counter
 	storeErrors       *metrics.Counter
 	reapedSessions    *metrics.Counter
@@ -69,6 +74,18 @@ const (
 	failInvalid = "invalid"
 	failStore   = "store"
 	failBusy    = "busy"
+	// failRateLimited: a registration limit (per IP or per token) refused it.
+	failRateLimited = "rate_limited"
+	// failSessionCap: the token holds MaxSessionsPerToken live sessions;
+	// also a label of pinned_registry_rate_limited_total.
+	failSessionCap = "session_cap"
+)
+
+// Labels of pinned_registry_rate_limited_total (plus failSessionCap).
+const (
+	limitAuthIP        = "auth_ip"
+	limitRegisterIP    = "register_ip"
+	limitRegisterToken = "register_token"
 )
 
 func newRegistryMetrics(set *metrics.Set, maxSeries int) *registryMetrics {
@@ -79,6 +96,7 @@ func newRegistryMetrics(set *metrics.Set, maxSeries int) *registryMetrics {
 		duration:          map[string]*metrics.PrometheusHistogram{},
 		registerFailures:  map[string]*metrics.Counter{},
 		challengeFailures: map[string]*metrics.Counter{},
+		rateLimited:       map[string]*metrics.Counter{},
 		maxSeries:         maxSeries,
 		nsGauges:          map[string]*metrics.Gauge{},
 		nsNames:           map[string]string{},
@@ -92,7 +110,7 @@ func newRegistryMetrics(set *metrics.Set, maxSeries int) *registryMetrics {
 		m.duration[ep] = set.NewPrometheusHistogram(`pinned_registry_request_duration_seconds{endpoint="` + ep + `"}`)
 	}
 	m.registrations = set.NewCounter(`pinned_registry_registrations_total`)
-	for _, r := range append([]string{failInvalid, failStore, failBusy}, challengeReasons...) {
+	for _, r := range append([]string{failInvalid, failStore, failBusy, failRateLimited, failSessionCap}, challengeReasons...) {
 		m.registerFailures[r] = set.NewCounter(`pinned_registry_registration_failures_total{reason="` + r + `"}`)
 	}
 	for _, r := range challengeReasons {
@@ -104,6 +122,12 @@ func newRegistryMetrics(set *metrics.Set, maxSeries int) *registryMetrics {
 	m.delivered = set.NewCounter(`pinned_registry_messages_delivered_total`)
 	m.released = set.NewCounter(`pinned_registry_releases_total{result="released"}`)
 	m.releaseNoop = set.NewCounter(`pinned_registry_releases_total{result="not_owner"}`)
+	m.releaseRefused = set.NewCounter(`pinned_registry_releases_total{result="refused"}`)
+	m.deregistered = set.NewCounter(`pinned_registry_deregistrations_total{result="deregistered"}`)
+	m.deregisterNoop = set.NewCounter(`pinned_registry_deregistrations_total{result="unknown"}`)
+	for _, l := range []string{limitAuthIP, limitRegisterIP, limitRegisterToken, failSessionCap} {
+		m.rateLimited[l] = set.NewCounter(`pinned_registry_rate_limited_total{limit="` + l + `"}`)
+	}
 	m.authFailures = set.NewCounter(`pinned_registry_auth_failures_total`)
 	m.storeErrors = set.NewCounter(`pinned_registry_store_errors_total`)
 	m.reapedSessions = set.NewCounter(`pinned_registry_reaped_sessions_total`)

@@ -55,10 +55,43 @@ type Config struct {
 	// Zero means DefaultChallengeTimeout.
 	ChallengeTimeout time.Duration
 	// AdvertiseNetworks, when not empty, is the allow-list of networks an
-	// advertise URL may resolve into; the check runs at dial time, after
-	// DNS. Empty means any address (workers usually sit on private
-	// networks, so nothing is excluded by default).
+	// advertise URL may resolve into; the check runs when the URL is parsed
+	// (IP literals) and at dial time, after DNS, on every address dialled.
+	// Empty means every address the defaults allow: loopback, RFC 1918,
+	// IPv6 unique local and public ones, never the special-purpose ranges
+	// (link-local, 100.64/10, multicast, ...), the unspecified addresses
+	// or cloud metadata endpoints. An entry inside a special-purpose range
+	// opts into that range (e.g. 100.64.0.0/10); see advertise.go.
 	AdvertiseNetworks []netip.Prefix
+	// AdvertisePorts, when not empty, is the allow-list of ports an
+	// advertise URL may use (the scheme's default port when it names
+	// none). Empty means any port.
+	AdvertisePorts []uint16
+	// NonceTTL is how long a used challenge is remembered: a registration
+	// or heartbeat that presents it again within NonceTTL is refused (422),
+	// whatever the advertise URL or session. It must exceed the longest
+	// time a worker keeps a challenge live (its call timeout, 5 s by
+	// default). Zero means DefaultNonceTTL; at most MaxNonceTTL.
+	NonceTTL time.Duration
+	// RegisterIPLimit bounds registrations per client IP (an IPv6 client
+	// counts by its /64), RegisterTokenLimit per deployment token; beyond
+	// them a registration gets 429 + Retry-After. Zero values mean
+	// DefaultRegisterIPLimit and DefaultRegisterTokenLimit; Events < 0
+	// turns a limit off. Limits are per pinboard process.
+	RegisterIPLimit, RegisterTokenLimit Limit
+	// AuthFailureLimit bounds failed authentications per client IP; beyond
+	// it every registry call from that IP gets 429 + Retry-After, without
+	// its token being checked. Zero means DefaultAuthFailureLimit; Events
+	// < 0 turns it off.
+	AuthFailureLimit Limit
+	// MaxTrackedClients bounds the per-IP buckets each limit keeps (least
+	// recently used first out). Zero means DefaultMaxTrackedClients.
+	MaxTrackedClients int
+	// MaxSessionsPerToken caps the live sessions registered with one
+	// deployment token; a registration beyond it gets 429 + Retry-After
+	// (slots free as sessions deregister or expire). Zero means
+	// DefaultMaxSessionsPerToken; negative turns the cap off.
+	MaxSessionsPerToken int
 	// AllowUnverified accepts registrations without a challenge pair
 	// (legacy workers). Such sessions are unverified: their pairless
 	// heartbeats get "reregister": true until a heartbeat carries a pair
@@ -101,6 +134,12 @@ type Registry struct {
 	lease     time.Duration
 	leaseMs   int64
 	verifier  *verifier
+	policy    *addrPolicy
+	nonceTTL  time.Duration
+	maxPerTok int                       // 0: no cap
+	regIP     *limiterTable[netip.Addr] // nil: off
+	regTok    *limiterTable[string]     // by token id
+	authFails *limiterTable[netip.Addr]
 	allowPair bool // AllowUnverified
 	sem       chan struct{}
 	maxNS     int
@@ -116,6 +155,7 @@ type Registry struct {
 
 	authLog  throttle
 	storeLog throttle
+	limitLog throttle
 
 	runMu   sync.Mutex
 	running bool
@@ -139,17 +179,35 @@ func New(cfg Config) (*Registry, error) {
 		"ChallengeTimeout": int64(cfg.ChallengeTimeout), "MaxConcurrentChallenges": int64(cfg.MaxConcurrentChallenges),
 		"MaxNamespaces": int64(cfg.MaxNamespaces), "StoreTimeout": int64(cfg.StoreTimeout),
 		"ReapInterval": int64(cfg.ReapInterval), "ReapGrace": int64(cfg.ReapGrace),
-		"MaxNamespaceSeries": int64(cfg.MaxNamespaceSeries),
+		"MaxNamespaceSeries": int64(cfg.MaxNamespaceSeries), "NonceTTL": int64(cfg.NonceTTL),
+		"MaxTrackedClients": int64(cfg.MaxTrackedClients),
 	} {
 		if v < 0 {
 			return nil, fmt.Errorf("registry: Config.%s is negative; use 0 for the default", name)
 		}
 	}
-	for _, p := range cfg.AdvertiseNetworks {
-		if !p.IsValid() {
-			return nil, errors.New("registry: Config.AdvertiseNetworks holds an invalid prefix")
+	policy, err := newAddrPolicy(cfg.AdvertiseNetworks, cfg.AdvertisePorts)
+	if err != nil {
+		return nil, fmt.Errorf("registry: %w", err)
+	}
+	nonceTTL := cmp.Or(cfg.NonceTTL, DefaultNonceTTL)
+	if nonceTTL > MaxNonceTTL || nonceTTL < time.Second {
+		return nil, fmt.Errorf("registry: Config.NonceTTL %v is outside [1s, %v]", nonceTTL, MaxNonceTTL)
+	}
+	regIP := cfg.RegisterIPLimit.withDefaults(DefaultRegisterIPLimit)
+	regTok := cfg.RegisterTokenLimit.withDefaults(DefaultRegisterTokenLimit)
+	authFail := cfg.AuthFailureLimit.withDefaults(DefaultAuthFailureLimit)
+	for name, l := range map[string]Limit{"RegisterIPLimit": regIP, "RegisterTokenLimit": regTok, "AuthFailureLimit": authFail} {
+		if err := l.validate(name); err != nil {
+			return nil, fmt.Errorf("registry: %w", err)
 		}
 	}
+	maxPerTok := cmp.Or(cfg.MaxSessionsPerToken, DefaultMaxSessionsPerToken)
+	if maxPerTok < 0 {
+		maxPerTok = 0
+	}
+	clk := clock.Or(cfg.Clock)
+	tracked := cmp.Or(cfg.MaxTrackedClients, DefaultMaxTrackedClients)
 	set := cfg.Metrics
 	if set == nil {
 		set = metrics.NewSet()
@@ -158,14 +216,20 @@ func New(cfg Config) (*Registry, error) {
 		st:        cfg.Store,
 		lease:     lease,
 		leaseMs:   lease.Milliseconds(),
-		verifier:  &verifier{timeout: cmp.Or(cfg.ChallengeTimeout, DefaultChallengeTimeout), allow: cfg.AdvertiseNetworks},
+		verifier:  &verifier{timeout: cmp.Or(cfg.ChallengeTimeout, DefaultChallengeTimeout), policy: policy, resolve: defaultResolve},
+		policy:    policy,
+		nonceTTL:  nonceTTL,
+		maxPerTok: maxPerTok,
+		regIP:     newLimiterTable[netip.Addr](regIP, tracked, clk),
+		regTok:    newLimiterTable[string](regTok, tracked, clk),
+		authFails: newLimiterTable[netip.Addr](authFail, tracked, clk),
 		allowPair: cfg.AllowUnverified,
 		sem:       make(chan struct{}, cmp.Or(cfg.MaxConcurrentChallenges, DefaultMaxConcurrentChallenges)),
 		maxNS:     cmp.Or(cfg.MaxNamespaces, DefaultMaxNamespaces),
 		storeTO:   cmp.Or(cfg.StoreTimeout, DefaultStoreTimeout),
 		interval:  cmp.Or(cfg.ReapInterval, DefaultReapInterval),
 		grace:     cmp.Or(cfg.ReapGrace, lease),
-		clock:     clock.Or(cfg.Clock),
+		clock:     clk,
 		log:       cmp.Or(cfg.Logger, slog.Default()).With("logger", "pinned.registry"),
 		m:         newRegistryMetrics(set, cmp.Or(cfg.MaxNamespaceSeries, DefaultMaxNamespaceSeries)),
 	}
@@ -203,6 +267,7 @@ func (r *Registry) Routes(rt *router.Router) {
 	rt.POST(wire.PathRegister, r.endpoint(epRegister, true, r.register))
 	rt.POST(wire.PathHeartbeat, r.endpoint(epHeartbeat, true, r.heartbeat))
 	rt.POST(wire.PathRelease, r.endpoint(epRelease, true, r.release))
+	rt.POST(wire.PathDeregister, r.endpoint(epDeregister, true, r.deregister))
 	rt.POST(wire.PathPush, r.endpoint(epPush, true, r.push))
 	rt.GET(wire.PathWorkers, r.endpoint(epWorkers, true, r.workers))
 	rt.GET(wire.PathOverview, r.endpoint(epOverview, true, r.overview))

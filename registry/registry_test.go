@@ -136,7 +136,7 @@ func TestAuth(t *testing.T) {
 
 	// Every registry endpoint is authenticated; /healthz is not.
 	for _, p := range []struct{ method, path string }{
-		{"POST", wire.PathRegister}, {"POST", wire.PathHeartbeat}, {"POST", wire.PathRelease},
+		{"POST", wire.PathRegister}, {"POST", wire.PathHeartbeat}, {"POST", wire.PathRelease}, {"POST", wire.PathDeregister},
 		{"POST", wire.PathPush}, {"GET", wire.PathWorkers}, {"GET", wire.PathOverview},
 	} {
 		if r := e.do(p.method, p.path, "", "{}"); r.code != 401 || r.hdr["www-authenticate"] == "" {
@@ -177,9 +177,12 @@ func TestTokenCheckIsConstantTimeOverDigests(t *testing.T) {
 	}
 	for _, p := range []string{"", "x", token, oldToken, token[:5], token + token, oldToken[:len(oldToken)-1] + "Z"} {
 		calls = 0
-		got := ts.check([]byte(p))
+		id, got := ts.check([]byte(p))
 		if want := p == token || p == oldToken; got != want {
 			t.Errorf("check(%q) = %v; want %v", p, got, want)
+		}
+		if wantID := map[string]string{token: tokenID(token), oldToken: tokenID(oldToken)}[p]; id != wantID {
+			t.Errorf("check(%q) id = %q; want %q", p, id, wantID)
 		}
 		if calls != 2 {
 			t.Errorf("check(%q) made %d comparisons; want 2 (every token, no early exit)", p, calls)
@@ -319,6 +322,18 @@ func TestCanonicalAdvertiseURL(t *testing.T) {
 	f("http://", "")
 	f("http://h{x}", "")
 	f("http://"+strings.Repeat("a", MaxAdvertiseURLLen), "")
+	f("http://W.Internal.:8080", "http://w.internal:8080")
+	f("http://10.0.0.1:80", "http://10.0.0.1")
+	f("https://h:443", "https://h")
+	f("http://h:0080", "http://h")
+	f("http://h:08080", "http://h:8080")
+	f("https://h:80", "https://h:80")
+	f("http://[0:0:0:0:0:0:0:1]:9000", "http://[::1]:9000")
+	f("http://[::FFFF:7F00:1]", "http://[::ffff:127.0.0.1]")
+	f("http://[1.2.3.4]", "")
+	f("http://::1", "")
+	f("http://2130706433", "")
+	f("http://0177.0.0.1", "")
 }
 
 // Every way a challenge can fail refuses the registration with 422, creates
@@ -374,15 +389,24 @@ func TestChallengeFailuresRefuseRegistration(t *testing.T) {
 func TestAdvertiseNetworkAllowList(t *testing.T) {
 	w := fakeworker.Start(t, "s")
 	e := newEnv(t, "memstore", func(c *Config) { c.AdvertiseNetworks = []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")} })
+	// An IP literal outside the list is refused when the body is parsed.
 	r := e.post(wire.PathRegister, registerBody(w, "c1"))
-	if r.code != 422 || !strings.Contains(string(r.body), "allowed advertise networks") {
-		t.Fatalf("register from 127.0.0.1 with allow-list 10/8 = %d %s; want 422", r.code, r.body)
+	if r.code != 400 || r.errField(t).Field != "advertiseUrl" || !strings.Contains(string(r.body), "outside the pinboard's advertise networks") {
+		t.Fatalf("register of 127.0.0.1 with allow-list 10/8 = %d %s; want 400 advertiseUrl", r.code, r.body)
+	}
+	// A name is checked at dial time, on the address it resolves to.
+	b := registerBody(w, "c2")
+	b.AdvertiseURL = strings.Replace(w.URL, "127.0.0.1", "localhost", 1)
+	r = e.post(wire.PathRegister, b)
+	if r.code != 422 || !strings.Contains(string(r.body), "outside the pinboard's advertise networks") {
+		t.Fatalf("register of localhost with allow-list 10/8 = %d %s; want 422", r.code, r.body)
 	}
 	if w.Hits() != 0 {
 		t.Fatalf("the worker was contacted %d times; the dial must be refused before connecting", w.Hits())
 	}
 	e2 := newEnv(t, "memstore", func(c *Config) { c.AdvertiseNetworks = []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")} })
 	e2.register(registerBody(w, "c1"))
+	e2.register(b)
 }
 
 func TestHeartbeatNacks(t *testing.T) {

@@ -1,10 +1,14 @@
 package registry
 
 import (
+	"net"
+	"net/netip"
 	"testing"
+	"time"
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/pinned-go/pinned/internal/clock"
 	"github.com/pinned-go/pinned/internal/store"
 	"github.com/pinned-go/pinned/internal/store/memstore"
 	"github.com/pinned-go/pinned/internal/wire"
@@ -15,7 +19,7 @@ func BenchmarkTokenCheck(b *testing.B) {
 	p := []byte(oldToken)
 	b.ReportAllocs()
 	for b.Loop() {
-		if !ts.check(p) {
+		if _, ok := ts.check(p); !ok {
 			b.Fatal("rejected")
 		}
 	}
@@ -46,5 +50,30 @@ func BenchmarkHeartbeatHandler(b *testing.B) {
 		if ctx.Response.StatusCode() != 200 {
 			b.Fatalf("%d %s", ctx.Response.StatusCode(), ctx.Response.Body())
 		}
+	}
+}
+
+// The failed-authentication check every authenticated call makes.
+func BenchmarkAuthLimitCheck(b *testing.B) {
+	tab := newLimiterTable[netip.Addr](DefaultAuthFailureLimit, DefaultMaxTrackedClients, clock.Real{})
+	ip := net.ParseIP("10.1.2.3")
+	tab.spend(clientKey(ip))
+	b.ReportAllocs()
+	for b.Loop() {
+		if blocked, _ := tab.blocked(clientKey(ip)); blocked {
+			b.Fatal("blocked")
+		}
+	}
+}
+
+// A registration's two bucket takes (per IP, per token).
+func BenchmarkRegisterLimitTake(b *testing.B) {
+	ips := newLimiterTable[netip.Addr](Limit{Events: 1 << 30, Per: time.Second, Burst: 1 << 30}, DefaultMaxTrackedClients, clock.Real{})
+	toks := newLimiterTable[string](Limit{Events: 1 << 30, Per: time.Second, Burst: 1 << 30}, DefaultMaxTrackedClients, clock.Real{})
+	ip := net.ParseIP("2001:db8::7")
+	b.ReportAllocs()
+	for b.Loop() {
+		ips.take(clientKey(ip))
+		toks.take("tokenid12345")
 	}
 }

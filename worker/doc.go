@@ -102,6 +102,22 @@
 //
 // "drain complete" is logged once every host is empty.
 //
+// # Release and deregistration
+//
+// Release names the session the pinboard must compare against: the current
+// one, or the last one held while the worker is between sessions. The
+// pinboard frees a placement only while that session holds it, so a late
+// release (a slow teardown, retries) can never delete the placement of a
+// newer session. (The host does not say which session an instance ran
+// under; an instance of an older session released after a newer one
+// registered compares against the newer one and frees nothing: its
+// placement goes when the old session expires.)
+//
+// Shutdown ends with POST /registry/deregister for the last session, once
+// Run has sent its final heartbeat and every host is empty, so the pinboard
+// drops the session at once instead of a lease later. It is skipped (and
+// counted) while aborted instances are still tearing down.
+//
 // # Concurrency
 //
 // Admit, Draining, Ready, Session, ExpiresAt, Remaining, Release and
@@ -123,5 +139,6 @@
 //	pinned_heartbeats_total{result}            ok, late, failed, unauthorized, reregister, superseded
 //	pinned_registrations_total{result}         ok, failed, unauthorized
 //	pinned_releases_total{result}              ok, failed, unauthorized, gave_up
+//	pinned_deregistrations_total{result}       ok, failed, unauthorized, skipped
 //	pinned_lease_lost_total{reason}            expired, reregister, superseded, stopped, bad_timing
 package worker

@@ -125,12 +125,18 @@ func (l *loop) driveDrain(now clock.Instant) {
 //     close makes the host release the placement), until every host is
 //     empty (Len() == 0) or ctx ends, which aborts what remains;
 //  3. Run sends a final heartbeat (draining, headroom 0), stops heartbeating
-//     and returns nil; Shutdown waits for that.
+//     and returns nil; Shutdown waits for that;
+//  4. when every host is empty (every instance closed and its release
+//     sent), Shutdown deregisters the session (POST /registry/deregister,
+//     one attempt within RequestTimeout), so the pinboard forgets it at once
+//     and re-places anything it still held. When instances had to be
+//     aborted and are still tearing down, it skips this step: their ids stay
+//     placed on the session until its lease runs out, so no other worker
+//     activates them while a teardown may still write.
 //
-// The protocol has no deregister call: the session ends in Redis when its
-// lease runs out, but with every placement released nothing routes to it.
 // Shutdown returns nil when the hosts emptied before ctx ended, otherwise an
-// error wrapping ctx's cause. It is safe to call without Run and more than once.
+// error wrapping ctx's cause. It is safe to call without Run and more than
+// once (the deregistration happens at most once).
 func (w *Worker) Shutdown(ctx context.Context) error {
 	var deadlineMs int64
 	if d, ok := ctx.Deadline(); ok {
@@ -145,6 +151,18 @@ func (w *Worker) Shutdown(ctx context.Context) error {
 	if started {
 		<-w.runDone
 	}
+	if n := live(w.attached()); n > 0 {
+		if w.lastSess.Load() != nil && !w.deregOnce.Load() {
+			w.m.deregisters[resultSkipped].Inc()
+			w.log.Warn("not deregistering: aborted instances are still tearing down; the session ends with its lease", "instances", n)
+		}
+		return err
+	}
+	var deadline time.Time
+	if d, ok := ctx.Deadline(); ok {
+		deadline = d
+	}
+	w.deregister(deadline)
 	return err
 }
 

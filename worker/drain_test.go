@@ -176,6 +176,9 @@ func TestShutdownWithoutRun(t *testing.T) {
 	if err := h.w.Shutdown(context.Background()); err != nil {
 		t.Fatalf("second Shutdown() = %v; want nil", err)
 	}
+	if n := len(h.pb.deregisterList()); n != 0 {
+		t.Fatalf("Shutdown without a session made %d deregister calls; want 0", n)
+	}
 }
 
 func TestDrainOnlyEscalates(t *testing.T) {
@@ -185,5 +188,90 @@ func TestDrainOnlyEscalates(t *testing.T) {
 	h.w.enterDrain(modeDrain, 3000, "test")
 	if mode, dl := h.w.drainSnapshot(); mode != modeWindDown || dl != 1000 {
 		t.Fatalf("drain state = %v, %d; want wind_down, 1000 (highest mode, earliest deadline)", mode, dl)
+	}
+}
+
+// Shutdown's last step is the deregistration of the session, after the
+// final heartbeat, once every host is empty; it happens once.
+func TestShutdownDeregisters(t *testing.T) {
+	h := newHarness(t)
+	sid := h.register()
+	h.host.set(0, 2)
+	if err := h.w.Release(context.Background(), "/counter", "abc"); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.w.Shutdown(context.Background()); err != nil {
+		t.Fatalf("Shutdown() = %v; want nil", err)
+	}
+	if got := h.pb.deregisterList(); len(got) != 1 || got[0].SessionID != sid {
+		t.Fatalf("deregister calls = %+v; want one for %s", got, sid)
+	}
+	order := h.pb.callOrder()
+	if n := len(order); n < 3 || order[n-1] != wire.PathDeregister || order[n-2] != wire.PathHeartbeat {
+		t.Fatalf("call order %v; want the final heartbeat, then the deregistration last", order)
+	}
+	if got := h.metric(`pinned_deregistrations_total{result="ok"}`); got != "1" {
+		t.Errorf(`pinned_deregistrations_total{result="ok"} = %s; want 1`, got)
+	}
+	if err := h.w.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(h.pb.deregisterList()); n != 1 {
+		t.Fatalf("%d deregister calls after a second Shutdown; want 1", n)
+	}
+	if !strings.Contains(h.logs.String(), "deregistered") {
+		t.Errorf("no log line for the deregistration")
+	}
+}
+
+// While aborted instances are still tearing down, Shutdown does not
+// deregister (their ids stay placed until the lease ends); a later
+// Shutdown, once they are gone, does.
+func TestShutdownSkipsDeregisterWhileTearingDown(t *testing.T) {
+	h := newHarness(t)
+	sid := h.register()
+	h.host.slowAbort = true
+	h.host.set(2, 0)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- h.w.Shutdown(ctx) }()
+	h.until("the draining heartbeat", func() bool { return len(h.pb.heartbeatList()) == 1 })
+	cancel()
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("Shutdown() = %v; want context.Canceled", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Shutdown did not return")
+	}
+	if n := len(h.pb.deregisterList()); n != 0 {
+		t.Fatalf("%d deregister calls while teardowns run; want 0", n)
+	}
+	if got := h.metric(`pinned_deregistrations_total{result="skipped"}`); got != "1" {
+		t.Errorf(`pinned_deregistrations_total{result="skipped"} = %s; want 1`, got)
+	}
+	h.host.teardownsDone()
+	if err := h.w.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if got := h.pb.deregisterList(); len(got) != 1 || got[0].SessionID != sid {
+		t.Fatalf("deregister calls after the teardowns finished = %+v; want one for %s", got, sid)
+	}
+}
+
+// A failed deregistration is not retried and does not fail Shutdown.
+func TestShutdownDeregisterFailure(t *testing.T) {
+	h := newHarness(t)
+	h.register()
+	h.pb.onDeregister = func(int) action { return action{status: 503} }
+	if err := h.w.Shutdown(context.Background()); err != nil {
+		t.Fatalf("Shutdown() = %v; want nil", err)
+	}
+	if n := len(h.pb.deregisterList()); n != 1 {
+		t.Fatalf("%d deregister calls; want 1 (no retry)", n)
+	}
+	if got := h.metric(`pinned_deregistrations_total{result="failed"}`); got != "1" {
+		t.Errorf(`pinned_deregistrations_total{result="failed"} = %s; want 1`, got)
 	}
 }

@@ -52,6 +52,8 @@ type fakeHost struct {
 	mu        sync.Mutex
 	busy      int
 	idle      int
+	slowAbort bool // AbortAll leaves the instances tearing down (still counted by Len)
+	tearing   int
 	aborts    []abortRec
 	closeIdle []string
 }
@@ -74,14 +76,24 @@ func (h *fakeHost) Headroom() int {
 func (h *fakeHost) Len() int {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return h.busy + h.idle
+	return h.busy + h.idle + h.tearing
 }
 func (h *fakeHost) AbortAll(reason string) {
 	_, why := h.w.Admit(h.w.secret, nil)
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.aborts = append(h.aborts, abortRec{reason: reason, live: h.busy + h.idle, at: h.clk.Now(), admitted: why == ""})
+	if h.slowAbort {
+		h.tearing += h.busy + h.idle
+	}
 	h.busy, h.idle = 0, 0
+}
+
+// teardownsDone ends the teardowns a slow AbortAll left running.
+func (h *fakeHost) teardownsDone() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.tearing = 0
 }
 func (h *fakeHost) CloseIdle(reason string) {
 	h.mu.Lock()
@@ -144,19 +156,22 @@ type fakePinboard struct {
 	host   *fakeHost // for abort bookkeeping at registration time
 	w      *Worker
 
-	mu          sync.Mutex
-	leaseMs     int64
-	sessions    map[string]wire.RegisterRequest
-	nextSession int
-	registers   []regRec
-	heartbeats  []hbRec
-	releases    []wire.ReleaseRequest
-	queue       []wire.Message
-	held        int
-	fetchErrors []string
-	onRegister  func(n int) action
-	onHeartbeat func(n int, req wire.HeartbeatRequest) action
-	onRelease   func(n int) action
+	mu           sync.Mutex
+	leaseMs      int64
+	sessions     map[string]wire.RegisterRequest
+	nextSession  int
+	registers    []regRec
+	heartbeats   []hbRec
+	releases     []wire.ReleaseRequest
+	deregisters  []wire.DeregisterRequest
+	order        []string // paths of the calls, in arrival order
+	queue        []wire.Message
+	held         int
+	fetchErrors  []string
+	onRegister   func(n int) action
+	onHeartbeat  func(n int, req wire.HeartbeatRequest) action
+	onRelease    func(n int) action
+	onDeregister func(n int) action
 }
 
 func newFakePinboard(t *testing.T, clk *clock.Fake) *fakePinboard {
@@ -199,6 +214,9 @@ func (p *fakePinboard) handle(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	now := p.clk.Now()
+	p.mu.Lock()
+	p.order = append(p.order, string(ctx.Path()))
+	p.mu.Unlock()
 	switch string(ctx.Path()) {
 	case wire.PathRegister:
 		var req wire.RegisterRequest
@@ -313,6 +331,27 @@ func (p *fakePinboard) handle(ctx *fasthttp.RequestCtx) {
 			return
 		}
 		p.reply(ctx, 200, wire.ReleaseResponse{Released: true})
+	case wire.PathDeregister:
+		var req wire.DeregisterRequest
+		if err := json.Unmarshal(ctx.PostBody(), &req); err != nil {
+			p.reply(ctx, 400, wire.Error{Error: err.Error()})
+			return
+		}
+		p.mu.Lock()
+		p.deregisters = append(p.deregisters, req)
+		n := len(p.deregisters)
+		a := action{}
+		if p.onDeregister != nil {
+			a = p.onDeregister(n)
+		}
+		_, known := p.sessions[req.SessionID]
+		delete(p.sessions, req.SessionID)
+		p.mu.Unlock()
+		if a.status != 0 {
+			p.reply(ctx, a.status, wire.Error{Error: "scripted failure"})
+			return
+		}
+		p.reply(ctx, 200, wire.DeregisterResponse{Deregistered: known})
 	default:
 		p.reply(ctx, 404, wire.Error{Error: "not found"})
 	}
@@ -397,6 +436,16 @@ func (p *fakePinboard) releaseList() []wire.ReleaseRequest {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return append([]wire.ReleaseRequest(nil), p.releases...)
+}
+func (p *fakePinboard) deregisterList() []wire.DeregisterRequest {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]wire.DeregisterRequest(nil), p.deregisters...)
+}
+func (p *fakePinboard) callOrder() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]string(nil), p.order...)
 }
 func (p *fakePinboard) heldCount() int {
 	p.mu.Lock()

@@ -43,8 +43,20 @@ type session struct {
 }
 
 func newSession(id string) *session {
-	ctx, cancel := context.WithCancelCause(context.Background())
+	ctx, cancel := context.WithCancelCause(context.WithValue(context.Background(), sessionKey{}, id))
 	return &session{id: id, ctx: ctx, cancel: cancel}
+}
+
+// sessionKey is the context key under which a session's context (the one
+// Admit returns) carries its session id.
+type sessionKey struct{}
+
+// SessionOf returns the session id carried by ctx: a lease context returned
+// by Admit, or any context derived from one or carrying its values (such as
+// context.WithoutCancel of it). ok is false for other contexts.
+func SessionOf(ctx context.Context) (id string, ok bool) {
+	id, ok = ctx.Value(sessionKey{}).(string)
+	return id, ok
 }
 
 // lease is an immutable snapshot of the current lease, replaced whole on each

@@ -355,6 +355,7 @@ func (l *loop) onRegister(r result, now clock.Instant) error {
 			w.lastLease.Store(int64(lease))
 			sess := newSession(resp.SessionID)
 			l.sess = sess
+			w.lastSess.Store(&sess.id)
 			l.seq++
 			l.lastAcked = l.seq
 			w.current.Store(anchorLease(sess, r.sent, l.seq, lease))

@@ -13,6 +13,7 @@ const (
 	resultReregister   = "reregister"   // 409 reregister (or an ack asking for it)
 	resultSuperseded   = "superseded"   // 409 superseded
 	resultGaveUp       = "gave_up"      // release: attempts exhausted
+	resultSkipped      = "skipped"      // deregister: instances still tearing down
 )
 
 // workerMetrics are the worker's series, resolved once in New.
@@ -20,6 +21,7 @@ type workerMetrics struct {
 	heartbeats    map[string]*metrics.Counter
 	registrations map[string]*metrics.Counter
 	releases      map[string]*metrics.Counter
+	deregisters   map[string]*metrics.Counter
 	leaseLost     map[string]*metrics.Counter
 }
 
@@ -38,6 +40,8 @@ func newWorkerMetrics(s *metrics.Set, w *Worker) *workerMetrics {
 			resultOK, resultFailed, resultUnauthorized),
 		releases: vec("pinned_releases_total", "result",
 			resultOK, resultFailed, resultUnauthorized, resultGaveUp),
+		deregisters: vec("pinned_deregistrations_total", "result",
+			resultOK, resultFailed, resultUnauthorized, resultSkipped),
 		leaseLost: vec("pinned_lease_lost_total", "reason",
 			lossExpired, lossReregister, lossSuperseded, lossStopped, lossTiming),
 	}

@@ -17,8 +17,14 @@ import (
 var ErrReleaseRefused = errors.New("the pinboard refused the release")
 
 // Release implements host.Worker: POST /registry/release {clientId,
-// namespace, id}, telling the pinboard that the instance closed so the id can
-// be placed again. It makes at most Config.ReleaseAttempts calls, each bounded
+// namespace, id, sessionId}, telling the pinboard that the instance closed so
+// the id can be placed again. sessionId is the session ctx carries (the host
+// passes the values of the lease the instance was activated under; see
+// SessionOf), else the current session, else, while the worker holds none
+// (its lease was just lost), the last one it held: the
+// pinboard frees the placement only when that session still holds it, so a
+// release that arrives late, after the id was placed on a newer session,
+// never deletes the newer placement. It makes at most Config.ReleaseAttempts calls, each bounded
 // by Config.RequestTimeout, waiting Config.ReleaseBackoff (doubled each time)
 // between them, and stops early when ctx ends. It returns nil once the
 // pinboard answered 200 (whether or not a placement was freed: the pinboard
@@ -26,7 +32,11 @@ var ErrReleaseRefused = errors.New("the pinboard refused the release")
 // Transport errors, 5xx, 408 and 429 are retried; other answers are not.
 // Release is safe for concurrent use and works with or without Run.
 func (w *Worker) Release(ctx context.Context, namespace, id string) error {
-	body := wire.ReleaseRequest{ClientID: w.clientID, Namespace: namespace, ID: id}
+	sid, ok := SessionOf(ctx)
+	if !ok {
+		sid = w.releaseSession()
+	}
+	body := wire.ReleaseRequest{ClientID: w.clientID, Namespace: namespace, ID: id, SessionID: sid}
 	wait := w.cfg.ReleaseBackoff
 	var last reply
 	for attempt := 1; ; attempt++ {
@@ -68,4 +78,45 @@ func (w *Worker) Release(ctx context.Context, namespace, id string) error {
 	w.log.Warn("release gave up; the placement is freed when the session expires",
 		"namespace", namespace, "instance", id, "attempts", w.cfg.ReleaseAttempts, "reason", last.describe())
 	return fmt.Errorf("cannot release %s after %d attempts: %s", wire.PlacementName(namespace, id), w.cfg.ReleaseAttempts, last.describe())
+}
+
+// releaseSession is the session a release names: the current one, else the
+// last one registered ("" before the first registration).
+func (w *Worker) releaseSession() string {
+	if s := w.Session(); s != "" {
+		return s
+	}
+	if p := w.lastSess.Load(); p != nil {
+		return *p
+	}
+	return ""
+}
+
+// deregister ends the last session at the pinboard (POST
+// /registry/deregister), once: the last step of Shutdown, after every
+// instance has closed and released its placement, so the ids it may still
+// hold become placeable at once instead of a lease later. One attempt,
+// bounded by RequestTimeout and by deadline when that is later than now; a
+// failure only costs that wait (the session expires with its lease).
+func (w *Worker) deregister(deadline time.Time) {
+	p := w.lastSess.Load()
+	if p == nil || !w.deregOnce.CompareAndSwap(false, true) {
+		return
+	}
+	if !deadline.After(time.Now()) {
+		deadline = time.Time{} // ctx already ended: RequestTimeout alone
+	}
+	rep := w.pinboard.post(wire.PathDeregister, wire.DeregisterRequest{SessionID: *p}, deadline)
+	log := w.log.With("session", *p)
+	switch {
+	case rep.err == nil && rep.status == fasthttp.StatusOK:
+		w.m.deregisters[resultOK].Inc()
+		log.Info("deregistered: the pinboard may place this worker's ids elsewhere now")
+	case rep.err == nil && rep.status == fasthttp.StatusUnauthorized:
+		w.m.deregisters[resultUnauthorized].Inc()
+		log.Error("deregister failed: the pinboard refused the deployment token (401); the session ends with its lease")
+	default:
+		w.m.deregisters[resultFailed].Inc()
+		log.Warn("deregister failed; the session ends with its lease", "reason", rep.describe())
+	}
 }

@@ -116,3 +116,78 @@ func TestReleaseStopsWhenCtxEnds(t *testing.T) {
 		t.Fatalf("%d release calls; want 1", n)
 	}
 }
+
+// Release names the session: the current one, or the last one while the
+// worker holds none, so the pinboard never frees a newer session's
+// placement on a late release.
+func TestReleaseSendsSessionID(t *testing.T) {
+	h := newHarness(t)
+	hold := make(chan struct{})
+	h.pb.onHeartbeat = func(n int, _ wire.HeartbeatRequest) action {
+		if n == 1 {
+			return action{nack: wire.NackReregister}
+		}
+		return action{}
+	}
+	h.pb.onRegister = func(n int) action {
+		if n == 2 {
+			return action{hold: hold} // the fresh registration is slow
+		}
+		return action{}
+	}
+	first := h.register()
+	if err := release(t, h, context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	h.advanceTo(3 * time.Second) // the heartbeat is NACKed: the lease is lost
+	h.until("the second registration in flight", func() bool { return len(h.pb.registerList()) == 2 && !h.w.Ready() })
+	if err := release(t, h, context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	close(hold)
+	h.until("the new session", func() bool { return h.w.Ready() && h.w.Session() != first })
+	second := h.w.Session()
+	if err := release(t, h, context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	got := h.pb.releaseList()
+	want := []string{first, first, second}
+	if len(got) != len(want) {
+		t.Fatalf("%d releases; want %d", len(got), len(want))
+	}
+	for i, r := range got {
+		if r.SessionID != want[i] || r.ClientID != h.w.ClientID() || r.Namespace != "/counter" || r.ID != "abc" {
+			t.Errorf("release %d = %+v; want sessionId %q (current, else last)", i, r, want[i])
+		}
+	}
+}
+
+// A release whose context carries the lease an instance was activated under
+// names that session, even after the worker moved to a newer one (the host
+// passes context.WithoutCancel of the instance's lease).
+func TestReleaseNamesTheInstancesSession(t *testing.T) {
+	h := newHarness(t)
+	first := h.register()
+	lease, reason := h.w.Admit(h.w.secret, nil)
+	if reason != "" {
+		t.Fatalf("Admit = %q", reason)
+	}
+	if sid, ok := SessionOf(lease); !ok || sid != first {
+		t.Fatalf("SessionOf(lease) = %q, %v; want %q", sid, ok, first)
+	}
+	if _, ok := SessionOf(context.Background()); ok {
+		t.Fatal("SessionOf(Background) reported a session")
+	}
+	// A stand-in for a later session: the explicit one wins over the current.
+	ctx := context.WithValue(context.WithoutCancel(lease), sessionKey{}, "older-session")
+	if err := release(t, h, ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := release(t, h, context.WithoutCancel(lease)); err != nil {
+		t.Fatal(err)
+	}
+	got := h.pb.releaseList()
+	if len(got) != 2 || got[0].SessionID != "older-session" || got[1].SessionID != first {
+		t.Fatalf("releases = %+v; want sessionIds older-session, %s", got, first)
+	}
+}

@@ -42,8 +42,10 @@ type Worker struct {
 
 	// Lease state, read lock-free by Admit.
 	current   atomic.Pointer[lease]
-	buffer    atomic.Int64 // LeaseBuffer in nanoseconds (ConfigureLease changes it)
-	lastLease atomic.Int64 // the pinboard's last lease length (ns), 0 before the first ack
+	lastSess  atomic.Pointer[string] // id of the latest session registered, kept after it ends
+	deregOnce atomic.Bool            // Shutdown's deregistration was attempted
+	buffer    atomic.Int64           // LeaseBuffer in nanoseconds (ConfigureLease changes it)
+	lastLease atomic.Int64           // the pinboard's last lease length (ns), 0 before the first ack
 	handlers  atomic.Pointer[leaseHandlers]
 
 	challenges challengeSet

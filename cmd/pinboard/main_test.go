@@ -199,7 +199,7 @@ func TestEndToEnd(t *testing.T) {
 
 	code, body := call(t, "POST", p.public, wire.PathRegister, token, wire.RegisterRequest{
 		ClientID: "e2e-client", Secret: "worker-secret", Namespaces: []string{"/counter"}, AdvertiseURL: w.URL,
-		Headroom: 4, Challenge: "reg-1", ChallengeValue: fakeworker.Value("reg-1"),
+		Headroom: 4, Challenge: "reg-1-0123456789abcdefghij", ChallengeValue: fakeworker.Value("reg-1-0123456789abcdefghij"),
 	})
 	if code != 200 {
 		t.Fatalf("register = %d %s\n%s", code, body, p.logs)
@@ -218,7 +218,7 @@ func TestEndToEnd(t *testing.T) {
 		t.Fatalf("push = %d %s", code, body)
 	}
 	hb := func(n int) (int, wire.HeartbeatResponse) {
-		c := "hb-" + string(rune('0'+n))
+		c := "hb-" + string(rune('0'+n)) + "-0123456789abcdefghij"
 		code, body := call(t, "POST", p.public, wire.PathHeartbeat, token, wire.HeartbeatRequest{
 			SessionID: reg.SessionID, Headroom: 3, Challenge: c, ChallengeValue: fakeworker.Value(c),
 		})

@@ -12,9 +12,15 @@
 // GET /metrics serves the host's metrics.
 //
 // Flags (and environment): -listen (PINNED_LISTEN), -idle-timeout,
-// -max-instances, -shutdown-timeout. PINNED_PINBOARD_URL, PINNED_TOKEN and
-// PINNED_ADVERTISE_URL are reserved for fleet mode (a worker registered with
-// a pinboard), which this build does not provide yet.
+// -max-instances, -shutdown-timeout.
+//
+// Fleet mode: when PINNED_PINBOARD_URL, PINNED_TOKEN and PINNED_ADVERTISE_URL
+// are all set, the counter runs a worker that registers with that pinboard
+// (advertising PINNED_ADVERTISE_URL, which must reach this process's
+// listener) and serves /counter only under the worker's lease; GET /healthz
+// then answers 200 only while the worker is registered (worker.Ready). On
+// SIGTERM the worker winds down first (new ids 503 draining, idle instances
+// closed and released), then the host and the server stop.
 package main
 
 import (
@@ -37,6 +43,7 @@ import (
 
 	"github.com/pinned-go/pinned/examples/counter/counterapp"
 	"github.com/pinned-go/pinned/host"
+	"github.com/pinned-go/pinned/worker"
 )
 
 // options is everything the demo reads from flags and the environment.
@@ -57,6 +64,22 @@ type fleetOptions struct {
 
 func (f fleetOptions) enabled() bool {
 	return f.pinboardURL != "" || f.token != "" || f.advertiseURL != ""
+}
+
+// check says which fleet variable is missing when only some are set.
+func (f fleetOptions) check() error {
+	var missing []string
+	for _, v := range []struct{ name, val string }{
+		{"PINNED_PINBOARD_URL", f.pinboardURL}, {"PINNED_TOKEN", f.token}, {"PINNED_ADVERTISE_URL", f.advertiseURL},
+	} {
+		if v.val == "" {
+			missing = append(missing, v.name)
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("counter: fleet mode needs PINNED_PINBOARD_URL, PINNED_TOKEN and PINNED_ADVERTISE_URL; missing %v (unset all three for local mode)", missing)
+	}
+	return nil
 }
 
 // defaultListen is the demo's address when neither -listen nor
@@ -107,27 +130,85 @@ func main() {
 	}
 }
 
-// newWorker returns the fleet registration for opts, or nil in local mode.
-// Fleet mode plugs in here: build a worker from opts.fleet, start it, and
-// return it (with its stop function) so every host serves under it.
-func newWorker(opts options, _ *slog.Logger) (host.Worker, func(context.Context) error, error) {
+// fleet is the worker side of fleet mode; its zero value is local mode.
+type fleet struct {
+	w    *worker.Worker
+	done chan error // Run's result
+}
+
+// newWorker returns the fleet registration for opts (nil in local mode). It
+// does no I/O: the worker starts registering in start, once the listener
+// that serves its challenge endpoint is up.
+func newWorker(opts options, logger *slog.Logger, set *metrics.Set) (*fleet, error) {
 	if !opts.fleet.enabled() {
-		return nil, func(context.Context) error { return nil }, nil
+		return &fleet{}, nil
 	}
-	return nil, nil, errors.New("counter: fleet mode (PINNED_PINBOARD_URL, PINNED_TOKEN, PINNED_ADVERTISE_URL) is not available in this build; unset them to run in local mode")
+	if err := opts.fleet.check(); err != nil {
+		return nil, err
+	}
+	w, err := worker.New(worker.Config{
+		PinboardURL:  opts.fleet.pinboardURL,
+		AdvertiseURL: opts.fleet.advertiseURL,
+		Token:        opts.fleet.token,
+		Logger:       logger,
+		Metrics:      set,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("counter: %w", err)
+	}
+	return &fleet{w: w}, nil
+}
+
+// hostWorker is the host.Worker for host.Config (nil in local mode: a nil
+// *worker.Worker inside the interface would not be nil).
+func (f *fleet) hostWorker() host.Worker {
+	if f.w == nil {
+		return nil
+	}
+	return f.w
+}
+
+// ready reports whether requests can be served: always in local mode,
+// while registered in fleet mode.
+func (f *fleet) ready() bool { return f.w == nil || f.w.Ready() }
+
+// start begins registering and heartbeating; Run's context is the hard
+// stop, cancelled only after shutdown.
+func (f *fleet) start(ctx context.Context, logger *slog.Logger) {
+	if f.w == nil {
+		return
+	}
+	f.done = make(chan error, 1)
+	go func() { f.done <- f.w.Run(ctx) }()
+	logger.Info("fleet mode: registering with the pinboard", "advertise", f.w.AdvertiseURL(), "client", f.w.ClientID())
+}
+
+// shutdown winds the worker down (instances closed and released, the rest
+// aborted when ctx ends) and waits for Run to return.
+func (f *fleet) shutdown(ctx context.Context) error {
+	if f.w == nil {
+		return nil
+	}
+	err := f.w.Shutdown(ctx)
+	if f.done != nil {
+		if runErr := <-f.done; runErr != nil && !errors.Is(runErr, context.Canceled) {
+			err = errors.Join(err, runErr)
+		}
+	}
+	return err
 }
 
 // run serves the demo until ctx ends, then shuts down gracefully. ready,
 // if not nil, is called with the listening address.
 func run(ctx context.Context, opts options, logger *slog.Logger, ready func(net.Addr)) error {
-	worker, stopWorker, err := newWorker(opts, logger)
+	set := metrics.NewSet()
+	fl, err := newWorker(opts, logger, set)
 	if err != nil {
 		return err
 	}
-	set := metrics.NewSet()
 	h, err := host.New(host.Config{
 		Namespace:    "/counter",
-		Worker:       worker,
+		Worker:       fl.hostWorker(),
 		IdleTimeout:  opts.idleTimeout,
 		MaxInstances: opts.maxInstances,
 		Logger:       logger,
@@ -141,13 +222,16 @@ func run(ctx context.Context, opts options, logger *slog.Logger, ready func(net.
 	r := router.New()
 	r.GET("/healthz", func(ctx *fasthttp.RequestCtx) {
 		ctx.SetContentType("application/json")
-		if !serving.Load() {
+		if !serving.Load() || !fl.ready() {
 			ctx.SetStatusCode(fasthttp.StatusServiceUnavailable)
 			ctx.SetBodyString(`{"ok":false}`)
 			return
 		}
 		ctx.SetBodyString(`{"ok":true}`)
 	})
+	if fl.w != nil {
+		fl.w.Mount(r) // GET /_pinned/challenge: the pinboard proves our advertise URL
+	}
 	r.GET("/metrics", func(ctx *fasthttp.RequestCtx) {
 		ctx.SetContentType("text/plain; version=0.0.4")
 		set.WritePrometheus(ctx)
@@ -172,6 +256,9 @@ func run(ctx context.Context, opts options, logger *slog.Logger, ready func(net.
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	serving.Store(true)
+	runCtx, stopRun := context.WithCancel(context.Background())
+	defer stopRun()
+	fl.start(runCtx, logger)
 	if ready != nil {
 		ready(ln.Addr())
 	}
@@ -181,13 +268,19 @@ func run(ctx context.Context, opts options, logger *slog.Logger, ready func(net.
 	case err = <-served:
 		served <- err
 	}
-	// Shutdown: unready first (load balancers stop sending), then close the
+	// Shutdown: unready first (load balancers stop sending); in fleet mode
+	// the worker winds down (new ids 503 draining, instances closed and
+	// released so the pinboard re-places them elsewhere); then close the
 	// host (in-flight work finishes, the rest is aborted at the deadline,
-	// every teardown runs), then the server, then the worker.
+	// every teardown runs), then the server.
 	serving.Store(false)
 	var errs []error
 	hctx, cancel := context.WithTimeout(context.Background(), opts.shutdownTimeout)
 	defer cancel()
+	if err := fl.shutdown(hctx); err != nil {
+		errs = append(errs, fmt.Errorf("counter: stopping the worker: %w", err))
+	}
+	stopRun()
 	if err := h.Close(hctx); err != nil {
 		errs = append(errs, fmt.Errorf("counter: closing the host: %w", err))
 	}
@@ -200,9 +293,6 @@ func run(ctx context.Context, opts options, logger *slog.Logger, ready func(net.
 	}
 	if err := <-served; err != nil {
 		errs = append(errs, fmt.Errorf("counter: serving: %w", err))
-	}
-	if err := stopWorker(sctx); err != nil {
-		errs = append(errs, fmt.Errorf("counter: stopping the worker: %w", err))
 	}
 	return errors.Join(errs...)
 }

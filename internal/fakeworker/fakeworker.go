@@ -34,6 +34,10 @@ const (
 	Slow                    // no answer until the test ends
 	Malformed               // a 200 that is not {"value": ...} (with a Marker inside)
 	Status500               // a 500 (with a Marker inside)
+	// ArmedOnly answers like OK, but only challenges armed with Arm (as a
+	// real worker answers only the challenges of its calls in flight); 404
+	// for any other.
+	ArmedOnly
 )
 
 // Marker is a string the misbehaving modes put in their bodies: a test
@@ -54,6 +58,8 @@ type Worker struct {
 
 	mode    atomic.Int64
 	hits    atomic.Int64
+	armedMu sync.Mutex
+	armed   map[string]bool
 	srv     *fasthttp.Server
 	ln      net.Listener
 	unblock chan struct{}
@@ -97,6 +103,23 @@ func (w *Worker) Close() {
 // SetMode changes how the fake answers.
 func (w *Worker) SetMode(m Mode) { w.mode.Store(int64(m)) }
 
+// Arm makes ArmedOnly answer challenge; Disarm stops it.
+func (w *Worker) Arm(challenge string) {
+	w.armedMu.Lock()
+	defer w.armedMu.Unlock()
+	if w.armed == nil {
+		w.armed = map[string]bool{}
+	}
+	w.armed[challenge] = true
+}
+
+// Disarm makes ArmedOnly refuse challenge again.
+func (w *Worker) Disarm(challenge string) {
+	w.armedMu.Lock()
+	defer w.armedMu.Unlock()
+	delete(w.armed, challenge)
+}
+
 // Hits returns how many challenge requests the fake has received.
 func (w *Worker) Hits() int { return int(w.hits.Load()) }
 
@@ -119,6 +142,15 @@ func (w *Worker) handle(ctx *fasthttp.RequestCtx) {
 	}
 	switch Mode(w.mode.Load()) {
 	case OK:
+		answer(Value(challenge))
+	case ArmedOnly:
+		w.armedMu.Lock()
+		armed := w.armed[challenge]
+		w.armedMu.Unlock()
+		if !armed {
+			ctx.SetStatusCode(fasthttp.StatusNotFound)
+			return
+		}
 		answer(Value(challenge))
 	case WrongValue:
 		answer("not-" + Value(challenge))

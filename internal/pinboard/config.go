@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -32,17 +33,24 @@ const (
 
 // Environment variables, each also settable by the flag in brackets.
 const (
-	EnvListen            = "PINBOARD_LISTEN"             // -listen
-	EnvAdminListen       = "PINBOARD_ADMIN_LISTEN"       // -admin-listen
-	EnvRedisURL          = "PINBOARD_REDIS_URL"          // -redis-url
-	EnvToken             = "PINBOARD_TOKEN"              // (no flag: argv is visible to every user)
-	EnvTokenFile         = "PINBOARD_TOKEN_FILE"         // -token-file
-	EnvLease             = "PINBOARD_LEASE"              // -lease
-	EnvAdvertiseNetworks = "PINBOARD_ADVERTISE_NETWORKS" // -advertise-networks
-	EnvShutdownTimeout   = "PINBOARD_SHUTDOWN_TIMEOUT"   // -shutdown-timeout
-	EnvShutdownDelay     = "PINBOARD_SHUTDOWN_DELAY"     // -shutdown-delay
-	EnvLogLevel          = "PINBOARD_LOG_LEVEL"          // -log-level
-	EnvLogFormat         = "PINBOARD_LOG_FORMAT"         // -log-format
+	EnvListen            = "PINBOARD_LISTEN"                 // -listen
+	EnvAdminListen       = "PINBOARD_ADMIN_LISTEN"           // -admin-listen
+	EnvRedisURL          = "PINBOARD_REDIS_URL"              // -redis-url
+	EnvToken             = "PINBOARD_TOKEN"                  // (no flag: argv is visible to every user)
+	EnvTokenFile         = "PINBOARD_TOKEN_FILE"             // -token-file
+	EnvLease             = "PINBOARD_LEASE"                  // -lease
+	EnvAdvertiseNetworks = "PINBOARD_ADVERTISE_NETWORKS"     // -advertise-networks
+	EnvAdvertisePorts    = "PINBOARD_ADVERTISE_PORTS"        // -advertise-ports
+	EnvNonceTTL          = "PINBOARD_NONCE_TTL"              // -nonce-ttl
+	EnvRegisterIPRate    = "PINBOARD_REGISTER_IP_RATE"       // -register-ip-rate
+	EnvRegisterTokenRate = "PINBOARD_REGISTER_TOKEN_RATE"    // -register-token-rate
+	EnvAuthFailureRate   = "PINBOARD_AUTH_FAILURE_RATE"      // -auth-failure-rate
+	EnvMaxSessions       = "PINBOARD_MAX_SESSIONS_PER_TOKEN" // -max-sessions-per-token
+	EnvMaxTrackedClients = "PINBOARD_MAX_TRACKED_CLIENTS"    // -max-tracked-clients
+	EnvShutdownTimeout   = "PINBOARD_SHUTDOWN_TIMEOUT"       // -shutdown-timeout
+	EnvShutdownDelay     = "PINBOARD_SHUTDOWN_DELAY"         // -shutdown-delay
+	EnvLogLevel          = "PINBOARD_LOG_LEVEL"              // -log-level
+	EnvLogFormat         = "PINBOARD_LOG_FORMAT"             // -log-format
 )
 
 // Settings is the parsed command line and environment: everything Main
@@ -56,11 +64,20 @@ type Settings struct {
 	DevToken          bool   // the token was generated for -dev
 	Lease             time.Duration
 	AdvertiseNetworks []netip.Prefix
-	ShutdownTimeout   time.Duration
-	ShutdownDelay     time.Duration
-	Dev               bool
-	LogLevel          slog.Level
-	LogJSON           bool
+	// The registry's hardening options (registry.Config fields of the same
+	// names); zero values mean the registry's defaults.
+	AdvertisePorts      []uint16
+	NonceTTL            time.Duration
+	RegisterIPLimit     registry.Limit
+	RegisterTokenLimit  registry.Limit
+	AuthFailureLimit    registry.Limit
+	MaxSessionsPerToken int // negative: no cap
+	MaxTrackedClients   int
+	ShutdownTimeout     time.Duration
+	ShutdownDelay       time.Duration
+	Dev                 bool
+	LogLevel            slog.Level
+	LogJSON             bool
 }
 
 // ParseSettings reads flags (args, without the program name) and the
@@ -82,7 +99,14 @@ func ParseSettings(args []string, getenv func(string) string, usage io.Writer) (
 	fs.StringVar(&s.RedisURL, "redis-url", env(EnvRedisURL, DefaultRedisURL), "Redis URL ("+EnvRedisURL+")")
 	fs.StringVar(&s.TokenFile, "token-file", getenv(EnvTokenFile), "file with the deployment token(s), one per line, reloaded on SIGHUP ("+EnvTokenFile+")")
 	lease := fs.String("lease", env(EnvLease, DefaultLease.String()), "lease granted to workers ("+EnvLease+")")
-	nets := fs.String("advertise-networks", getenv(EnvAdvertiseNetworks), "comma-separated CIDRs advertise URLs must resolve into; empty = any ("+EnvAdvertiseNetworks+")")
+	nets := fs.String("advertise-networks", getenv(EnvAdvertiseNetworks), "comma-separated CIDRs advertise URLs must resolve into; empty = loopback, private and public addresses, no special-purpose ranges ("+EnvAdvertiseNetworks+")")
+	ports := fs.String("advertise-ports", getenv(EnvAdvertisePorts), "comma-separated ports advertise URLs may use; empty = any ("+EnvAdvertisePorts+")")
+	nonceTTL := fs.String("nonce-ttl", env(EnvNonceTTL, registry.DefaultNonceTTL.String()), "how long a used challenge is remembered, at most 30s ("+EnvNonceTTL+")")
+	regIP := fs.String("register-ip-rate", env(EnvRegisterIPRate, limitString(registry.DefaultRegisterIPLimit)), "registrations per client IP: N/PERIOD [burst B], or off ("+EnvRegisterIPRate+")")
+	regTok := fs.String("register-token-rate", env(EnvRegisterTokenRate, limitString(registry.DefaultRegisterTokenLimit)), "registrations per deployment token: N/PERIOD [burst B], or off ("+EnvRegisterTokenRate+")")
+	authFail := fs.String("auth-failure-rate", env(EnvAuthFailureRate, limitString(registry.DefaultAuthFailureLimit)), "failed authentications per client IP: N/PERIOD [burst B], or off ("+EnvAuthFailureRate+")")
+	maxSess := fs.String("max-sessions-per-token", env(EnvMaxSessions, strconv.Itoa(registry.DefaultMaxSessionsPerToken)), "live sessions per deployment token, or off ("+EnvMaxSessions+")")
+	tracked := fs.String("max-tracked-clients", env(EnvMaxTrackedClients, strconv.Itoa(registry.DefaultMaxTrackedClients)), "client IPs each rate limit remembers (LRU) ("+EnvMaxTrackedClients+")")
 	shutdown := fs.String("shutdown-timeout", env(EnvShutdownTimeout, DefaultShutdownTimeout.String()), "bound on graceful shutdown ("+EnvShutdownTimeout+")")
 	delay := fs.String("shutdown-delay", env(EnvShutdownDelay, "0s"), "time /healthz reports shutting down before the listener closes ("+EnvShutdownDelay+")")
 	level := fs.String("log-level", env(EnvLogLevel, "info"), "debug, info, warn or error ("+EnvLogLevel+")")
@@ -108,8 +132,44 @@ func ParseSettings(args []string, getenv func(string) string, usage io.Writer) (
 	s.Lease = dur(EnvLease, *lease, MinLease)
 	s.ShutdownTimeout = dur(EnvShutdownTimeout, *shutdown, time.Millisecond)
 	s.ShutdownDelay = dur(EnvShutdownDelay, *delay, 0)
+	s.NonceTTL = dur(EnvNonceTTL, *nonceTTL, time.Second)
 	if err != nil {
 		return s, err
+	}
+	if s.NonceTTL > registry.MaxNonceTTL {
+		return s, fmt.Errorf("%s=%q: must be at most %v", EnvNonceTTL, *nonceTTL, registry.MaxNonceTTL)
+	}
+	for _, l := range []struct {
+		name, v string
+		dst     *registry.Limit
+	}{{EnvRegisterIPRate, *regIP, &s.RegisterIPLimit}, {EnvRegisterTokenRate, *regTok, &s.RegisterTokenLimit}, {EnvAuthFailureRate, *authFail, &s.AuthFailureLimit}} {
+		lim, e := registry.ParseLimit(l.v)
+		if e != nil {
+			return s, fmt.Errorf("%s: %v", l.name, e)
+		}
+		*l.dst = lim
+	}
+	s.MaxSessionsPerToken = -1
+	if *maxSess != "off" {
+		n, e := strconv.Atoi(*maxSess)
+		if e != nil || n <= 0 {
+			return s, fmt.Errorf("%s=%q: want a positive number or off", EnvMaxSessions, *maxSess)
+		}
+		s.MaxSessionsPerToken = n
+	}
+	n, e := strconv.Atoi(*tracked)
+	if e != nil || n <= 0 {
+		return s, fmt.Errorf("%s=%q: want a positive number", EnvMaxTrackedClients, *tracked)
+	}
+	s.MaxTrackedClients = n
+	if *ports != "" {
+		for _, p := range strings.Split(*ports, ",") {
+			n, e := strconv.ParseUint(strings.TrimSpace(p), 10, 16)
+			if e != nil || n == 0 {
+				return s, fmt.Errorf("%s: %q is not a port (1-65535)", EnvAdvertisePorts, p)
+			}
+			s.AdvertisePorts = append(s.AdvertisePorts, uint16(n))
+		}
 	}
 	for _, a := range []struct{ name, v string }{{EnvListen, s.Listen}, {EnvAdminListen, s.AdminListen}} {
 		if _, _, e := net.SplitHostPort(a.v); e != nil {
@@ -155,6 +215,20 @@ func ParseSettings(args []string, getenv func(string) string, usage io.Writer) (
 		return s, fmt.Errorf("%s holds no token", cmp.Or(file, EnvToken))
 	}
 	return s, nil
+}
+
+// limitString writes a limit the way registry.ParseLimit reads it.
+func limitString(l registry.Limit) string {
+	per := l.Per.String()
+	switch l.Per {
+	case time.Second:
+		per = "s"
+	case time.Minute:
+		per = "m"
+	case time.Hour:
+		per = "h"
+	}
+	return fmt.Sprintf("%d/%s burst %d", l.Events, per, l.Burst)
 }
 
 func splitTokens(parts []string) []string {

@@ -22,10 +22,21 @@
 // process_*) and /debug/pprof/*; neither is ever reachable on the public
 // port.
 //
+// # Registry hardening settings
+//
+// PINBOARD_ADVERTISE_NETWORKS, PINBOARD_ADVERTISE_PORTS, PINBOARD_NONCE_TTL,
+// PINBOARD_REGISTER_IP_RATE, PINBOARD_REGISTER_TOKEN_RATE,
+// PINBOARD_AUTH_FAILURE_RATE, PINBOARD_MAX_SESSIONS_PER_TOKEN and
+// PINBOARD_MAX_TRACKED_CLIENTS map one-to-one onto the registry.Config
+// fields of the same meaning (rates are written "N/PERIOD [burst B]" or
+// "off", see registry.ParseLimit); zero Settings fields mean the registry's
+// defaults, so a Settings built in code gets the same protection as one
+// parsed from the environment.
+//
 // # Plugging in the proxy
 //
 // Config.NewDataPlane receives DataPlaneDeps{Store, Lease, Logger, Metrics,
-// Clock} and returns a DataPlane: Handle serves every non-registry request;
+// Clock, DialControl} and returns a DataPlane: Handle serves every non-registry request;
 // Invalidate receives every store invalidation (wired as the store's
 // OnInvalidate before anything connects). Optional methods: Run(ctx) for
 // background work that lives as long as the pinboard, NewServer to supply

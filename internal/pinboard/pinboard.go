@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/VictoriaMetrics/metrics"
@@ -61,6 +62,11 @@ type DataPlaneDeps struct {
 	Metrics *metrics.Set
 	// Clock is the pinboard's clock.
 	Clock clock.Clock
+	// DialControl is the registry's address policy as a net.Dialer.Control
+	// hook (registry.Registry.DialControl): set it on the dialer that
+	// reaches workers, so the proxy never connects to an address the
+	// registry would refuse, whatever a worker's name resolves to later.
+	DialControl func(network, address string, c syscall.RawConn) error
 }
 
 // Config configures a Pinboard.
@@ -129,12 +135,19 @@ func New(cfg Config) (*Pinboard, error) {
 		p.st, p.redis = r, r
 	}
 	reg, err := registry.New(registry.Config{
-		Store:             p.st,
-		Tokens:            cfg.Tokens,
-		Lease:             cfg.Lease,
-		AdvertiseNetworks: cfg.AdvertiseNetworks,
-		Clock:             p.clock,
-		Logger:            root,
+		Store:               p.st,
+		Tokens:              cfg.Tokens,
+		Lease:               cfg.Lease,
+		AdvertiseNetworks:   cfg.AdvertiseNetworks,
+		AdvertisePorts:      cfg.AdvertisePorts,
+		NonceTTL:            cfg.NonceTTL,
+		RegisterIPLimit:     cfg.RegisterIPLimit,
+		RegisterTokenLimit:  cfg.RegisterTokenLimit,
+		AuthFailureLimit:    cfg.AuthFailureLimit,
+		MaxSessionsPerToken: cfg.MaxSessionsPerToken,
+		MaxTrackedClients:   cfg.MaxTrackedClients,
+		Clock:               p.clock,
+		Logger:              root,
 	})
 	if err != nil {
 		p.st.Close()
@@ -143,7 +156,8 @@ func New(cfg Config) (*Pinboard, error) {
 	p.reg = reg
 	handler := reg.NewRouter(nil).Handler
 	if cfg.NewDataPlane != nil {
-		dp, err := cfg.NewDataPlane(DataPlaneDeps{Store: p.st, Lease: reg.Lease(), Logger: root, Metrics: p.dpSet, Clock: p.clock})
+		dp, err := cfg.NewDataPlane(DataPlaneDeps{Store: p.st, Lease: reg.Lease(), Logger: root, Metrics: p.dpSet, Clock: p.clock,
+			DialControl: reg.DialControl})
 		if err != nil {
 			p.st.Close()
 			return nil, fmt.Errorf("cannot build the data plane: %w", err)

@@ -25,6 +25,7 @@ import (
 	"github.com/pinned-go/pinned/internal/redistest"
 	"github.com/pinned-go/pinned/internal/store"
 	"github.com/pinned-go/pinned/internal/wire"
+	"github.com/pinned-go/pinned/registry"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m, leakcheck.Options()...) }
@@ -41,6 +42,23 @@ func TestParseSettings(t *testing.T) {
 	if s.Listen != DefaultListen || s.AdminListen != DefaultAdminListen || s.RedisURL != DefaultRedisURL ||
 		s.Lease != DefaultLease || s.ShutdownTimeout != DefaultShutdownTimeout || !slices.Equal(s.Tokens, []string{token}) || s.Dev {
 		t.Fatalf("defaults = %+v", s)
+	}
+	if s.RegisterIPLimit != registry.DefaultRegisterIPLimit || s.RegisterTokenLimit != registry.DefaultRegisterTokenLimit ||
+		s.AuthFailureLimit != registry.DefaultAuthFailureLimit || s.MaxSessionsPerToken != registry.DefaultMaxSessionsPerToken ||
+		s.NonceTTL != registry.DefaultNonceTTL || s.MaxTrackedClients != registry.DefaultMaxTrackedClients || s.AdvertisePorts != nil {
+		t.Fatalf("hardening defaults = %+v", s)
+	}
+	s, err = ParseSettings([]string{"-register-ip-rate", "2/s burst 4", "-max-sessions-per-token", "off"}, envOf(map[string]string{
+		EnvToken: token, EnvRegisterIPRate: "9/s", EnvRegisterTokenRate: "off", EnvAuthFailureRate: "3/10m",
+		EnvNonceTTL: "10s", EnvMaxTrackedClients: "50", EnvAdvertisePorts: "8080, 443",
+	}), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.RegisterIPLimit != (registry.Limit{Events: 2, Per: time.Second, Burst: 4}) || !s.RegisterTokenLimit.Off() ||
+		s.AuthFailureLimit != (registry.Limit{Events: 3, Per: 10 * time.Minute, Burst: 3}) || s.MaxSessionsPerToken != -1 ||
+		s.NonceTTL != 10*time.Second || s.MaxTrackedClients != 50 || !slices.Equal(s.AdvertisePorts, []uint16{8080, 443}) {
+		t.Fatalf("hardening settings = %+v", s)
 	}
 	env := map[string]string{
 		EnvToken: token + "," + token + "-old", EnvListen: "127.0.0.1:1", EnvAdminListen: "127.0.0.1:2",
@@ -84,6 +102,14 @@ func TestParseSettings(t *testing.T) {
 	f(nil, map[string]string{EnvToken: token, EnvListen: "8080"}, EnvListen)
 	f(nil, map[string]string{EnvToken: token, EnvAdvertiseNetworks: "10.0.0.0"}, EnvAdvertiseNetworks)
 	f(nil, map[string]string{EnvToken: token, EnvLogLevel: "loud"}, EnvLogLevel)
+	f(nil, map[string]string{EnvToken: token, EnvRegisterIPRate: "5"}, EnvRegisterIPRate)
+	f(nil, map[string]string{EnvToken: token, EnvAuthFailureRate: "0/s"}, EnvAuthFailureRate)
+	f(nil, map[string]string{EnvToken: token, EnvRegisterTokenRate: "5/fortnight"}, EnvRegisterTokenRate)
+	f(nil, map[string]string{EnvToken: token, EnvMaxSessions: "0"}, EnvMaxSessions)
+	f(nil, map[string]string{EnvToken: token, EnvMaxTrackedClients: "-1"}, EnvMaxTrackedClients)
+	f(nil, map[string]string{EnvToken: token, EnvNonceTTL: "1m"}, EnvNonceTTL)
+	f(nil, map[string]string{EnvToken: token, EnvNonceTTL: "100ms"}, EnvNonceTTL)
+	f(nil, map[string]string{EnvToken: token, EnvAdvertisePorts: "80,0"}, EnvAdvertisePorts)
 	f([]string{"extra"}, map[string]string{EnvToken: token}, "unexpected argument")
 	f([]string{"-nope"}, map[string]string{EnvToken: token}, "not defined")
 }
@@ -217,7 +243,7 @@ func TestRunServesRegistryAndAdmin(t *testing.T) {
 	w := fakeworker.Start(t, "secret")
 	code, body := r.do("POST", r.public, wire.PathRegister, token, wire.RegisterRequest{
 		ClientID: "c1", Secret: "secret", Namespaces: []string{"/counter"}, AdvertiseURL: w.URL, Headroom: 1,
-		Challenge: "x", ChallengeValue: fakeworker.Value("x"),
+		Challenge: "x-0123456789abcdefghijkl", ChallengeValue: fakeworker.Value("x-0123456789abcdefghijkl"),
 	})
 	if code != 200 {
 		t.Fatalf("register = %d %s", code, body)
@@ -317,8 +343,10 @@ func TestDataPlanePlugsIn(t *testing.T) {
 			})
 			r.waitHealth(t, 200)
 			<-fdp.ran
-			if fdp.deps.Store == nil || fdp.deps.Lease != 2*time.Second || fdp.deps.Logger == nil || fdp.deps.Clock == nil {
-				t.Fatalf("deps = %+v", fdp.deps)
+			if fdp.deps.Store == nil || fdp.deps.Lease != 2*time.Second || fdp.deps.Logger == nil || fdp.deps.Clock == nil ||
+				fdp.deps.DialControl == nil || fdp.deps.DialControl("tcp", "169.254.169.254:80", nil) == nil ||
+				fdp.deps.DialControl("tcp", "127.0.0.1:80", nil) != nil {
+				t.Fatalf("deps = %+v; want every field, DialControl refusing the metadata address", fdp.deps)
 			}
 			if code, _ := r.do("GET", r.public, "/counter/abc/incr", "", nil); code != 299 {
 				t.Fatalf("non-registry request = %d; want the data plane's 299", code)

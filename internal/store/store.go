@@ -22,6 +22,17 @@
 //     winner); Replace is compare-and-set from a given session; Release is
 //     compare-and-delete on a given session. A placement is never written
 //     without one of these checks.
+//   - Deregister ends a session at once: afterwards it is unknown to every
+//     read, exactly as if its lease had run out (so the proxy re-places its
+//     ids on demand and the janitor collects its placements after its
+//     grace); it deletes the client and advertise-URL pointers only while
+//     they still name it, and never touches another session.
+//   - UseNonce is SET NX with a TTL: of any number of concurrent calls with
+//     one key, exactly one reports first use until the TTL runs out.
+//   - ReserveSlot counts, per deployment token, the sessions registered
+//     with it that are still live (refreshed by their heartbeats, dropped
+//     by Deregister and by expiry) and admits a new one only below a cap,
+//     atomically: concurrent reservations never exceed it.
 //   - Invalidations: after any change to a placement or a session that a
 //     reader may have cached (claim, replace, release, register, heartbeat,
 //     expiry), the store calls Options.OnInvalidate, possibly after a delay
@@ -70,6 +81,10 @@ type Session struct {
 	RegisteredAt  int64
 	LastHeartbeat int64
 	ExpiresAt     int64
+	// TokenID identifies the deployment token the session registered with
+	// (a fingerprint, never the token); "" when unknown. Heartbeats keep
+	// the session's slot under this token (ReserveSlot) alive.
+	TokenID string
 }
 
 // Serves reports whether the session serves namespace ns.
@@ -134,6 +149,21 @@ type Store interface {
 	CurrentSession(ctx context.Context, clientID string) (string, error)
 	// Push queues m for the client's next heartbeat ack.
 	Push(ctx context.Context, clientID string, m wire.Message) error
+	// Deregister ends the live session id at once (see the package doc)
+	// and reports whether it was live. Superseded sessions can be
+	// deregistered too.
+	Deregister(ctx context.Context, id string) (bool, error)
+
+	// UseNonce records nonceID (wire.NonceID) as used for ttl, with binding
+	// ("<kind>:<tokenId>:<url or session>", kept for operators), and reports
+	// whether this was its first use. A second use within ttl reports false.
+	UseNonce(ctx context.Context, nonceID, binding string, ttl time.Duration) (bool, error)
+	// ReserveSlot admits sessionID among the live sessions of tokenID when
+	// fewer than max hold a slot (or when it already holds one), for lease;
+	// Heartbeat of a session whose TokenID is tokenID keeps the slot, and
+	// Deregister or expiry frees it. It returns how many slots are held
+	// afterwards (before, when refused) and whether sessionID holds one.
+	ReserveSlot(ctx context.Context, tokenID, sessionID string, max int, lease time.Duration) (held int, ok bool, err error)
 
 	// Placement returns the session id holding (ns, id), or "" for none.
 	Placement(ctx context.Context, ns, id string) (string, error)

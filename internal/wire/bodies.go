@@ -50,17 +50,33 @@ type Nack struct {
 	Nack string `json:"nack"`
 }
 
-// ReleaseRequest is the body of POST /registry/release.
+// ReleaseRequest is the body of POST /registry/release. SessionID is
+// optional: when set, the compare-and-delete is against that session (which
+// must belong to ClientID), not the client's current one, so a release that
+// arrives after a re-registration can only free the old session's placement.
 type ReleaseRequest struct {
 	ClientID  string `json:"clientId"`
 	Namespace string `json:"namespace"`
 	ID        string `json:"id"`
+	SessionID string `json:"sessionId,omitempty"`
 }
 
 // ReleaseResponse is the 200 answer to a release. Released is false when the
 // placement did not exist or belonged to another session (nothing changed).
 type ReleaseResponse struct {
 	Released bool `json:"released"`
+}
+
+// DeregisterRequest is the body of POST /registry/deregister: the worker
+// ends its own session at once (the last step of a graceful shutdown).
+type DeregisterRequest struct {
+	SessionID string `json:"sessionId"`
+}
+
+// DeregisterResponse is the 200 answer to a deregistration. Deregistered is
+// false when the session had already ended (nothing changed).
+type DeregisterResponse struct {
+	Deregistered bool `json:"deregistered"`
 }
 
 // PushRequest is the body of POST /registry/push (answered 202).

@@ -18,6 +18,20 @@
 //     session's placement index with "#<ns>" count fields (was counts only),
 //     the namespaces in [ReservedNamespaces] are refused at registration,
 //     and the session id grammar is [CheckSessionID].
+//     Second revision the same day, additive (old peers keep working, so no
+//     bump): POST /registry/deregister {sessionId} -> 200 {deregistered}
+//     ([PathDeregister]; an old pinboard does not route it, and a new
+//     worker only logs that); optional sessionId in [ReleaseRequest] (an old
+//     pinboard ignores it and releases against the client's current
+//     session, as before); challenges are single use and at least
+//     [MinChallengeLen] bytes (a reused one is refused with 422); 429 +
+//     Retry-After with a JSON error for the registry's rate limits and its
+//     cap on live sessions per deployment token; keys pinned:x:<nonceId>
+//     and pinned:t:<tokenId> and the session hash field "tok"; advertise
+//     URLs are stored (and keyed, pinned:a:) in a stricter canonical form:
+//     no default port, IP literals as netip prints them, no trailing dot,
+//     numeric-obfuscated hosts refused (the pinboard normalises; a worker
+//     sends what it likes).
 //
 // # Invariants
 //

@@ -1,5 +1,10 @@
 package wire
 
+import (
+	"crypto/sha256"
+	"encoding/base64"
+)
+
 // Redis key schema. Every key is read and written only by single-key atomic
 // commands or single-key Lua scripts, so no two keys ever need to share a
 // Redis Cluster slot and no key carries a hash tag. Ids, namespaces, client
@@ -29,6 +34,14 @@ package wire
 //	                                 "#<namespace>" -> how many of those are in namespace
 //	                                 (written at registration for every namespace served);
 //	                                 the janitor reads it to reap the session's placements
+//	pinned:x:<nonceId>        STRING a used challenge: "<kind>:<tokenId>:<url or session>";
+//	                                 SET NX PX (first use wins, refused afterwards); expires
+//	                                 after the nonce TTL. nonceId is a digest of the
+//	                                 challenge (NonceID), never the challenge itself
+//	pinned:t:<tokenId>        ZSET   sessionId -> lease expiry (unix ms) of the sessions
+//	                                 registered with one deployment token: the live-session
+//	                                 cap per token; a reservation script drops expired
+//	                                 members, counts and adds in one step
 const (
 	KeyPrefix          = "pinned:"
 	KeyPrefixSession   = "pinned:s:"
@@ -39,6 +52,8 @@ const (
 	KeyWorkers         = "pinned:w"
 	KeyPrefixPlacement = "pinned:p:"
 	KeyPrefixOwned     = "pinned:o:"
+	KeyPrefixNonce     = "pinned:x:"
+	KeyPrefixToken     = "pinned:t:"
 )
 
 // Fields of the session hash (pinned:s:<sessionId>).
@@ -55,6 +70,7 @@ const (
 	FieldRegisteredAt  = "reg"      // unix ms
 	FieldLastHeartbeat = "hb"       // unix ms
 	FieldExpiresAt     = "exp"      // unix ms
+	FieldTokenID       = "tok"      // id of the deployment token it registered with ("" = none)
 )
 
 // OwnedCountPrefix starts the count fields of the placement index
@@ -76,6 +92,13 @@ func KeyQueue(clientID string) string { return KeyPrefixQueue + clientID }
 
 // KeyNamespace is the set of sessions registered for a namespace ("/name").
 func KeyNamespace(ns string) string { return KeyPrefixNamespace + ns }
+
+// KeyNonce is the key recording one used challenge; nonceID comes from
+// NonceID.
+func KeyNonce(nonceID string) string { return KeyPrefixNonce + nonceID }
+
+// KeyToken is the set of sessions registered with one deployment token.
+func KeyToken(tokenID string) string { return KeyPrefixToken + tokenID }
 
 // KeyOwned is the per-session placement index.
 func KeyOwned(sessionID string) string { return KeyPrefixOwned + sessionID }
@@ -110,4 +133,16 @@ func KeyPlacement(ns, id string) string { return KeyPrefixPlacement + ns + "/" +
 func AppendKeyPlacement(dst []byte, name []byte) []byte {
 	dst = append(dst, KeyPrefixPlacement...)
 	return append(dst, name...)
+}
+
+// NonceIDLen is the length of a NonceID: 22 base64url characters, 128 bits.
+const NonceIDLen = 22
+
+// NonceID is the id under which a used challenge is recorded
+// (KeyNonce): the first 128 bits of its SHA-256, base64url. Hashing bounds
+// the key length whatever the challenge holds and keeps its bytes (which
+// could contain '{') out of the key, so the key never forms a hash tag.
+func NonceID(challenge string) string {
+	sum := sha256.Sum256([]byte(challenge))
+	return base64.RawURLEncoding.EncodeToString(sum[:16])
 }

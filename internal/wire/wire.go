@@ -8,10 +8,13 @@ const (
 	PathRegister  = "/registry/register"
 	PathHeartbeat = "/registry/heartbeat"
 	PathRelease   = "/registry/release"
-	PathPush      = "/registry/push"
-	PathWorkers   = "/registry/workers"
-	PathOverview  = "/registry/overview"
-	PathHealthz   = "/healthz"
+	// PathDeregister ends a session at once (added 2026-12-02, second revision; see the
+	// protocol history in the package doc).
+	PathDeregister = "/registry/deregister"
+	PathPush       = "/registry/push"
+	PathWorkers    = "/registry/workers"
+	PathOverview   = "/registry/overview"
+	PathHealthz    = "/healthz"
 )
 
 // PathChallenge is served by every worker on its advertise URL; the pinboard
@@ -82,4 +85,9 @@ const (
 	MaxChallengeResponseBytes = 4 << 10
 	// DefaultLeaseMs is the pinboard's default lease (expiresInMs).
 	DefaultLeaseMs = 10_000
+	// MinChallengeLen is the shortest challenge the pinboard accepts: 22
+	// bytes, which is what 128 random bits take in base64url (the worker
+	// sends 26 base32 characters, 130 bits). It cannot prove entropy; it
+	// refuses challenges too short to carry it.
+	MinChallengeLen = 22
 )

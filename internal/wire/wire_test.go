@@ -103,3 +103,13 @@ func TestKeys(t *testing.T) {
 		}
 	}
 }
+
+func TestNonceID(t *testing.T) {
+	a, b := NonceID("challenge-a"), NonceID("challenge-b")
+	if len(a) != NonceIDLen || a == b || a != NonceID("challenge-a") {
+		t.Fatalf("NonceID = %q, %q; want distinct, stable ids of %d bytes", a, b, NonceIDLen)
+	}
+	if CheckSegment([]byte(NonceID(strings.Repeat("{x}", 80))), 0) != SegmentOK {
+		t.Fatal("NonceID of a challenge with braces is not a plain segment")
+	}
+}

@@ -21,6 +21,13 @@
 //     where anchor is the instant of its Register or last Heartbeat (so a
 //     machine suspend counts, as everywhere in pinned). Reads check this
 //     inline: correctness never depends on the background reaper.
+//   - Used nonces (UseNonce) and session slots per token (ReserveSlot)
+//     live in maps behind the same mutex, each entry with its own expiry;
+//     expired entries are dropped by Reap and, for nonces, whenever the map
+//     has doubled since the last sweep, so memory stays bounded by the
+//     rate of use times the TTL.
+//   - Deregister makes a session dead at once (a zero lease from now), so
+//     every read treats it as expired and Reap collects it after its grace.
 //   - Expired sessions stay in memory, invisible to every read, until Reap
 //     collects them (after its grace), exactly like their Redis index entries.
 //   - Invalidations: every change calls OnInvalidate directly (claim,

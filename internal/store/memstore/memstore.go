@@ -45,12 +45,15 @@ type Store struct {
 
 	mu         sync.Mutex
 	closed     bool
-	sessions   map[string]*session // live and expired-but-not-reaped
-	clients    map[string]string   // clientId -> current session id
-	urls       map[string]string   // advertise URL -> current session id
-	queues     map[string]*queue   // clientId -> queue
-	placements map[string]string   // placement name -> session id
-	owned      map[string]*index   // session id -> placement index
+	sessions   map[string]*session            // live and expired-but-not-reaped
+	clients    map[string]string              // clientId -> current session id
+	urls       map[string]string              // advertise URL -> current session id
+	queues     map[string]*queue              // clientId -> queue
+	placements map[string]string              // placement name -> session id
+	owned      map[string]*index              // session id -> placement index
+	nonces     map[string]expiring            // nonce id -> when it was used
+	noncePrune int                            // prune nonces when the map reaches this size
+	slots      map[string]map[string]expiring // token id -> session id -> slot
 
 	started bool
 	kick    chan struct{} // wakes the reaper to recompute its deadline
@@ -64,6 +67,18 @@ type session struct {
 	lease    time.Duration
 	notified bool // expiry invalidation sent
 }
+
+// expiring is a record that lives ttl from at (a used nonce, a session
+// slot under a token).
+type expiring struct {
+	at  clock.Instant
+	ttl time.Duration
+}
+
+func (e expiring) gone(now clock.Instant) bool { return now.Elapsed(e.at, e.ttl) }
+
+// minNoncePrune is the nonce map size below which UseNonce does not sweep.
+const minNoncePrune = 1024
 
 type queue struct {
 	msgs   []wire.Message
@@ -102,6 +117,9 @@ func New(cfg Config) (*Store, error) {
 		queues:     map[string]*queue{},
 		placements: map[string]string{},
 		owned:      map[string]*index{},
+		nonces:     map[string]expiring{},
+		noncePrune: minNoncePrune,
+		slots:      map[string]map[string]expiring{},
 		kick:       make(chan struct{}, 1),
 		stop:       make(chan struct{}),
 		done:       make(chan struct{}),
@@ -227,6 +245,8 @@ func (s *Store) Flush() {
 	clear(s.queues)
 	clear(s.placements)
 	clear(s.owned)
+	clear(s.nonces)
+	clear(s.slots)
 	s.mu.Unlock()
 	s.invalidate(store.Invalidation{All: true})
 }
@@ -346,6 +366,10 @@ func (s *Store) Heartbeat(ctx context.Context, id string, u store.Update, lease 
 		r.s.Verified = true
 	}
 	s.stamp(r, now, lease)
+	if slot, ok := s.slots[r.s.TokenID][id]; ok {
+		slot.at, slot.ttl = now, lease
+		s.slots[r.s.TokenID][id] = slot
+	}
 	var msgs []wire.Message
 	if q := s.queues[r.s.ClientID]; q != nil {
 		if !now.Elapsed(q.pushed, s.queueTTL) {
@@ -440,6 +464,97 @@ func (s *Store) Push(ctx context.Context, clientID string, m wire.Message) error
 	}
 	q.pushed = now
 	return nil
+}
+
+// Deregister implements store.Store. The record stays in memory, dead to
+// every read, until Reap collects it after its grace, like an expired one.
+func (s *Store) Deregister(ctx context.Context, id string) (bool, error) {
+	if err := s.begin(ctx); err != nil {
+		return false, err
+	}
+	now := s.clock.Now()
+	r := s.lookup(id, now)
+	if r == nil {
+		s.mu.Unlock()
+		return false, nil
+	}
+	// Dead from now on: live() is false for a zero lease.
+	r.anchor, r.lease, r.notified = now, 0, true
+	r.s.ExpiresAt = now.UnixMilli()
+	if s.clients[r.s.ClientID] == id {
+		delete(s.clients, r.s.ClientID)
+	}
+	if s.urls[r.s.AdvertiseURL] == id {
+		delete(s.urls, r.s.AdvertiseURL)
+	}
+	if m := s.slots[r.s.TokenID]; m != nil {
+		delete(m, id)
+	}
+	s.mu.Unlock()
+	s.wake()
+	s.invalidate(store.Invalidation{Session: id})
+	return true, nil
+}
+
+// UseNonce implements store.Store.
+func (s *Store) UseNonce(ctx context.Context, nonceID, _ string, ttl time.Duration) (bool, error) {
+	if ttl <= 0 {
+		return false, fmt.Errorf("cannot record a nonce: ttl %v must be positive", ttl)
+	}
+	if err := s.begin(ctx); err != nil {
+		return false, err
+	}
+	defer s.mu.Unlock()
+	now := s.clock.Now()
+	if n, ok := s.nonces[nonceID]; ok && !n.gone(now) {
+		return false, nil
+	}
+	s.nonces[nonceID] = expiring{at: now, ttl: ttl}
+	if len(s.nonces) >= s.noncePrune {
+		s.pruneNonces(now)
+	}
+	return true, nil
+}
+
+// pruneNonces drops expired nonces; the next sweep waits until the map has
+// doubled, so the cost per UseNonce stays constant. Called with mu held.
+func (s *Store) pruneNonces(now clock.Instant) {
+	for k, n := range s.nonces {
+		if n.gone(now) {
+			delete(s.nonces, k)
+		}
+	}
+	s.noncePrune = max(2*len(s.nonces), minNoncePrune)
+}
+
+// ReserveSlot implements store.Store.
+func (s *Store) ReserveSlot(ctx context.Context, tokenID, sessionID string, max int, lease time.Duration) (int, bool, error) {
+	if lease <= 0 || sessionID == "" {
+		return 0, false, fmt.Errorf("cannot reserve a session slot: need a session id and a positive lease")
+	}
+	if err := s.begin(ctx); err != nil {
+		return 0, false, err
+	}
+	defer s.mu.Unlock()
+	now := s.clock.Now()
+	m := s.slots[tokenID]
+	if m == nil {
+		m = map[string]expiring{}
+		s.slots[tokenID] = m
+	}
+	for id, e := range m {
+		if e.gone(now) {
+			delete(m, id)
+		}
+	}
+	if _, ok := m[sessionID]; ok {
+		return len(m), true, nil
+	}
+	if len(m) >= max {
+		return len(m), false, nil
+	}
+	m[sessionID] = expiring{at: now, ttl: lease}
+	return len(m), true, nil
 }
 
 // Placement implements store.Store.
@@ -591,6 +706,17 @@ func (s *Store) Reap(ctx context.Context, grace time.Duration) (store.ReapStats,
 	for cid, q := range s.queues {
 		if now.Elapsed(q.pushed, s.queueTTL) {
 			delete(s.queues, cid)
+		}
+	}
+	s.pruneNonces(now)
+	for tok, m := range s.slots {
+		for id, e := range m {
+			if e.gone(now) {
+				delete(m, id)
+			}
+		}
+		if len(m) == 0 {
+			delete(s.slots, tok)
 		}
 	}
 	s.mu.Unlock()

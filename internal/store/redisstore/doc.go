@@ -29,6 +29,18 @@
 //   - Replace: index add and compare-and-set (one round trip), index add
 //     again, then the loser side (old session, or this one when the swap
 //     lost) is unindexed.
+//   - Deregister: a script deletes pinned:s:<sid> and returns its client, URL
+//     and token; then the client and URL pointers are compare-and-deleted
+//     (only while they name this session), the session leaves
+//     pinned:t:<tokenId>, and its pinned:w score is set to now, so the
+//     janitor collects its placements after its grace. Once the hash is
+//     gone every read treats the session as expired.
+//   - UseNonce: SET pinned:x:<nonceId> <binding> NX PX ttl, one command: the
+//     first of any number of concurrent callers gets OK, every other nil.
+//   - ReserveSlot: one script on pinned:t:<tokenId> (ZSET session -> expiry):
+//     ZREMRANGEBYSCORE of the expired, ZCARD, and ZADD when below the cap,
+//     so concurrent reservations never exceed it. Heartbeat keeps the
+//     slot with ZADD XX GT (never re-adding a removed one) and PEXPIRE.
 //   - Pipelined scripts run by EVALSHA; one that finds its script missing
 //     (NOSCRIPT after a restart or SCRIPT FLUSH) is re-run alone, which
 //     loads it.

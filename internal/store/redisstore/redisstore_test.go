@@ -182,15 +182,23 @@ func TestKeyLayout(t *testing.T) {
 	s := open(t, Config{URL: srv.URL})
 	defer s.Close()
 	ctx := context.Background()
-	if _, err := s.Register(ctx, store.Session{ID: "sid", ClientID: "cid", AdvertiseURL: "http://h:1", Namespaces: []string{"/n"}}, 10*time.Second); err != nil {
+	if _, _, err := s.ReserveSlot(ctx, "tok", "sid", 10, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Register(ctx, store.Session{ID: "sid", ClientID: "cid", AdvertiseURL: "http://h:1", Namespaces: []string{"/n"}, TokenID: "tok"}, 10*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	s.Claim(ctx, "/n", "x", "sid")
 	s.Push(ctx, "cid", wire.Message{Type: wire.MessageDrain})
+	nonce := wire.NonceID("a-challenge")
+	if ok, err := s.UseNonce(ctx, nonce, "r:tok:http://h:1", 30*time.Second); !ok || err != nil {
+		t.Fatalf("UseNonce = %v, %v", ok, err)
+	}
 	want := map[string]string{
 		"pinned:s:sid": "hash", "pinned:c:cid": "string", "pinned:a:http://h:1": "string",
 		"pinned:q:cid": "list", "pinned:n:/n": "set", "pinned:w": "zset",
 		"pinned:p:/n/x": "string", "pinned:o:sid": "hash",
+		"pinned:x:" + nonce: "string", "pinned:t:tok": "zset",
 	}
 	keys, err := adm.Do(ctx, adm.B().Keys().Pattern("*").Build()).AsStrSlice()
 	if err != nil {
@@ -205,11 +213,21 @@ func TestKeyLayout(t *testing.T) {
 			t.Errorf("TYPE %s = %q; want %q", k, got, typ)
 		}
 	}
-	for k, ttl := range map[string]bool{"pinned:s:sid": true, "pinned:c:cid": true, "pinned:a:http://h:1": true, "pinned:q:cid": true, "pinned:p:/n/x": false, "pinned:o:sid": false} {
+	for k, ttl := range map[string]bool{"pinned:s:sid": true, "pinned:c:cid": true, "pinned:a:http://h:1": true, "pinned:q:cid": true,
+		"pinned:p:/n/x": false, "pinned:o:sid": false, "pinned:x:" + nonce: true, "pinned:t:tok": true} {
 		got, _ := adm.Do(ctx, adm.B().Pttl().Key(k).Build()).AsInt64()
 		if (got > 0) != ttl {
 			t.Errorf("PTTL %s = %d; want a TTL: %v", k, got, ttl)
 		}
+	}
+	if v, _ := adm.Do(ctx, adm.B().Get().Key("pinned:x:"+nonce).Build()).ToString(); v != "r:tok:http://h:1" {
+		t.Errorf("nonce record = %q; want the binding r:tok:http://h:1", v)
+	}
+	if pttl, _ := adm.Do(ctx, adm.B().Pttl().Key("pinned:x:"+nonce).Build()).AsInt64(); pttl > 30_000 {
+		t.Errorf("nonce PTTL = %d; want at most the 30s TTL", pttl)
+	}
+	if v, _ := adm.Do(ctx, adm.B().Hget().Key("pinned:s:sid").Field("tok").Build()).ToString(); v != "tok" {
+		t.Errorf("session field tok = %q; want tok", v)
 	}
 	idx, _ := adm.Do(ctx, adm.B().Hgetall().Key("pinned:o:sid").Build()).AsStrMap()
 	if idx["/n/x"] != "1" || idx["#/n"] != "1" || len(idx) != 2 {
@@ -246,5 +264,12 @@ func TestScriptsSurviveScriptFlush(t *testing.T) {
 	adm.Do(ctx, adm.B().ScriptFlush().Build())
 	if w, err := s.Replace(ctx, "/n", "x", "s1", "s2"); w != "s2" || err != nil {
 		t.Fatalf("Replace after SCRIPT FLUSH = %q, %v", w, err)
+	}
+	adm.Do(ctx, adm.B().ScriptFlush().Build())
+	if ok, err := s.Deregister(ctx, "s1"); !ok || err != nil {
+		t.Fatalf("Deregister after SCRIPT FLUSH = %v, %v", ok, err)
+	}
+	if n, _ := adm.Do(ctx, adm.B().Exists().Key("pinned:c:c1", "pinned:a:http://h").Build()).AsInt64(); n != 0 {
+		t.Fatalf("%d pointers left after Deregister (its pointer scripts ran after SCRIPT FLUSH); want 0", n)
 	}
 }

@@ -50,6 +50,8 @@ func pipeline(ctx context.Context, c rueidis.Client, calls ...call) []rueidis.Re
 func lua(src string) *script {
 	r := strings.NewReplacer(
 		"{cid}", wire.FieldClientID,
+		"{url}", wire.FieldAdvertiseURL,
+		"{tok}", wire.FieldTokenID,
 		"{headroom}", wire.FieldHeadroom,
 		"{draining}", wire.FieldDraining,
 		"{deadline}", wire.FieldDrainDeadline,
@@ -105,6 +107,33 @@ return 1`)
 	scriptRefreshPointer = lua(`
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
 return 0`)
+
+	// KEYS[1] session hash. Deletes it and returns {cid, url, tok}, or {}
+	// when it does not exist.
+	scriptDeregister = lua(`
+if redis.call('EXISTS', KEYS[1]) == 0 then return {} end
+local r = redis.call('HMGET', KEYS[1], '{cid}', '{url}', '{tok}')
+redis.call('DEL', KEYS[1])
+return r`)
+
+	// KEYS[1] client or URL pointer; ARGV[1] session id. Deletes the
+	// pointer only while it names the session.
+	scriptDeletePointer = lua(`
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0`)
+
+	// KEYS[1] token set (ZSET session -> expiry ms); ARGV: now ms, expiry
+	// ms, session id, max, lease ms. Drops expired members, then admits the
+	// session if it is a member already or fewer than max are. Returns
+	// {held, 1|0}.
+	scriptReserveSlot = lua(`
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ARGV[1])
+local n = redis.call('ZCARD', KEYS[1])
+if redis.call('ZSCORE', KEYS[1], ARGV[3]) then return {n, 1} end
+if n >= tonumber(ARGV[4]) then return {n, 0} end
+redis.call('ZADD', KEYS[1], ARGV[2], ARGV[3])
+redis.call('PEXPIRE', KEYS[1], ARGV[5])
+return {n + 1, 1}`)
 
 	// KEYS[1] queue. Takes every message at once.
 	scriptTakeAll = lua(`

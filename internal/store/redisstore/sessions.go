@@ -3,6 +3,7 @@ package redisstore
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -58,6 +59,7 @@ func (s *Store) Register(ctx context.Context, in store.Session, lease time.Durat
 		wire.FieldRegisteredAt, i64(now),
 		wire.FieldLastHeartbeat, i64(now),
 		wire.FieldExpiresAt, i64(exp),
+		wire.FieldTokenID, in.TokenID,
 	}
 	// 1. The session hash, alone: a crash after this leaves a record nobody
 	// can find, which expires with its lease.
@@ -158,11 +160,20 @@ func (s *Store) Heartbeat(ctx context.Context, id string, u store.Update, lease 
 	// name this session, the janitor's score, and take the queue. A failed
 	// refresh is repaired by the next heartbeat (the pointers live a whole
 	// lease); only a failed take fails the heartbeat.
-	res := c.DoMulti(ctx,
+	cmds := rueidis.Commands{
 		c.B().Evalsha().Sha1(scriptRefreshPointer.sha).Numkeys(1).Key(wire.KeyClient(sess.ClientID)).Arg(id, ms(lease)).Build(),
 		c.B().Evalsha().Sha1(scriptRefreshPointer.sha).Numkeys(1).Key(wire.KeyAdvertise(sess.AdvertiseURL)).Arg(id, ms(lease)).Build(),
 		c.B().Zadd().Key(wire.KeyWorkers).Xx().Gt().ScoreMember().ScoreMember(float64(exp), id).Build(),
-		c.B().Evalsha().Sha1(scriptTakeAll.sha).Numkeys(1).Key(wire.KeyQueue(sess.ClientID)).Build())
+		c.B().Evalsha().Sha1(scriptTakeAll.sha).Numkeys(1).Key(wire.KeyQueue(sess.ClientID)).Build(),
+	}
+	if sess.TokenID != "" {
+		// Keep the session's slot under its token (XX: never re-add one
+		// that Deregister or expiry removed).
+		cmds = append(cmds,
+			c.B().Zadd().Key(wire.KeyToken(sess.TokenID)).Xx().Gt().ScoreMember().ScoreMember(float64(exp), id).Build(),
+			c.B().Pexpire().Key(wire.KeyToken(sess.TokenID)).Milliseconds(lease.Milliseconds()).Build())
+	}
+	res := c.DoMulti(ctx, cmds...)
 	for i, r := range res[:2] {
 		if e, ok := rueidis.IsRedisErr(r.Error()); ok && e.IsNoScript() {
 			key := []string{wire.KeyClient(sess.ClientID), wire.KeyAdvertise(sess.AdvertiseURL)}[i]
@@ -210,6 +221,7 @@ func decodeSession(id string, f map[string]string) (store.Session, error) {
 		RegisteredAt:  num(wire.FieldRegisteredAt),
 		LastHeartbeat: num(wire.FieldLastHeartbeat),
 		ExpiresAt:     num(wire.FieldExpiresAt),
+		TokenID:       f[wire.FieldTokenID],
 	}
 	if ns := f[wire.FieldNamespaces]; ns != "" {
 		s.Namespaces = strings.Split(ns, ",")
@@ -319,6 +331,94 @@ func (s *Store) CurrentSession(ctx context.Context, clientID string) (string, er
 		return "", nil
 	}
 	return id, nil
+}
+
+// Deregister implements store.Store: the session hash is deleted by a
+// script that returns its client, URL and token; then the pointers are
+// compare-and-deleted, the token slot dropped, and the janitor's score set
+// to now, so Reap collects the placements after its grace. Once the hash is
+// gone the session is dead to every read; a failure of the follow-up steps
+// is logged, not returned (the pointers expire with the lease, readers
+// check the hash, and Reap finds the session by its old score).
+func (s *Store) Deregister(ctx context.Context, id string) (bool, error) {
+	c, err := s.get(ctx)
+	if err != nil {
+		return false, err
+	}
+	arr, err := scriptDeregister.Exec(ctx, c, []string{wire.KeySession(id)}, nil).ToArray()
+	if err != nil {
+		return false, s.wrap(ctx, "deregister", err)
+	}
+	if len(arr) != 3 {
+		return false, nil
+	}
+	cid, _ := arr[0].ToString()
+	url, _ := arr[1].ToString()
+	tok, _ := arr[2].ToString()
+	var errs []error
+	var calls []call
+	if cid != "" {
+		calls = append(calls, scriptDeletePointer.with([]string{wire.KeyClient(cid)}, id))
+	}
+	if url != "" {
+		calls = append(calls, scriptDeletePointer.with([]string{wire.KeyAdvertise(url)}, id))
+	}
+	for _, r := range pipeline(ctx, c, calls...) {
+		errs = append(errs, r.Error())
+	}
+	cmds := rueidis.Commands{c.B().Zadd().Key(wire.KeyWorkers).Xx().ScoreMember().ScoreMember(float64(s.clock.Now().UnixMilli()), id).Build()}
+	if tok != "" {
+		cmds = append(cmds, c.B().Zrem().Key(wire.KeyToken(tok)).Member(id).Build())
+	}
+	for _, r := range c.DoMulti(ctx, cmds...) {
+		errs = append(errs, r.Error())
+	}
+	if err := errors.Join(errs...); err != nil {
+		s.log.Warn("deregister: cleanup after deleting the session failed; it completes by expiry", "session", id, "err", err)
+	}
+	return true, nil
+}
+
+// UseNonce implements store.Store: SET pinned:x:<nonceId> binding NX PX ttl.
+func (s *Store) UseNonce(ctx context.Context, nonceID, binding string, ttl time.Duration) (bool, error) {
+	if ttl < time.Millisecond {
+		return false, fmt.Errorf("cannot record a nonce: ttl %v must be at least 1ms", ttl)
+	}
+	c, err := s.get(ctx)
+	if err != nil {
+		return false, err
+	}
+	err = c.Do(ctx, c.B().Set().Key(wire.KeyNonce(nonceID)).Value(binding).Nx().PxMilliseconds(ttl.Milliseconds()).Build()).Error()
+	if rueidis.IsRedisNil(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, s.wrap(ctx, "use nonce", err)
+	}
+	return true, nil
+}
+
+// ReserveSlot implements store.Store with one script on pinned:t:<tokenId>.
+func (s *Store) ReserveSlot(ctx context.Context, tokenID, sessionID string, max int, lease time.Duration) (int, bool, error) {
+	if lease < time.Millisecond || sessionID == "" {
+		return 0, false, fmt.Errorf("cannot reserve a session slot: need a session id and a lease of at least 1ms")
+	}
+	c, err := s.get(ctx)
+	if err != nil {
+		return 0, false, err
+	}
+	now := s.clock.Now().UnixMilli()
+	arr, err := scriptReserveSlot.Exec(ctx, c, []string{wire.KeyToken(tokenID)},
+		[]string{i64(now), i64(now + lease.Milliseconds()), sessionID, strconv.Itoa(max), ms(lease)}).ToArray()
+	if err != nil {
+		return 0, false, s.wrap(ctx, "reserve slot", err)
+	}
+	if len(arr) != 2 {
+		return 0, false, fmt.Errorf("redisstore: reserve slot: unexpected reply of %d elements", len(arr))
+	}
+	held, _ := arr[0].AsInt64()
+	ok, _ := arr[1].AsInt64()
+	return int(held), ok == 1, nil
 }
 
 // Push implements store.Store.

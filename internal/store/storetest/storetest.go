@@ -123,6 +123,13 @@ func Run(t *testing.T, newHarness NewHarness) {
 		{"InvalidateOnExpiry", testInvalidateExpiry},
 		{"InvalidateAllOnFlush", testInvalidateFlush},
 		{"InvalidateAllOnConnectionLoss", testInvalidateKill},
+		{"DeregisterEndsSessionAtOnce", testDeregister},
+		{"DeregisterNeverTouchesAnotherSession", testDeregisterOthers},
+		{"InvalidateOnDeregister", testInvalidateDeregister},
+		{"NonceSingleUse", testNonce},
+		{"NonceConcurrentOneWinner", testNonceConcurrent},
+		{"ReserveSlotCapsLiveSessionsPerToken", testReserveSlot},
+		{"ReserveSlotConcurrentNeverExceedsCap", testReserveSlotConcurrent},
 		{"CancelledContext", testCancelled},
 		{"ClosedStore", testClosed},
 	}
@@ -749,5 +756,191 @@ func testClosed(t *testing.T, h Harness, _ *Invalidations) {
 	}
 	if _, err := h.Store.Claim(bg, "/a", "x", "s1"); !errors.Is(err, store.ErrClosed) {
 		t.Fatalf("Claim after Close = %v; want ErrClosed", err)
+	}
+}
+
+func testDeregister(t *testing.T, h Harness, _ *Invalidations) {
+	reaper := h.Store.(store.Reaper)
+	register(t, h, sess("s1", "c1", "http://h1", "/a"))
+	register(t, h, sess("s2", "c2", "http://h2", "/a"))
+	if w, _ := h.Store.Claim(bg, "/a", "x", "s1"); w != "s1" {
+		t.Fatalf("Claim = %q; want s1", w)
+	}
+	if ok, err := h.Store.Deregister(bg, "s1"); !ok || err != nil {
+		t.Fatalf("Deregister(s1) = %v, %v; want true", ok, err)
+	}
+	if _, err := h.Store.Session(bg, "s1"); !errors.Is(err, store.ErrUnknownSession) {
+		t.Fatalf("Session(s1) after Deregister = %v; want ErrUnknownSession", err)
+	}
+	if _, _, err := h.Store.Heartbeat(bg, "s1", store.Update{}, h.Lease); !errors.Is(err, store.ErrUnknownSession) {
+		t.Fatalf("Heartbeat(s1) after Deregister = %v; want ErrUnknownSession", err)
+	}
+	if _, err := h.Store.Session(bg, "s1"); !errors.Is(err, store.ErrUnknownSession) {
+		t.Fatalf("the refused heartbeat re-created s1: %v", err)
+	}
+	if cur, _ := h.Store.CurrentSession(bg, "c1"); cur != "" {
+		t.Fatalf("CurrentSession(c1) after Deregister = %q; want empty", cur)
+	}
+	all, _ := h.Store.Sessions(bg)
+	nss, _ := h.Store.NamespaceSessions(bg, "/a")
+	if !slices.Equal(ids(all), []string{"s2"}) || !slices.Equal(ids(nss), []string{"s2"}) {
+		t.Fatalf("Sessions() = %v, NamespaceSessions(/a) = %v after Deregister; want [s2]", ids(all), ids(nss))
+	}
+	if ok, err := h.Store.Deregister(bg, "s1"); ok || err != nil {
+		t.Fatalf("second Deregister(s1) = %v, %v; want false", ok, err)
+	}
+	if ok, err := h.Store.Deregister(bg, "never"); ok || err != nil {
+		t.Fatalf("Deregister(never) = %v, %v; want false", ok, err)
+	}
+	// The placement names a dead session now (the proxy replaces it on
+	// demand); the janitor collects it once the grace has passed.
+	if st, _ := reaper.Reap(bg, h.Lease*10); st.Placements != 0 {
+		t.Fatalf("Reap within the grace freed %d placements; want 0", st.Placements)
+	}
+	if w, _ := h.Store.Replace(bg, "/a", "y", "s1", "s2"); w != "" {
+		t.Fatalf("Replace of a missing placement = %q", w)
+	}
+	st, err := reaper.Reap(bg, 0)
+	if err != nil || st != (store.ReapStats{Sessions: 1, Placements: 1}) {
+		t.Fatalf("Reap after Deregister = %+v, %v; want 1 session, 1 placement", st, err)
+	}
+	if p, _ := h.Store.Placement(bg, "/a", "x"); p != "" {
+		t.Fatalf("Placement(/a, x) after reap = %q; want none", p)
+	}
+	// A new registration of the same client is not superseding anyone.
+	if sup := register(t, h, sess("s3", "c1", "http://h1", "/a")); len(sup) != 0 {
+		t.Fatalf("Register after Deregister superseded %v; want none", sup)
+	}
+	heartbeat(t, h, "s2")
+}
+
+func testDeregisterOthers(t *testing.T, h Harness, _ *Invalidations) {
+	register(t, h, sess("old", "c1", "http://h1", "/a"))
+	register(t, h, sess("new", "c1", "http://h1", "/a")) // supersedes old by client and URL
+	h.Store.Claim(bg, "/a", "x", "new")
+	if ok, err := h.Store.Deregister(bg, "old"); !ok || err != nil {
+		t.Fatalf("Deregister(old, superseded) = %v, %v; want true", ok, err)
+	}
+	if cur, _ := h.Store.CurrentSession(bg, "c1"); cur != "new" {
+		t.Fatalf("CurrentSession(c1) = %q after deregistering the old session; want new (pointer untouched)", cur)
+	}
+	if _, _, err := h.Store.Heartbeat(bg, "new", store.Update{}, h.Lease); err != nil {
+		t.Fatalf("Heartbeat(new) = %v", err)
+	}
+	if p, _ := h.Store.Placement(bg, "/a", "x"); p != "new" {
+		t.Fatalf("Placement = %q; want new", p)
+	}
+	// The URL pointer still names new: a third registration at the URL
+	// supersedes new (and only new).
+	if sup := register(t, h, sess("third", "c9", "http://h1")); !slices.Equal(sup, []string{"new"}) {
+		t.Fatalf("Register(third) superseded %v; want [new]", sup)
+	}
+}
+
+func testInvalidateDeregister(t *testing.T, h Harness, inv *Invalidations) {
+	register(t, h, sess("s1", "c1", "http://h1"))
+	mustSession(t, h, "s1")
+	inv.Reset()
+	if ok, err := h.Store.Deregister(bg, "s1"); !ok || err != nil {
+		t.Fatalf("Deregister = %v, %v", ok, err)
+	}
+	inv.Wait(t, store.Invalidation{Session: "s1"})
+	if _, err := h.Store.Session(bg, "s1"); !errors.Is(err, store.ErrUnknownSession) {
+		t.Fatalf("Session(s1) after the invalidation = %v; want ErrUnknownSession (not a cached copy)", err)
+	}
+}
+
+func testNonce(t *testing.T, h Harness, _ *Invalidations) {
+	f := func(id string, want bool) {
+		t.Helper()
+		if got, err := h.Store.UseNonce(bg, id, "r:tok:http://h1", h.Lease); got != want || err != nil {
+			t.Fatalf("UseNonce(%q) = %v, %v; want %v", id, got, err, want)
+		}
+	}
+	f("n1", true)
+	f("n1", false)
+	f("n2", true)
+	f("n1", false)
+	h.Elapse(h.Lease + h.Lease/5)
+	f("n1", true) // the record expired with its TTL
+	f("n1", false)
+}
+
+func testNonceConcurrent(t *testing.T, h Harness, _ *Invalidations) {
+	const n = 100
+	var wins, fails int
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for range n {
+		wg.Go(func() {
+			ok, err := h.Store.UseNonce(bg, "same", "h:tok:s1", h.Lease*10)
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err != nil:
+				fails++
+			case ok:
+				wins++
+			}
+		})
+	}
+	wg.Wait()
+	if wins != 1 || fails != 0 {
+		t.Fatalf("%d concurrent UseNonce of one nonce: %d first uses, %d errors; want exactly 1 and 0", n, wins, fails)
+	}
+}
+
+func testReserveSlot(t *testing.T, h Harness, _ *Invalidations) {
+	f := func(tok, id string, wantHeld int, wantOK bool) {
+		t.Helper()
+		held, ok, err := h.Store.ReserveSlot(bg, tok, id, 2, h.Lease)
+		if held != wantHeld || ok != wantOK || err != nil {
+			t.Fatalf("ReserveSlot(%s, %s, max 2) = %d, %v, %v; want %d, %v", tok, id, held, ok, err, wantHeld, wantOK)
+		}
+	}
+	f("t1", "s1", 1, true)
+	f("t1", "s2", 2, true)
+	f("t1", "s3", 2, false)
+	f("t1", "s1", 2, true) // already holds one
+	f("t2", "s9", 1, true) // tokens are separate
+	for _, id := range []string{"s1", "s2"} {
+		in := sess(id, "c-"+id, "http://"+id)
+		in.TokenID = "t1"
+		register(t, h, in)
+	}
+	// s2 heartbeats, s1 does not: after a lease only s2 holds a slot.
+	h.Elapse(h.Lease * 6 / 10)
+	heartbeat(t, h, "s2")
+	h.Elapse(h.Lease * 6 / 10)
+	f("t1", "s3", 2, true)
+	f("t1", "s4", 2, false)
+	// Deregister frees the slot at once.
+	if ok, _ := h.Store.Deregister(bg, "s2"); !ok {
+		t.Fatal("Deregister(s2) = false")
+	}
+	f("t1", "s4", 2, true)
+}
+
+func testReserveSlotConcurrent(t *testing.T, h Harness, _ *Invalidations) {
+	const n, max = 20, 5
+	var wins int
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			_, ok, err := h.Store.ReserveSlot(bg, "t", fmt.Sprintf("s%d", i), max, h.Lease*10)
+			if err != nil {
+				t.Error(err)
+			}
+			if ok {
+				mu.Lock()
+				wins++
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	if wins != max {
+		t.Fatalf("%d concurrent reservations with a cap of %d: %d admitted; want exactly %d", n, max, wins, max)
 	}
 }

@@ -1,0 +1,240 @@
+// Package e2e runs pinned's real binaries as processes on 127.0.0.1: a
+// redis-server started by the test, the pinboard, and counter workers in
+// fleet mode. These tests prove that the pieces agree on the protocol and
+// that fencing holds across real processes and signals.
+package e2e
+
+import (
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/pinned-go/pinned/internal/proctest"
+	"github.com/pinned-go/pinned/internal/redistest"
+	"github.com/pinned-go/pinned/internal/wire"
+)
+
+const token = "e2e-deployment-token-0123456789"
+
+var builder proctest.Builder
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	builder.Cleanup()
+	os.Exit(code)
+}
+
+var (
+	pinboardReady = regexp.MustCompile(`msg="pinboard listening".* public=(\S+) admin=(\S+)`)
+	counterReady  = regexp.MustCompile(`msg="counter demo listening".* addr=(\S+)`)
+)
+
+type pinboard struct {
+	*proctest.Proc
+	public, admin string
+}
+
+func startPinboard(t *testing.T, redisURL string, env ...string) *pinboard {
+	t.Helper()
+	p := proctest.Start(t, proctest.Spec{
+		Name: "pinboard",
+		Bin:  builder.Build(t, "github.com/pinned-go/pinned/cmd/pinboard"),
+		Env: append([]string{
+			"PINBOARD_LISTEN=127.0.0.1:0", "PINBOARD_ADMIN_LISTEN=127.0.0.1:0",
+			"PINBOARD_REDIS_URL=" + redisURL, "PINBOARD_TOKEN=" + token,
+		}, env...),
+		Ready: pinboardReady,
+	})
+	return &pinboard{Proc: p, public: p.Ready()[1], admin: p.Ready()[2]}
+}
+
+type counter struct {
+	*proctest.Proc
+	addr string
+}
+
+// startCounter runs examples/counter in fleet mode on a port chosen up
+// front, because the advertise URL must name it before the process starts.
+func startCounter(t *testing.T, pinboardURL string, env ...string) *counter {
+	t.Helper()
+	addr := freeAddr(t)
+	p := proctest.Start(t, proctest.Spec{
+		Name: "counter@" + addr,
+		Bin:  builder.Build(t, "github.com/pinned-go/pinned/examples/counter"),
+		Env: append([]string{
+			"PINNED_LISTEN=" + addr, "PINNED_PINBOARD_URL=" + pinboardURL,
+			"PINNED_TOKEN=" + token, "PINNED_ADVERTISE_URL=http://" + addr,
+		}, env...),
+		Ready: counterReady,
+	})
+	return &counter{Proc: p, addr: addr}
+}
+
+var client = &fasthttp.Client{MaxIdleConnDuration: time.Second, ReadTimeout: 10 * time.Second, WriteTimeout: 10 * time.Second}
+
+// do sends one request and returns status, headers of interest and body.
+func do(t *testing.T, method, url string, hdr map[string]string) (int, *fasthttp.ResponseHeader, []byte) {
+	t.Helper()
+	req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
+	defer fasthttp.ReleaseRequest(req)
+	defer fasthttp.ReleaseResponse(resp)
+	req.SetRequestURI(url)
+	req.Header.SetMethod(method)
+	for k, v := range hdr {
+		req.Header.Set(k, v)
+	}
+	if err := client.DoTimeout(req, resp, 10*time.Second); err != nil {
+		t.Fatalf("%s %s: %v", method, url, err)
+	}
+	h := &fasthttp.ResponseHeader{}
+	resp.Header.CopyTo(h)
+	return resp.StatusCode(), h, append([]byte(nil), resp.Body()...)
+}
+
+// eventually polls cond (an external process's state) until it holds.
+func eventually(t *testing.T, within time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("not within %v: %s", within, what)
+		}
+		time.Sleep(25 * time.Millisecond) // polling other processes: no event to wait on
+	}
+}
+
+func workers(t *testing.T, pb *pinboard) []wire.WorkerInfo {
+	t.Helper()
+	code, _, body := do(t, "GET", "http://"+pb.public+wire.PathWorkers, map[string]string{"Authorization": "Bearer " + token})
+	if code != 200 {
+		t.Fatalf("GET /registry/workers = %d %s", code, body)
+	}
+	var r wire.WorkersResponse
+	if err := json.Unmarshal(body, &r); err != nil {
+		t.Fatal(err)
+	}
+	return r.Workers
+}
+
+func workerAt(t *testing.T, pb *pinboard, addr string) (wire.WorkerInfo, bool) {
+	for _, w := range workers(t, pb) {
+		if w.AdvertiseURL == "http://"+addr {
+			return w, true
+		}
+	}
+	return wire.WorkerInfo{}, false
+}
+
+func healthy(t *testing.T, c *counter) bool {
+	code, _, _ := do(t, "GET", "http://"+c.addr+"/healthz", nil)
+	return code == 200
+}
+
+// A counter in fleet mode registers with the real pinboard, proves its
+// advertise URL, turns ready, refuses data-plane requests without the
+// proxy's secret, relays a pushed drain, and on SIGTERM winds down and exits.
+func TestCounterJoinsPinboard(t *testing.T) {
+	rs := redistest.Start(t)
+	pb := startPinboard(t, rs.URL)
+	c := startCounter(t, "http://"+pb.public)
+
+	eventually(t, 15*time.Second, "the counter registers and turns ready", func() bool {
+		w, ok := workerAt(t, pb, c.addr)
+		return ok && w.Verified && healthy(t, c)
+	})
+	w, _ := workerAt(t, pb, c.addr)
+	if len(w.Namespaces) != 1 || w.Namespaces[0] != "/counter" || w.Headroom <= 0 || w.Draining {
+		t.Fatalf("worker record = %+v; want /counter, headroom > 0, not draining", w)
+	}
+
+	// The data plane is the proxy's alone: no secret, or a wrong one → 403.
+	for _, hdr := range []map[string]string{nil, {wire.HeaderProxySecret: "not-the-secret"}} {
+		code, h, body := do(t, "POST", "http://"+c.addr+"/counter/alice/incr", hdr)
+		if code != 403 || string(h.Peek(wire.HeaderReason)) != wire.ReasonForbidden {
+			t.Fatalf("direct request with %v = %d %s %s; want 403 forbidden", hdr, code, h.Peek(wire.HeaderReason), body)
+		}
+	}
+
+	// A drain pushed through the registry reaches the worker in a heartbeat
+	// ack, and its next heartbeat reports it.
+	pushDrain(t, pb, w.ClientID)
+	eventually(t, 10*time.Second, "the worker reports draining", func() bool {
+		w, ok := workerAt(t, pb, c.addr)
+		return ok && w.Draining && w.Headroom == 0
+	})
+
+	if !c.Terminate(20 * time.Second) {
+		t.Fatalf("counter did not exit within 20s of SIGTERM:\n%s", c.Log())
+	}
+	if code := c.ExitCode(); code != 0 {
+		t.Fatalf("counter exit status = %d; want 0\n%s", code, c.Log())
+	}
+	for _, secret := range []string{token} {
+		if strings.Contains(c.Log(), secret) || strings.Contains(pb.Log(), secret) {
+			t.Fatalf("a log contains the deployment token")
+		}
+	}
+}
+
+func pushDrain(t *testing.T, pb *pinboard, clientID string) {
+	t.Helper()
+	req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
+	defer fasthttp.ReleaseRequest(req)
+	defer fasthttp.ReleaseResponse(resp)
+	req.SetRequestURI("http://" + pb.public + wire.PathPush)
+	req.Header.SetMethod("POST")
+	req.Header.Set("Authorization", "Bearer "+token)
+	req.SetBodyString(fmt.Sprintf(`{"clientId":%q,"type":"drain"}`, clientID))
+	if err := client.DoTimeout(req, resp, 10*time.Second); err != nil || resp.StatusCode() != 202 {
+		t.Fatalf("push drain = %v %d %s", err, resp.StatusCode(), resp.Body())
+	}
+}
+
+// A frozen pinboard (SIGSTOP) cannot renew the worker's lease: the worker
+// aborts everything and turns unready at its local deadline, then registers
+// a fresh session when the pinboard comes back.
+func TestLeaseLossAndRegain(t *testing.T) {
+	rs := redistest.Start(t)
+	pb := startPinboard(t, rs.URL) // lease 10 s; the worker stops 5 s after its last acked send
+	c := startCounter(t, "http://"+pb.public)
+	eventually(t, 15*time.Second, "registered", func() bool { return healthy(t, c) })
+	first, _ := workerAt(t, pb, c.addr)
+
+	if err := pb.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	lost := c.WaitLog(regexp.MustCompile(`lease lost`), 15*time.Second)
+	unready := !healthy(t, c)
+	if err := pb.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	if lost == nil {
+		t.Fatalf("no lease loss logged while the pinboard was frozen:\n%s", c.Log())
+	}
+	if !unready {
+		t.Fatal("the counter stayed ready after losing its lease")
+	}
+	eventually(t, 20*time.Second, "a new session after the pinboard resumed", func() bool {
+		w, ok := workerAt(t, pb, c.addr)
+		return ok && w.SessionID != first.SessionID && w.Verified && healthy(t, c)
+	})
+}
+
+// freeAddr returns a 127.0.0.1 address that was free a moment ago.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
