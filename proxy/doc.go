@@ -129,8 +129,12 @@
 //   - The endpoint is over its cap (MaxConns in flight plus MaxQueue
 //     waiting), or no connection frees within QueueTimeout: 503 overloaded.
 //   - The worker cannot be reached (dial failed, or the connection failed
-//     before the kernel took a byte): 503 unreachable. The request provably
-//     did not leave, so nothing is ambiguous.
+//     before the kernel took a byte): the placement is invalidated and
+//     resolved again; when it moved (the worker's session had expired and
+//     the resolver placed the instance elsewhere) and the body is held, the
+//     request goes to the new holder, otherwise the answer is 503
+//     unreachable. The request provably did not leave, so nothing is
+//     ambiguous.
 //   - The request may have reached the worker but no usable answer came
 //     back: 502; no response head within ResponseHeaderTimeout: 504. Nothing
 //     waits without a deadline.
@@ -170,7 +174,11 @@
 // client sent right behind its handshake. A half-close is passed on with
 // CloseWrite. The hijack handler returns only when both pumps have ended.
 // Tunnels are capped by MaxTunnels (503 overloaded beyond); Endpoint.Close
-// and CloseTunnels end a worker's tunnels, Proxy.Close all of them.
+// and CloseTunnels end a worker's tunnels, CloseTunnelsFor those of one
+// placement, Proxy.Close all of them. A Resolver that also implements
+// TunnelObserver hears of every tunnel once it is registered on its
+// endpoint, so that it can watch the placement and close the tunnel when
+// the placement moves.
 //
 // # Invariants
 //

@@ -24,9 +24,24 @@ type Resolver interface {
 	// both carry Retry-After.
 	Resolve(ctx context.Context, name []byte) (*Endpoint, error)
 	// Invalidate drops the cached placement of name if it still points at
-	// ep: the worker answered 503 closing, draining or lease for it, or ep
-	// was closed. The next Resolve must consult the store.
+	// ep: the worker answered 503 closing, draining or lease for it, could
+	// not be reached, or ep was closed. The next Resolve must consult the
+	// store. Invalidate is called on the request's goroutine: no I/O.
 	Invalidate(name []byte, ep *Endpoint)
+}
+
+// TunnelObserver may be implemented by a Resolver that closes tunnels when
+// their placement moves (Endpoint.CloseTunnelsFor). Both calls run on the
+// tunnel's goroutine and must not block; each tunnel gets exactly one of
+// each, Opened first.
+type TunnelObserver interface {
+	// TunnelOpened is called once a tunnel for the placement name to ep is
+	// open and registered on ep (CloseTunnelsFor reaches it), before any
+	// byte is relayed. A placement that moved between its resolve and this
+	// call is caught only if the observer checks it now.
+	TunnelOpened(name string, ep *Endpoint)
+	// TunnelClosed is called when the tunnel has ended.
+	TunnelClosed(name string, ep *Endpoint)
 }
 
 // ErrNoWorker is what a Resolver wraps when no live, undrained worker serves

@@ -110,8 +110,13 @@ var (
 func (x *exchange) forward() bool {
 	p := x.p
 	ctx := x.ctx
+	var next *Endpoint // resolved after an unreachable worker, for the next attempt
 	for attempt := 1; ; attempt++ {
-		ep, err := p.resolver.Resolve(ctx, x.name)
+		ep, err := next, error(nil)
+		next = nil
+		if ep == nil {
+			ep, err = p.resolver.Resolve(ctx, x.name)
+		}
 		if err == nil && ep == nil {
 			err = ErrNoWorker
 		}
@@ -157,6 +162,10 @@ func (x *exchange) forward() bool {
 			p.m.retries.Inc()
 			continue
 		case outUnreachable:
+			if next = x.moved(ep, attempt); next != nil {
+				p.m.reresolves.Inc()
+				continue
+			}
 			p.m.unreachable.Inc()
 			p.reply(ctx, &p.replies.unreachable)
 		case outOverloaded:
@@ -176,6 +185,24 @@ func (x *exchange) forward() bool {
 		}
 		return false
 	}
+}
+
+// moved handles a worker that could not be reached (the request provably
+// did not leave): it tells the resolver, which re-checks the placement, and
+// returns the new holder's endpoint when the placement moved (the worker's
+// session was gone from the store) and the request can be sent again, or
+// nil: the worker is still the holder and the client gets 503 unreachable.
+func (x *exchange) moved(ep *Endpoint, attempt int) *Endpoint {
+	p := x.p
+	p.resolver.Invalidate(x.name, ep)
+	if attempt >= p.cfg.MaxAttempts || !x.replayable() {
+		return nil
+	}
+	next, err := p.resolver.Resolve(x.ctx, x.name)
+	if err != nil || next == nil || next == ep || next.closed.Load() {
+		return nil
+	}
+	return next
 }
 
 // replayable reports whether the request can be sent again: it has no body,

@@ -194,6 +194,60 @@ func TestUnreachable(t *testing.T) {
 	}
 }
 
+// An unreachable worker is reported to the resolver (Invalidate), which
+// re-checks the placement: when it moved, the request (provably not sent)
+// goes to the new holder at once; when it did not, the answer is 503
+// unreachable after one dial.
+func TestUnreachableReresolved(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := ln.Addr().String()
+	_ = ln.Close()
+	var dials atomic.Int64
+	epDead, err := proxy.NewEndpoint(proxy.EndpointConfig{
+		Dial: func(addr string, timeout time.Duration) (net.Conn, error) {
+			dials.Add(1)
+			return net.DialTimeout("tcp", addr, timeout)
+		},
+	}, "sess-dead", "k", "http://"+dead)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer epDead.Close()
+	b := startWorker(t, echoBody)
+	epB := b.endpoint(t, "sess-b", "secret-b", proxy.EndpointConfig{})
+	res := proxytest.NewStatic()
+	f := startProxy(t, res, nil)
+
+	// The placement stays: one dial, 503 unreachable, one invalidation.
+	res.Place("/counter/a", epDead)
+	res.OnInvalidate = func(name string, ep *proxy.Endpoint) { res.Place(name, ep) }
+	resp := raw(t, f.addr, "POST /counter/a/incr HTTP/1.1\r\nHost: h\r\nContent-Length: 4\r\n\r\nbody")
+	if !strings.HasPrefix(resp, "HTTP/1.1 503") || !strings.Contains(resp, "X-Pinned-Reason: unreachable") {
+		t.Fatalf("response %q; want 503 unreachable", resp)
+	}
+	if n, d := res.Invalidations(), dials.Load(); n != 1 || d != 1 {
+		t.Errorf("invalidations = %d, dials = %d; want 1 and 1", n, d)
+	}
+
+	// The placement moves when the resolver re-checks it: the request
+	// reaches the new holder, body included.
+	res.OnInvalidate = func(name string, ep *proxy.Endpoint) {
+		if ep == epDead {
+			res.Place(name, epB)
+		}
+	}
+	resp = raw(t, f.addr, "POST /counter/a/incr HTTP/1.1\r\nHost: h\r\nContent-Length: 4\r\n\r\nbody")
+	if !strings.HasPrefix(resp, "HTTP/1.1 200") || !strings.HasSuffix(resp, "B:body") {
+		t.Fatalf("response %q; want the new holder's 200", resp)
+	}
+	if got := b.last().get(wire.HeaderSession); got != "sess-b" {
+		t.Errorf("the new holder saw session %q; want sess-b", got)
+	}
+}
+
 // A request the worker may have received but did not answer is a 502,
 // never sent again when it is not idempotent; an idempotent one that met a
 // connection the worker had closed while it sat in the pool goes again.

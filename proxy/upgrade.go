@@ -74,6 +74,8 @@ func (p *Proxy) serveUpgrade(x *exchange) {
 	timeout := min(p.cfg.TunnelHandshakeTimeout, ep.dialTimeout)
 	conn, err := ep.dial(ep.Addr, timeout)
 	if err != nil {
+		// The resolver re-checks the placement on the next request.
+		p.resolver.Invalidate(x.name, ep)
 		p.m.unreachable.Inc()
 		if p.errLog.allow() {
 			p.log.Warn("cannot reach worker", "session", ep.Session, "addr", ep.Addr, "err", err)
@@ -205,6 +207,10 @@ func (t *tunnel) run(c net.Conn) {
 		return
 	}
 	defer t.unregister()
+	if o, ok := p.resolver.(TunnelObserver); ok {
+		o.TunnelOpened(t.name, t.ep)
+		defer o.TunnelClosed(t.name, t.ep)
+	}
 
 	_ = t.raw.SetWriteDeadline(time.Now().Add(p.cfg.TunnelIdleTimeout))
 	if _, err := t.raw.Write(t.head); err != nil {

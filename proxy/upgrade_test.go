@@ -344,3 +344,58 @@ func TestTunnelBytesAndHalfClose(t *testing.T) {
 	}
 	waitFor(t, func() bool { return f.p.OpenTunnels() == 0 })
 }
+
+// observingResolver is a Static resolver that records TunnelOpened and
+// TunnelClosed calls.
+type observingResolver struct {
+	*proxytest.Static
+	opened, closed chan string
+}
+
+func (o observingResolver) TunnelOpened(name string, ep *proxy.Endpoint) {
+	if ep == nil || ep.Tunnels() != 1 {
+		panic("TunnelOpened before the tunnel was registered on its endpoint")
+	}
+	o.opened <- name
+}
+
+func (o observingResolver) TunnelClosed(name string, ep *proxy.Endpoint) { o.closed <- name }
+
+// A Resolver that implements TunnelObserver hears of every tunnel once it is
+// registered on its endpoint (so that a close for its name reaches it), and
+// of nothing for a refused handshake.
+func TestTunnelObserver(t *testing.T) {
+	w, _ := wsWorker(t)
+	res := observingResolver{proxytest.NewStatic(), make(chan string, 4), make(chan string, 4)}
+	res.PlaceNamespace("/counter", w.endpoint(t, "s", "k", proxy.EndpointConfig{}))
+	f := startProxy(t, res, nil)
+	c, err := dialWS(t, f.addr, "/counter/a/ws")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	select {
+	case name := <-res.opened:
+		if name != "/counter/a" {
+			t.Errorf("TunnelOpened(%q); want /counter/a", name)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("TunnelOpened was not called")
+	}
+	if _, err := dialWS(t, f.addr, "/counter/b/other"); err == nil { // answered 426: no tunnel
+		t.Fatal("a refused handshake opened a tunnel")
+	}
+	_ = c.Close()
+	select {
+	case name := <-res.closed:
+		if name != "/counter/a" {
+			t.Errorf("TunnelClosed(%q); want /counter/a", name)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("TunnelClosed was not called")
+	}
+	waitFor(t, func() bool { return f.p.OpenTunnels() == 0 })
+	if n, m := len(res.opened), len(res.closed); n != 0 || m != 0 {
+		t.Errorf("%d more TunnelOpened and %d more TunnelClosed calls; want none", n, m)
+	}
+}

@@ -324,5 +324,9 @@ func TestDevMode(t *testing.T) {
 	if strings.Contains(p.logs.String(), m[1]) {
 		t.Fatal("the dev token reached the log (it belongs on stdout only)")
 	}
+	// The proxy serves every other path: no worker yet.
+	if code, body := call(t, "GET", p.public, "/counter/alice/", "", nil); code != 503 || !strings.Contains(string(body), "no worker") {
+		t.Fatalf("GET /counter/alice/ = %d %s; want the proxy's 503 no_worker", code, body)
+	}
 	p.terminate(t)
 }

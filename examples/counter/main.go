@@ -41,6 +41,7 @@ import (
 	"github.com/fasthttp/router"
 	"github.com/valyala/fasthttp"
 
+	"github.com/pinned-go/pinned/examples/counter/counterapp"
 	"github.com/pinned-go/pinned/host"
 	"github.com/pinned-go/pinned/worker"
 )
@@ -212,7 +213,7 @@ func run(ctx context.Context, opts options, logger *slog.Logger, ready func(net.
 		MaxInstances: opts.maxInstances,
 		Logger:       logger,
 		Metrics:      set,
-	}, counterType())
+	}, counterapp.Type())
 	if err != nil {
 		return err
 	}

@@ -8,9 +8,15 @@
 // # Ports
 //
 // The public listener (PINBOARD_LISTEN, default :8080) serves /registry/*,
-// /healthz, and hands every other request to the data plane; its router
-// never redirects (RedirectTrailingSlash and RedirectFixedPath are off) and
-// a wrong method on a registry path is a 405. The admin listener
+// /healthz, and hands every other request to the data plane. Which is which
+// is decided on the raw request target's first segment (/registry or
+// /healthz), as the proxy decides its own routes, never on a normalised
+// path. The registry's router never redirects (RedirectTrailingSlash and
+// RedirectFixedPath are off) and a wrong method on a registry path is a 405.
+// With the proxy plugged in, the public server is the proxy's (NewServer:
+// streamed request bodies, the proxy's header, body and timeout limits); the
+// registry reads its bodies through a limited reader of the body stream, so
+// its 64 KiB bound (413) holds there too. The admin listener
 // (PINBOARD_ADMIN_LISTEN, default 127.0.0.1:9090) serves /metrics (the
 // pinboard's, the registry's and the data plane's sets plus go_* and
 // process_*) and /debug/pprof/*; neither is ever reachable on the public
@@ -33,9 +39,13 @@
 // Clock, DialControl} and returns a DataPlane: Handle serves every non-registry request;
 // Invalidate receives every store invalidation (wired as the store's
 // OnInvalidate before anything connects). Optional methods: Run(ctx) for
-// background work that lives as long as the pinboard, ConfigureServer to
-// adjust the public fasthttp.Server. cmd/pinboard passes nil until the
-// proxy exists: Main's last argument is where it goes.
+// background work that lives as long as the pinboard, NewServer to supply
+// the public fasthttp.Server (its Handler is replaced by the dispatch
+// above), ConfigureServer to adjust it. NewProxy is the real data plane
+// (package proxy on package placement) and what cmd/pinboard passes; with
+// -dev its resolver gets its invalidations from the memory store directly.
+// ProxyPlane.Run closes the proxy's tunnels and the resolver's endpoints
+// once the public listener has drained.
 //
 // # Lifecycle
 //

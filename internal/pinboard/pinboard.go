@@ -154,7 +154,7 @@ func New(cfg Config) (*Pinboard, error) {
 		return nil, err
 	}
 	p.reg = reg
-	var notFound fasthttp.RequestHandler
+	handler := reg.NewRouter(nil).Handler
 	if cfg.NewDataPlane != nil {
 		dp, err := cfg.NewDataPlane(DataPlaneDeps{Store: p.st, Lease: reg.Lease(), Logger: root, Metrics: p.dpSet, Clock: p.clock,
 			DialControl: reg.DialControl})
@@ -165,17 +165,25 @@ func New(cfg Config) (*Pinboard, error) {
 		p.dp = dp
 		inv := dp.Invalidate
 		p.invalidate.Store(&inv)
-		notFound = dp.Handle
+		handler = dispatch(handler, dp.Handle)
 	}
-	p.public = &fasthttp.Server{
-		Handler:                      reg.NewRouter(notFound).Handler,
-		Name:                         "pinboard",
-		NoDefaultServerHeader:        true,
-		ReadTimeout:                  30 * time.Second,
-		IdleTimeout:                  90 * time.Second,
-		DisablePreParseMultipartForm: true,
-		Logger:                       fasthttpLogger{p.log},
+	if ns, ok := p.dp.(interface{ NewServer() *fasthttp.Server }); ok {
+		// The data plane's server (the proxy's: streamed request bodies,
+		// its limits and timeouts). The registry reads its bodies through
+		// a limited reader of the body stream, so its 64 KiB bound holds
+		// there too.
+		p.public = ns.NewServer()
+	} else {
+		p.public = &fasthttp.Server{
+			Name:                         "pinboard",
+			NoDefaultServerHeader:        true,
+			ReadTimeout:                  30 * time.Second,
+			IdleTimeout:                  90 * time.Second,
+			DisablePreParseMultipartForm: true,
+			Logger:                       fasthttpLogger{p.log},
+		}
 	}
+	p.public.Handler = handler
 	if c, ok := p.dp.(interface{ ConfigureServer(*fasthttp.Server) }); ok {
 		c.ConfigureServer(p.public)
 	}
@@ -193,6 +201,39 @@ func New(cfg Config) (*Pinboard, error) {
 	p.own.NewGauge(`pinned_pinboard_info{protocol="`+fmt.Sprint(wire.Version)+`",store="`+storeKind+`"}`, func() float64 { return 1 })
 	p.own.NewGauge(`pinned_pinboard_lease_seconds`, func() float64 { return reg.Lease().Seconds() })
 	return p, nil
+}
+
+// dispatch sends requests whose raw target's first segment is /registry or
+// /healthz to the registry's router, and every other request to the data
+// plane. The decision is made on the raw request target, as the proxy makes
+// its own, so that no encoded or dot-segment path reaches one handler
+// while looking like the other's (the router matches a normalised path:
+// "/registry/../counter/x" is the registry's, and a 404 there).
+func dispatch(registry, dataPlane fasthttp.RequestHandler) fasthttp.RequestHandler {
+	return func(ctx *fasthttp.RequestCtx) {
+		if registryTarget(ctx.Request.Header.RequestURI()) {
+			registry(ctx)
+			return
+		}
+		dataPlane(ctx)
+	}
+}
+
+// registryTarget reports whether the raw request target's first path
+// segment is /registry or /healthz.
+func registryTarget(uri []byte) bool {
+	for _, prefix := range [...]string{wire.PathHealthz, "/registry"} {
+		if len(uri) >= len(prefix) && string(uri[:len(prefix)]) == prefix {
+			if len(uri) == len(prefix) {
+				return true
+			}
+			switch uri[len(prefix)] {
+			case '/', '?':
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // forward hands a store invalidation to the data plane, if any.
@@ -342,13 +383,15 @@ func (p *Pinboard) Run(ctx context.Context) error {
 	sctx, cancel := context.WithTimeout(context.Background(), cmp.Or(p.cfg.ShutdownTimeout, DefaultShutdownTimeout))
 	defer cancel()
 	// Close the listeners ourselves too: a Shutdown that ran before Serve
-	// registered its listener would not.
+	// registered its listener would not. fasthttp's Shutdown then still
+	// waits for in-flight requests, and reports its own second close of
+	// the listener (net.ErrClosed), which is not a failure.
 	publicLn.Close()
-	if err := p.public.ShutdownWithContext(sctx); err != nil {
+	if err := p.public.ShutdownWithContext(sctx); err != nil && !errors.Is(err, net.ErrClosed) {
 		p.log.Warn("in-flight requests did not finish within the shutdown timeout", "err", err)
 	}
 	adminLn.Close()
-	if err := p.admin.ShutdownWithContext(sctx); err != nil {
+	if err := p.admin.ShutdownWithContext(sctx); err != nil && !errors.Is(err, net.ErrClosed) {
 		p.log.Warn("admin requests did not finish within the shutdown timeout", "err", err)
 	}
 	stop()

@@ -394,6 +394,9 @@ func TestGracefulShutdown(t *testing.T) {
 	if !strings.Contains(r.logs.String(), "pinboard stopped") {
 		t.Fatalf("no stop log line:\n%s", r.logs)
 	}
+	if strings.Contains(r.logs.String(), "did not finish") {
+		t.Fatalf("a clean shutdown was logged as timed out:\n%s", r.logs)
+	}
 }
 
 func TestReloadTokens(t *testing.T) {

@@ -1,4 +1,8 @@
-package main
+// Package counterapp is the counter demo's object type: a durable counter
+// per id under /counter (GET /, POST /incr, POST /incr-later, GET /stream,
+// WebSocket /ws). examples/counter serves it in one process; examples/fleet
+// serves it on three workers behind a pinboard.
+package counterapp
 
 import (
 	"context"
@@ -30,8 +34,8 @@ const maxStreamLines = 1_000_000
 // maxIncrDelay bounds POST /incr-later?delay=D.
 const maxIncrDelay = time.Minute
 
-// counterType is the object type the host runs under /counter.
-func counterType() host.Type[*Counter] {
+// Type is the object type a host runs under /counter.
+func Type() host.Type[*Counter] {
 	r := host.NewRoutes[*Counter]()
 	r.GET("/", (*Counter).get)
 	r.POST("/incr", (*Counter).incr)

@@ -1,0 +1,247 @@
+// Command fleet is pinned's fleet demo in one process: a pinboard in
+// development mode (in-memory directory, generated token) and three workers
+// serving the counter object (examples/counter/counterapp), each on its own
+// 127.0.0.1 port and registered with the pinboard like separate processes
+// would be. Every request to the pinboard is routed to the worker holding
+// the id, which is placed on a worker on its first request.
+//
+//	go run ./examples/fleet                   # pinboard on 127.0.0.1:8080
+//	curl -X POST localhost:8080/counter/alice/incr
+//	curl localhost:8080/counter/alice/       # same instance, whatever the worker
+//	curl -H "Authorization: Bearer <token>" localhost:8080/registry/workers
+//
+// Flags: -listen (the pinboard's public address, default 127.0.0.1:8080),
+// -admin-listen (its /metrics and /debug/pprof, default 127.0.0.1:9090),
+// -workers (default 3), -shutdown-timeout. Ctrl-C drains the workers, then
+// stops the pinboard.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/fasthttp/router"
+	"github.com/valyala/fasthttp"
+
+	"github.com/pinned-go/pinned/examples/counter/counterapp"
+	"github.com/pinned-go/pinned/host"
+	"github.com/pinned-go/pinned/internal/pinboard"
+	"github.com/pinned-go/pinned/worker"
+)
+
+// options is what the demo reads from its flags.
+type options struct {
+	listen, adminListen string
+	workers             int
+	shutdownTimeout     time.Duration
+}
+
+func loadOptions(args []string) (options, error) {
+	var o options
+	fs := flag.NewFlagSet("fleet", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.StringVar(&o.listen, "listen", "127.0.0.1:8080", "the pinboard's public address (registry and proxy)")
+	fs.StringVar(&o.adminListen, "admin-listen", "127.0.0.1:9090", "the pinboard's admin address (/metrics, /debug/pprof)")
+	fs.IntVar(&o.workers, "workers", 3, "counter workers to start (1 to 16)")
+	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 5*time.Second, "bound on draining each worker at exit")
+	if err := fs.Parse(args); err != nil {
+		return o, fmt.Errorf("fleet: %w (flags: -listen, -admin-listen, -workers, -shutdown-timeout)", err)
+	}
+	if fs.NArg() > 0 {
+		return o, fmt.Errorf("fleet: unexpected arguments %q", fs.Args())
+	}
+	if o.workers < 1 || o.workers > 16 {
+		return o, fmt.Errorf("fleet: -workers %d: want 1 to 16", o.workers)
+	}
+	return o, nil
+}
+
+func main() {
+	opts, err := loadOptions(os.Args[1:])
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
+	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, opts, logger, func(f fleet) { f.print(os.Stdout) }); err != nil {
+		fmt.Fprintln(os.Stderr, "fleet:", err)
+		os.Exit(1)
+	}
+}
+
+// fleet is what the demo started: where to reach it.
+type fleet struct {
+	Pinboard string   // http://host:port of the pinboard's public listener
+	Admin    string   // http://host:port of its admin listener
+	Workers  []string // each worker's advertise URL
+	Token    string   // the generated deployment token
+}
+
+func (f fleet) print(w io.Writer) {
+	fmt.Fprintf(w, "pinboard   %s   (registry, proxy; admin %s/metrics)\n", f.Pinboard, f.Admin)
+	for i, u := range f.Workers {
+		fmt.Fprintf(w, "worker %d   %s   (counter host; reached through the pinboard)\n", i+1, u)
+	}
+	fmt.Fprintf(w, "token      %s\n\n", f.Token)
+	fmt.Fprintf(w, "try:\n  curl -X POST %s/counter/alice/incr\n  curl %s/counter/alice/\n", f.Pinboard, f.Pinboard)
+	fmt.Fprintf(w, "  curl -H 'Authorization: Bearer %s' %s/registry/workers\n", f.Token, f.Pinboard)
+	fmt.Fprintln(w, "Ctrl-C stops the fleet.")
+}
+
+// run starts the pinboard and the workers, calls ready once every worker
+// is registered, and runs until ctx ends; then it drains the workers and
+// stops the pinboard.
+func run(ctx context.Context, o options, logger *slog.Logger, ready func(fleet)) (err error) {
+	settings, err := pinboard.ParseSettings([]string{"-dev", "-listen", o.listen, "-admin-listen", o.adminListen},
+		func(string) string { return "" }, io.Discard)
+	if err != nil {
+		return err
+	}
+	pub, err := net.Listen("tcp", o.listen)
+	if err != nil {
+		return fmt.Errorf("pinboard: %w", err)
+	}
+	adm, err := net.Listen("tcp", o.adminListen)
+	if err != nil {
+		pub.Close()
+		return fmt.Errorf("pinboard admin: %w", err)
+	}
+	pb, err := pinboard.New(pinboard.Config{Settings: settings, Logger: logger, NewDataPlane: pinboard.NewProxy,
+		PublicListener: pub, AdminListener: adm})
+	if err != nil {
+		pub.Close()
+		adm.Close()
+		return err
+	}
+	pbCtx, stopPinboard := context.WithCancel(context.Background())
+	pbDone := make(chan error, 1)
+	go func() { pbDone <- pb.Run(pbCtx) }() // owned by run: joined below
+	defer func() {
+		stopPinboard()
+		err = errors.Join(err, <-pbDone)
+	}()
+
+	f := fleet{Pinboard: "http://" + pub.Addr().String(), Admin: "http://" + adm.Addr().String(), Token: settings.Tokens[0]}
+	var workers []*fleetWorker
+	defer func() {
+		// Drain the workers while the pinboard still takes their releases.
+		var wg sync.WaitGroup
+		errs := make([]error, len(workers))
+		for i, w := range workers {
+			wg.Go(func() { errs[i] = w.stop(o.shutdownTimeout) })
+		}
+		wg.Wait()
+		err = errors.Join(append([]error{err}, errs...)...)
+	}()
+	for i := range o.workers {
+		w, err := startWorker(fmt.Sprintf("w%d", i+1), f.Pinboard, f.Token, logger)
+		if err != nil {
+			return err
+		}
+		workers = append(workers, w)
+		f.Workers = append(f.Workers, w.url)
+	}
+	// Registration is a round trip through the pinboard (and its challenge
+	// back to the worker): wait for every worker to hold a lease.
+	deadline := time.Now().Add(10 * time.Second)
+	for _, w := range workers {
+		for !w.w.Ready() {
+			if time.Now().After(deadline) {
+				return fmt.Errorf("worker %s did not register within 10s", w.url)
+			}
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(10 * time.Millisecond):
+			}
+		}
+	}
+	if ready != nil {
+		ready(f)
+	}
+	<-ctx.Done()
+	return nil
+}
+
+// fleetWorker is one counter worker: a worker.Worker, the counter host
+// attached to it, and its fasthttp server.
+type fleetWorker struct {
+	url    string
+	w      *worker.Worker
+	h      *host.Host
+	srv    *fasthttp.Server
+	cancel context.CancelFunc
+	done   sync.WaitGroup
+}
+
+func startWorker(name, pinboardURL, token string, logger *slog.Logger) (*fleetWorker, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	fw := &fleetWorker{url: "http://" + ln.Addr().String()}
+	log := logger.With("worker", name)
+	fw.w, err = worker.New(worker.Config{PinboardURL: pinboardURL, AdvertiseURL: fw.url, Token: token, Logger: log})
+	if err == nil {
+		fw.h, err = host.New(host.Config{Namespace: "/counter", Worker: fw.w, Logger: log}, counterapp.Type())
+	}
+	if err == nil {
+		err = fw.h.Start()
+	}
+	if err != nil {
+		ln.Close()
+		return nil, err
+	}
+	r := router.New()
+	fw.w.Mount(r) // GET /_pinned/challenge, the pinboard's proof that this URL is this worker
+	fw.srv = &fasthttp.Server{
+		Handler:     fw.h.Wrap(r.Handler),
+		Name:        "pinned-fleet-" + name,
+		ReadTimeout: 30 * time.Second,
+		// Above the proxy's pooled-connection idle timeout (10 s): the
+		// pinboard closes idle connections first.
+		IdleTimeout:     2 * time.Minute,
+		CloseOnShutdown: true,
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	fw.cancel = cancel
+	fw.done.Go(func() { _ = fw.srv.Serve(ln) })
+	fw.done.Go(func() {
+		if err := fw.w.Run(ctx); err != nil {
+			log.Error("worker stopped", "err", err)
+		}
+	})
+	return fw, nil
+}
+
+// stop drains the worker (idle instances close and release their ids; the
+// rest are aborted after timeout), closes the host and the server.
+func (fw *fleetWorker) stop(timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	var errs []error
+	if err := fw.w.Shutdown(ctx); err != nil {
+		errs = append(errs, err)
+	}
+	if err := fw.h.Close(ctx); err != nil {
+		errs = append(errs, err)
+	}
+	if err := fw.srv.ShutdownWithContext(ctx); err != nil {
+		errs = append(errs, err)
+	}
+	fw.cancel()
+	fw.done.Wait()
+	return errors.Join(errs...)
+}

@@ -1,0 +1,144 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fasthttp/websocket"
+	"go.uber.org/goleak"
+
+	"github.com/pinned-go/pinned/internal/leakcheck"
+	"github.com/pinned-go/pinned/internal/wire"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m, leakcheck.Options()...) }
+
+func TestLoadOptions(t *testing.T) {
+	o, err := loadOptions(nil)
+	if err != nil || o.listen != "127.0.0.1:8080" || o.workers != 3 {
+		t.Errorf("loadOptions(nil) = %+v, %v; want 127.0.0.1:8080 and 3 workers", o, err)
+	}
+	for _, args := range [][]string{{"-workers", "0"}, {"-nope"}, {"extra"}} {
+		if _, err := loadOptions(args); err == nil {
+			t.Errorf("loadOptions(%q) accepted bad arguments", args)
+		}
+	}
+}
+
+// state is the counter's answer.
+type state struct {
+	ID       string `json:"id"`
+	Count    int64  `json:"count"`
+	Instance string `json:"instance"`
+}
+
+// TestFleet runs the demo on ephemeral 127.0.0.1 ports and walks through
+// what the README's quick start promises: the counter through the
+// pinboard, the same instance on every request, ids spread over the
+// workers, WebSocket pass-through, and a clean stop.
+func TestFleet(t *testing.T) {
+	o, err := loadOptions([]string{"-listen", "127.0.0.1:0", "-admin-listen", "127.0.0.1:0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	ready := make(chan fleet, 1)
+	done := make(chan error, 1)
+	go func() { done <- run(ctx, o, slog.New(slog.DiscardHandler), func(f fleet) { ready <- f }) }()
+	var f fleet
+	select {
+	case f = <-ready:
+	case err := <-done:
+		t.Fatalf("run ended before the fleet was ready: %v", err)
+	case <-time.After(20 * time.Second):
+		t.Fatal("the fleet was not ready within 20 s")
+	}
+	defer func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("run = %v; want nil after a clean stop", err)
+			}
+		case <-time.After(20 * time.Second):
+			t.Error("run did not return within 20 s of cancel")
+		}
+	}()
+	var banner bytes.Buffer
+	f.print(&banner)
+	if len(f.Workers) != 3 || !strings.Contains(banner.String(), "curl -X POST "+f.Pinboard+"/counter/alice/incr") {
+		t.Fatalf("banner:\n%s", banner.String())
+	}
+
+	client := &http.Client{Timeout: 10 * time.Second}
+	defer client.CloseIdleConnections()
+	call := func(method, path string) state {
+		t.Helper()
+		req, _ := http.NewRequest(method, f.Pinboard+path, nil)
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var s state
+		if resp.StatusCode != 200 || json.NewDecoder(resp.Body).Decode(&s) != nil {
+			t.Fatalf("%s %s = %d", method, path, resp.StatusCode)
+		}
+		return s
+	}
+	first := call("POST", "/counter/alice/incr")
+	second := call("POST", "/counter/alice/incr")
+	if first.Count != 1 || second.Count != 2 || first.Instance != second.Instance {
+		t.Fatalf("two increments = %+v, %+v; want 1 then 2 on one instance", first, second)
+	}
+	for i := range 30 {
+		call("GET", fmt.Sprintf("/counter/id%d/", i))
+	}
+	req, _ := http.NewRequest("GET", f.Pinboard+wire.PathWorkers, nil)
+	req.Header.Set("Authorization", "Bearer "+f.Token)
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ws wire.WorkersResponse
+	err = json.NewDecoder(resp.Body).Decode(&ws)
+	resp.Body.Close()
+	if err != nil || len(ws.Workers) != 3 {
+		t.Fatalf("workers = %+v, %v; want 3", ws, err)
+	}
+	used := 0
+	for _, w := range ws.Workers {
+		if w.Placements["/counter"] > 0 {
+			used++
+		}
+	}
+	if used < 2 {
+		t.Errorf("31 ids were placed on %d worker(s); want them spread", used)
+	}
+
+	// WebSocket through the pinboard: echo, and a push on every change.
+	c, _, err := websocket.DefaultDialer.Dial(strings.Replace(f.Pinboard, "http", "ws", 1)+"/counter/alice/ws", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if err := c.WriteMessage(websocket.TextMessage, []byte("hi")); err != nil {
+		t.Fatal(err)
+	}
+	if _, msg, err := c.ReadMessage(); err != nil || string(msg) != "hi" {
+		t.Fatalf("echo = %q, %v", msg, err)
+	}
+	call("POST", "/counter/alice/incr")
+	if _, msg, err := c.ReadMessage(); err != nil || string(msg) != `{"count":3}` {
+		t.Fatalf("push = %q, %v; want {\"count\":3}", msg, err)
+	}
+	c.Close()
+}

@@ -1,0 +1,449 @@
+package pinboard
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fasthttp/router"
+	"github.com/valyala/fasthttp"
+
+	"github.com/pinned-go/pinned/host"
+	"github.com/pinned-go/pinned/internal/redistest"
+	"github.com/pinned-go/pinned/internal/wire"
+	"github.com/pinned-go/pinned/placement"
+	"github.com/pinned-go/pinned/proxy"
+	"github.com/pinned-go/pinned/worker"
+)
+
+// The tests in this file run real pinboards (with the proxy), real
+// worker.Workers and real host.Hosts on 127.0.0.1, sharing one redis-server.
+
+// activations watches the object's lifecycle across every host of a test:
+// a second live instance of one id anywhere is a duplicate.
+type activations struct {
+	mu    sync.Mutex
+	live  map[string]int
+	total map[string]int
+	dups  []string
+}
+
+func newActivations() *activations {
+	return &activations{live: map[string]int{}, total: map[string]int{}}
+}
+
+func (a *activations) up(id, worker string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.live[id]++
+	a.total[id]++
+	if a.live[id] > 1 {
+		a.dups = append(a.dups, id+" (again on "+worker+")")
+	}
+}
+
+func (a *activations) down(id string) {
+	a.mu.Lock()
+	a.live[id]--
+	a.mu.Unlock()
+}
+
+func (a *activations) check(t *testing.T) {
+	t.Helper()
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if len(a.dups) > 0 {
+		t.Errorf("two live instances of one id: %v", a.dups)
+	}
+}
+
+// obj is the test object: it counts its requests and says where it lives.
+type obj struct {
+	inst   *host.Instance
+	worker string
+	nonce  string
+	n      int
+}
+
+type objState struct {
+	Worker string `json:"worker"`
+	ID     string `json:"id"`
+	N      int    `json:"n"`
+	Nonce  string `json:"nonce"`
+}
+
+func objType(worker string, act *activations) host.Type[*obj] {
+	r := host.NewRoutes[*obj]()
+	r.GET("/", func(o *obj, x *host.Ctx) error {
+		o.n++
+		return x.JSON(200, objState{Worker: o.worker, ID: o.inst.ID(), N: o.n, Nonce: o.nonce})
+	})
+	return host.Type[*obj]{
+		New: func(inst *host.Instance) (*obj, error) {
+			var b [6]byte
+			_, _ = rand.Read(b[:])
+			act.up(inst.ID(), worker)
+			return &obj{inst: inst, worker: worker, nonce: hex.EncodeToString(b[:])}, nil
+		},
+		Teardown: func(o *obj) { act.down(o.inst.ID()) },
+		Routes:   r,
+	}
+}
+
+// link is a TCP forwarder from a worker to its pinboard that the test can
+// cut: a worker behind a cut link is partitioned, like a crashed or frozen
+// process, and cannot even release its placements.
+type link struct {
+	ln    net.Listener
+	mu    sync.Mutex
+	conns []net.Conn
+	cut   bool
+	wg    sync.WaitGroup
+}
+
+func newLink(t *testing.T, to string) *link {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := &link{ln: ln}
+	l.wg.Go(func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			up, err := net.Dial("tcp", to)
+			l.mu.Lock()
+			if err != nil || l.cut {
+				l.mu.Unlock()
+				c.Close()
+				if up != nil {
+					up.Close()
+				}
+				continue
+			}
+			l.conns = append(l.conns, c, up)
+			l.mu.Unlock()
+			l.wg.Go(func() { _, _ = io.Copy(up, c); up.Close() })
+			l.wg.Go(func() { _, _ = io.Copy(c, up); c.Close() })
+		}
+	})
+	t.Cleanup(func() { l.sever(); l.wg.Wait() })
+	return l
+}
+
+// sever cuts the link: every connection closes and new ones are refused.
+func (l *link) sever() {
+	l.mu.Lock()
+	l.cut = true
+	for _, c := range l.conns {
+		c.Close()
+	}
+	l.mu.Unlock()
+	l.ln.Close()
+}
+
+// fleetWorker is a real worker with a real host of obj.
+type fleetWorker struct {
+	name string
+	w    *worker.Worker
+	h    *host.Host
+	link *link
+	srv  *fasthttp.Server
+	ln   net.Listener
+	once sync.Once
+}
+
+// startFleetWorker starts a worker registered with the pinboard at
+// pinboardAddr through a link, with the given idle timeout for instances.
+func startFleetWorker(t *testing.T, name, pinboardAddr string, act *activations, idle time.Duration) *fleetWorker {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fw := &fleetWorker{name: name, link: newLink(t, pinboardAddr), ln: ln}
+	fw.w, err = worker.New(worker.Config{
+		PinboardURL: "http://" + fw.link.ln.Addr().String(), AdvertiseURL: "http://" + ln.Addr().String(), Token: token,
+		LeaseBuffer: 500 * time.Millisecond, HeartbeatInterval: 300 * time.Millisecond, RetryInterval: 100 * time.Millisecond,
+		ReleaseAttempts: 1, Logger: discardLogger(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fw.h, err = host.New(host.Config{Namespace: "/counter", Worker: fw.w, IdleTimeout: idle, SweepInterval: 50 * time.Millisecond,
+		Logger: discardLogger()}, objType(name, act))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := fw.h.Start(); err != nil {
+		t.Fatal(err)
+	}
+	r := router.New()
+	fw.w.Mount(r)
+	fw.srv = &fasthttp.Server{Handler: fw.h.Wrap(r.Handler), IdleTimeout: time.Minute, MaxIdleWorkerDuration: 100 * time.Millisecond}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() { _ = fw.srv.Serve(ln) })
+	wg.Go(func() { _ = fw.w.Run(ctx) })
+	t.Cleanup(func() {
+		fw.kill()
+		cancel()
+		hctx, hcancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer hcancel()
+		_ = fw.h.Close(hctx)
+		wg.Wait()
+	})
+	deadline := time.Now().Add(10 * time.Second)
+	for !fw.w.Ready() {
+		if time.Now().After(deadline) {
+			t.Fatalf("worker %s never became ready", name)
+		}
+		time.Sleep(10 * time.Millisecond) // registration crosses the pinboard and its store
+	}
+	return fw
+}
+
+// kill makes the worker vanish like a crashed process: its port closes and
+// it can no longer reach the pinboard.
+func (fw *fleetWorker) kill() {
+	fw.once.Do(func() {
+		fw.link.sever()
+		_ = fw.ln.Close()
+		_ = fw.srv.Shutdown()
+	})
+}
+
+// fleetPinboard is a running pinboard with its data plane.
+type fleetPinboard struct {
+	*running
+	plane *ProxyPlane
+}
+
+func startFleetPinboard(t *testing.T, redisURL string) *fleetPinboard {
+	t.Helper()
+	fp := &fleetPinboard{}
+	fp.running = start(t, Settings{RedisURL: redisURL}, func(d DataPlaneDeps) (DataPlane, error) {
+		p, err := NewProxyWith(d, placement.Config{}, proxy.Config{})
+		fp.plane = p
+		return p, err
+	})
+	fp.waitHealth(t, 200)
+	return fp
+}
+
+type answer struct {
+	code  int
+	state objState
+	body  string
+	retry string
+}
+
+func (fp *fleetPinboard) get(t *testing.T, id string) answer {
+	t.Helper()
+	req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
+	defer fasthttp.ReleaseRequest(req)
+	defer fasthttp.ReleaseResponse(resp)
+	req.SetRequestURI("http://" + fp.public + "/counter/" + id + "/")
+	if err := fp.hc.DoTimeout(req, resp, 10*time.Second); err != nil {
+		t.Fatalf("GET %s: %v", id, err)
+	}
+	a := answer{code: resp.StatusCode(), body: string(resp.Body()), retry: string(resp.Header.Peek(wire.HeaderRetryAfter))}
+	if a.code == 200 {
+		if err := json.Unmarshal(resp.Body(), &a.state); err != nil {
+			t.Fatalf("GET %s: %s: %v", id, resp.Body(), err)
+		}
+	}
+	return a
+}
+
+// Concurrent first requests for the same ids through two pinboards sharing
+// one Redis activate exactly one instance per id, and every request reaches
+// it.
+func TestFleetOneInstanceAcrossPinboards(t *testing.T) {
+	srv := redistest.Start(t)
+	p1, p2 := startFleetPinboard(t, srv.URL), startFleetPinboard(t, srv.URL)
+	act := newActivations()
+	startFleetWorker(t, "a", p1.public, act, time.Minute)
+	startFleetWorker(t, "b", p2.public, act, time.Minute)
+	startFleetWorker(t, "c", p1.public, act, time.Minute)
+	for i := range 25 {
+		id := fmt.Sprintf("one%d", i)
+		answers := make([]answer, 6)
+		var wg sync.WaitGroup
+		for j := range answers {
+			wg.Go(func() { answers[j] = []*fleetPinboard{p1, p2}[j%2].get(t, id) })
+		}
+		wg.Wait()
+		for j, a := range answers {
+			if a.code != 200 || a.state.Nonce != answers[0].state.Nonce {
+				t.Fatalf("%s: answer %d = %d %s; answer 0 = %s; want one instance", id, j, a.code, a.body, answers[0].body)
+			}
+		}
+		act.mu.Lock()
+		n := act.total[id]
+		act.mu.Unlock()
+		if n != 1 {
+			t.Fatalf("%s activated %d times; want 1", id, n)
+		}
+	}
+	act.check(t)
+}
+
+// A release (the instance closed for idleness on its worker) invalidates
+// the cached placement in both pinboards; the next request, through either,
+// activates one fresh instance.
+func TestFleetReleaseInvalidatesBothPinboards(t *testing.T) {
+	srv := redistest.Start(t)
+	p1, p2 := startFleetPinboard(t, srv.URL), startFleetPinboard(t, srv.URL)
+	act := newActivations()
+	startFleetWorker(t, "a", p1.public, act, 400*time.Millisecond)
+	first := p1.get(t, "x")
+	if first.code != 200 {
+		t.Fatalf("GET x = %d %s", first.code, first.body)
+	}
+	// Both pinboards serve x from their caches (each read the placement,
+	// so Redis tracks it for both).
+	for _, p := range []*fleetPinboard{p1, p2} {
+		res := p.plane.Resolver()
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			hits := res.CacheStats().Hits
+			if a := p.get(t, "x"); a.state.Nonce != first.state.Nonce {
+				t.Fatalf("GET x = %s; want the first instance", a.body)
+			}
+			if res.CacheStats().Hits > hits {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("x never served from the cache")
+			}
+		}
+	}
+	inv1, inv2 := p1.plane.Resolver().CacheStats().Invalidations, p2.plane.Resolver().CacheStats().Invalidations
+	// Idle for 400 ms: the host closes the instance and releases x.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		h, err := p1.p.Store().Placement(context.Background(), "/counter", "x")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if h == "" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("x was never released")
+		}
+		time.Sleep(20 * time.Millisecond) // the release crosses the worker's loop, the registry and Redis
+	}
+	deadline = time.Now().Add(5 * time.Second)
+	for p1.plane.Resolver().CacheStats().Invalidations == inv1 || p2.plane.Resolver().CacheStats().Invalidations == inv2 {
+		if time.Now().After(deadline) {
+			t.Fatal("the release's invalidation did not reach both pinboards")
+		}
+		time.Sleep(5 * time.Millisecond) // Redis pushes invalidations asynchronously
+	}
+	again := p2.get(t, "x")
+	if again.code != 200 || again.state.Nonce == first.state.Nonce || again.state.N != 1 {
+		t.Fatalf("GET x after the release = %s; want a fresh instance", again.body)
+	}
+	if a := p1.get(t, "x"); a.state.Nonce != again.state.Nonce {
+		t.Fatalf("pinboard 1 after the release = %s; want the fresh instance %s", a.body, again.state.Nonce)
+	}
+	act.check(t)
+}
+
+// A worker that vanishes (no heartbeats, port closed): its ids answer 503 +
+// Retry-After while its lease may still run in the store, then activate on
+// another worker.
+func TestFleetKilledWorkerIDsMoveAfterLease(t *testing.T) {
+	srv := redistest.Start(t)
+	p := startFleetPinboard(t, srv.URL)
+	act := newActivations()
+	a := startFleetWorker(t, "a", p.public, act, time.Minute)
+	if ans := p.get(t, "x"); ans.state.Worker != "a" {
+		t.Fatalf("GET x = %s; want a (the only worker)", ans.body)
+	}
+	startFleetWorker(t, "b", p.public, act, time.Minute)
+	killed := time.Now()
+	a.kill()
+	lease := 2 * time.Second // start's default
+	var moved answer
+	for moved.code != 200 {
+		ans := p.get(t, "x")
+		switch {
+		case ans.code == 200:
+			moved = ans
+		case ans.code != 503 || ans.retry == "":
+			t.Fatalf("GET x with a gone = %d %s (Retry-After %q); want 503 with Retry-After", ans.code, ans.body, ans.retry)
+		case time.Since(killed) > lease+5*time.Second:
+			t.Fatalf("x did not move within %v of a's death", lease+5*time.Second)
+		}
+		time.Sleep(20 * time.Millisecond) // a client retrying
+	}
+	el := time.Since(killed)
+	if moved.state.Worker != "b" || moved.state.N != 1 {
+		t.Errorf("x after a's lease = %s; want a fresh instance on b", moved.body)
+	}
+	// a's last acknowledged heartbeat was at most a heartbeat interval
+	// (300 ms) before the kill; its lease ran from that heartbeat's send.
+	if el < lease-400*time.Millisecond {
+		t.Errorf("x moved %v after the kill, before a's lease (%v) could have run out", el, lease)
+	}
+	t.Logf("x moved to b %v after a was killed (lease %v)", el, lease)
+}
+
+// Drain: once a worker reports draining, new ids go to other workers while
+// the ids it holds keep being served by it.
+func TestFleetDrainMovesNewIDsAway(t *testing.T) {
+	srv := redistest.Start(t)
+	p := startFleetPinboard(t, srv.URL)
+	act := newActivations()
+	a := startFleetWorker(t, "a", p.public, act, time.Minute)
+	for i := range 5 {
+		if ans := p.get(t, fmt.Sprintf("old%d", i)); ans.state.Worker != "a" {
+			t.Fatalf("GET old%d = %s; want a", i, ans.body)
+		}
+	}
+	startFleetWorker(t, "b", p.public, act, time.Minute)
+	if code, body := p.do("POST", p.public, wire.PathPush, token, wire.PushRequest{ClientID: a.w.ClientID(), Type: wire.MessageDrain}); code != 202 {
+		t.Fatalf("push drain = %d %s", code, body)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var ws wire.WorkersResponse
+		_, body := p.do("GET", p.public, wire.PathWorkers, token, nil)
+		_ = json.Unmarshal(body, &ws)
+		draining := false
+		for _, w := range ws.Workers {
+			draining = draining || w.ClientID == a.w.ClientID() && w.Draining
+		}
+		if draining {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a never reported draining: %s", body)
+		}
+		time.Sleep(20 * time.Millisecond) // the drain travels in a heartbeat ack and the next heartbeat
+	}
+	for i := range 15 {
+		if ans := p.get(t, fmt.Sprintf("new%d", i)); ans.state.Worker != "b" {
+			t.Fatalf("GET new%d = %d %s; want b", i, ans.code, ans.body)
+		}
+	}
+	for i := range 5 {
+		if ans := p.get(t, fmt.Sprintf("old%d", i)); ans.state.Worker != "a" || ans.state.N != 2 {
+			t.Errorf("GET old%d during a's drain = %d %s; want a's instance, second request", i, ans.code, ans.body)
+		}
+	}
+	act.check(t)
+}

@@ -1,0 +1,43 @@
+package placement
+
+import "github.com/VictoriaMetrics/metrics"
+
+// missBuckets are the bounds of pinned_placement_miss_duration_seconds: a
+// miss is a few store round trips (memory: microseconds; Redis on the LAN:
+// a millisecond or so).
+var missBuckets = []float64{
+	.00005, .0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5,
+}
+
+// resolverMetrics are the resolver's metrics, resolved once. The cache's own
+// (pinned_placecache_*{cache="placements"}) are on the same set.
+type resolverMetrics struct {
+	missDuration        *metrics.PrometheusHistogram // one miss, single-flight leader
+	sharedMisses        *metrics.Counter             // misses that waited for another's store read
+	claimsWon           *metrics.Counter
+	claimsLost          *metrics.Counter
+	replacesWon         *metrics.Counter
+	replacesLost        *metrics.Counter
+	noWorker            *metrics.Counter
+	storeErrors         *metrics.Counter
+	invalidates         *metrics.Counter // Invalidate calls from the proxy
+	sessionsClosed      *metrics.Counter // endpoints closed because their session was gone
+	tunnelChecks        *metrics.Counter
+	tunnelChecksDropped *metrics.Counter
+}
+
+func (m *resolverMetrics) register(s *metrics.Set, r *Resolver) {
+	m.missDuration = s.GetOrCreatePrometheusHistogramExt("pinned_placement_miss_duration_seconds", missBuckets)
+	m.sharedMisses = s.GetOrCreateCounter("pinned_placement_shared_misses_total")
+	m.claimsWon = s.GetOrCreateCounter(`pinned_placement_claims_total{result="won"}`)
+	m.claimsLost = s.GetOrCreateCounter(`pinned_placement_claims_total{result="lost"}`)
+	m.replacesWon = s.GetOrCreateCounter(`pinned_placement_replaces_total{result="won"}`)
+	m.replacesLost = s.GetOrCreateCounter(`pinned_placement_replaces_total{result="lost"}`)
+	m.noWorker = s.GetOrCreateCounter("pinned_placement_no_worker_total")
+	m.storeErrors = s.GetOrCreateCounter("pinned_placement_store_errors_total")
+	m.invalidates = s.GetOrCreateCounter("pinned_placement_invalidates_total")
+	m.sessionsClosed = s.GetOrCreateCounter("pinned_placement_sessions_closed_total")
+	m.tunnelChecks = s.GetOrCreateCounter("pinned_placement_tunnel_checks_total")
+	m.tunnelChecksDropped = s.GetOrCreateCounter("pinned_placement_tunnel_checks_dropped_total")
+	s.GetOrCreateGauge("pinned_placement_endpoints", func() float64 { return float64(r.Endpoints()) })
+}

@@ -1,0 +1,139 @@
+package placement
+
+import (
+	"context"
+	"errors"
+
+	"github.com/pinned-go/pinned/internal/store"
+	"github.com/pinned-go/pinned/internal/wire"
+)
+
+// ErrRunning is returned by Run when it is called a second time.
+var ErrRunning = errors.New("placement: Run called twice")
+
+// Run does the resolver's background work until ctx ends or Close is called,
+// then returns nil:
+//
+//   - tunnel checks: for each placement invalidated while WebSocket tunnels
+//     were open, it reads the placement's holder and closes the name's
+//     tunnels to every other session (OnInvalidate must not read the store);
+//   - the sweep: every SweepInterval it asks the store about every session
+//     it holds an endpoint for and closes the endpoints of the sessions that
+//     are gone, so that endpoints of dead workers do not accumulate.
+//
+// Run owns no other goroutine. Call it once.
+func (r *Resolver) Run(ctx context.Context) error {
+	if !r.ran.CompareAndSwap(false, true) {
+		return ErrRunning
+	}
+	sweep := r.clock.NewTimer(r.cfg.SweepInterval)
+	defer sweep.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-r.ctx.Done():
+			return nil
+		case <-r.wake:
+			r.checkTunnels(ctx)
+		case <-sweep.C():
+			r.sweep(ctx)
+			sweep.Reset(r.cfg.SweepInterval)
+		}
+	}
+}
+
+// queueCheckLocked asks Run to check the tunnels of name; r.checksMu is
+// held. Names beyond MaxTunnelChecks are dropped (and counted): their
+// tunnels then end by themselves, by idleness or when the old holder's
+// endpoint is closed.
+func (r *Resolver) queueCheckLocked(name string) {
+	if len(r.checks) < r.cfg.MaxTunnelChecks {
+		r.checks[name] = struct{}{}
+	} else if _, ok := r.checks[name]; !ok {
+		r.m.tunnelChecksDropped.Inc()
+	}
+}
+
+// wakeRun tells Run that checks are queued.
+func (r *Resolver) wakeRun() {
+	select {
+	case r.wake <- struct{}{}:
+	default:
+	}
+}
+
+// checkTunnels handles the queued tunnel checks.
+func (r *Resolver) checkTunnels(ctx context.Context) {
+	r.checksMu.Lock()
+	names := make([]string, 0, len(r.checks))
+	for n := range r.checks {
+		if r.tunnels[n] > 0 {
+			names = append(names, n)
+		}
+	}
+	clear(r.checks)
+	r.checksMu.Unlock()
+	for _, name := range names {
+		if ctx.Err() != nil || r.ctx.Err() != nil {
+			return
+		}
+		r.checkTunnel(ctx, name)
+	}
+}
+
+func (r *Resolver) checkTunnel(ctx context.Context, name string) {
+	ns, id, ok := wire.SplitPlacementName(name)
+	if !ok {
+		return
+	}
+	cctx, cancel := context.WithTimeout(ctx, r.cfg.ResolveTimeout)
+	holder, err := r.st.Placement(cctx, ns, id)
+	cancel()
+	if err != nil {
+		// Undecided: leave the tunnels; they end with their endpoint or by
+		// idleness.
+		if r.errLog.allow() {
+			r.log.Warn("cannot check the tunnels of an invalidated placement", "name", name, "err", err)
+		}
+		return
+	}
+	r.m.tunnelChecks.Inc()
+	b := []byte(name)
+	for _, ep := range *r.eps.Load() {
+		if ep.Session != holder && ep.Tunnels() > 0 {
+			ep.CloseTunnelsFor(b)
+		}
+	}
+}
+
+// sweep closes the endpoints of sessions gone from the store (and forgets
+// unusable sessions that are gone).
+func (r *Resolver) sweep(ctx context.Context) {
+	var ids []string
+	for _, ep := range *r.eps.Load() {
+		ids = append(ids, ep.Session)
+	}
+	r.mu.Lock()
+	for sid := range r.unusable {
+		ids = append(ids, sid)
+	}
+	r.mu.Unlock()
+	for _, sid := range ids {
+		if ctx.Err() != nil || r.ctx.Err() != nil {
+			return
+		}
+		cctx, cancel := context.WithTimeout(ctx, r.cfg.ResolveTimeout)
+		_, err := r.st.Session(cctx, sid)
+		cancel()
+		switch {
+		case errors.Is(err, store.ErrUnknownSession):
+			r.dropSession(sid, "expired")
+		case err != nil:
+			if r.errLog.allow() {
+				r.log.Warn("cannot check a worker session", "session", sid, "err", err)
+			}
+			return
+		}
+	}
+}
