@@ -21,6 +21,43 @@ type Request struct {
 	Status int
 	// Why cites the rule or the source of the payload.
 	Why string
+	// Class groups the cases: the target-independent classes (framing,
+	// field, chunk, size) apply to every path a server serves, not only to
+	// proxied ones.
+	Class Class
+}
+
+// Class is a group of request cases.
+type Class string
+
+// Classes of request cases.
+const (
+	ClassFraming Class = "framing" // Content-Length and Transfer-Encoding
+	ClassField   Class = "field"   // field syntax
+	ClassLine    Class = "line"    // the request line
+	ClassHost    Class = "host"    // Host and absolute-form
+	ClassChunk   Class = "chunk"   // chunked framing
+	ClassSize    Class = "size"    // head limits
+	ClassBody    Class = "body"    // the proxy's body limit
+	ClassUpgrade Class = "upgrade" // Upgrade other than a WebSocket handshake
+	ClassTarget  Class = "target"  // the id and the path after it
+)
+
+// AnyPath reports whether the case's fault is independent of its target,
+// so that it applies as well with the target replaced by any other path.
+func (c Request) AnyPath() bool {
+	switch c.Class {
+	case ClassFraming, ClassField, ClassChunk, ClassSize:
+		return true
+	}
+	return false
+}
+
+// WithTarget returns the case with its request target "/counter/a" (the
+// first one, in the request line) replaced by target.
+func (c Request) WithTarget(target string) Request {
+	c.Raw = strings.Replace(c.Raw, " /counter/a ", " "+target+" ", 1)
+	return c
 }
 
 // Response is one raw answer from a backend that the front end must turn
@@ -114,157 +151,157 @@ func Requests() []Request {
 	return []Request{
 		// Content-Length together with Transfer-Encoding (RFC 9112 §6.1:
 		// TE wins, the server must close; a proxy must not pass it on).
-		{"CL.TE", post("Content-Length: 5", "Transfer-Encoding: chunked") + "0\r\n\r\n" + smuggled, bad, rfc9112 + " §6.1; " + probe + " SMUG-CL-TE"},
-		{"TE.CL", post("Transfer-Encoding: chunked", "Content-Length: 5") + "0\r\n\r\n" + smuggled, bad, rfc9112 + " §6.1; " + probe + " SMUG-TE-CL"},
-		{"CL 0 with TE", post("Content-Length: 0", "Transfer-Encoding: chunked") + "5\r\nabcde\r\n0\r\n\r\n", bad, rfc9112 + " §6.1"},
-		{"CL.TE name case", post("content-length: 4", "tRANSFER-eNCODING: chunked") + "0\r\n\r\n", bad, probe + " SMUG-TE-CASE"},
-		{"CL.TE value case", post("Content-Length: 4", "Transfer-Encoding: CHUNKED") + "0\r\n\r\n", bad, garden},
-		{"CL.TE with Expect", post("Expect: 100-continue", "Content-Length: 4", "Transfer-Encoding: chunked") + "0\r\n\r\n", bad, probe + " SMUG-EXPECT"},
-		{"CL.TE xchunked", post("Content-Length: 4", "Transfer-Encoding: xchunked") + "0\r\n\r\n", bad, smuggler},
+		{"CL.TE", post("Content-Length: 5", "Transfer-Encoding: chunked") + "0\r\n\r\n" + smuggled, bad, rfc9112 + " §6.1; " + probe + " SMUG-CL-TE", ClassFraming},
+		{"TE.CL", post("Transfer-Encoding: chunked", "Content-Length: 5") + "0\r\n\r\n" + smuggled, bad, rfc9112 + " §6.1; " + probe + " SMUG-TE-CL", ClassFraming},
+		{"CL 0 with TE", post("Content-Length: 0", "Transfer-Encoding: chunked") + "5\r\nabcde\r\n0\r\n\r\n", bad, rfc9112 + " §6.1", ClassFraming},
+		{"CL.TE name case", post("content-length: 4", "tRANSFER-eNCODING: chunked") + "0\r\n\r\n", bad, probe + " SMUG-TE-CASE", ClassFraming},
+		{"CL.TE value case", post("Content-Length: 4", "Transfer-Encoding: CHUNKED") + "0\r\n\r\n", bad, garden, ClassFraming},
+		{"CL.TE with Expect", post("Expect: 100-continue", "Content-Length: 4", "Transfer-Encoding: chunked") + "0\r\n\r\n", bad, probe + " SMUG-EXPECT", ClassFraming},
+		{"CL.TE xchunked", post("Content-Length: 4", "Transfer-Encoding: xchunked") + "0\r\n\r\n", bad, smuggler, ClassFraming},
 
 		// Duplicate or malformed Content-Length (RFC 9110 §8.6, RFC 9112 §6.3).
-		{"CL duplicate same", post("Content-Length: 3", "Content-Length: 3") + "abc", bad, rfc9112 + " §6.3; " + probe + " SMUG-DUPLICATE-CL"},
-		{"CL duplicate differing", post("Content-Length: 3", "Content-Length: 4") + "abcd", bad, rfc9112 + " §6.3"},
-		{"CL list same", post("Content-Length: 3, 3") + "abc", bad, rfc9110 + " §8.6 (a list is refused, not merged)"},
-		{"CL list differing", post("Content-Length: 3, 4") + "abcd", bad, rfc9110 + " §8.6"},
-		{"CL plus sign", post("Content-Length: +3") + "abc", bad, rfc9110 + " §8.6: 1*DIGIT; " + garden},
-		{"CL minus sign", post("Content-Length: -1") + "abc", bad, rfc9110 + " §8.6"},
-		{"CL hex", post("Content-Length: 0x3") + "abc", bad, rfc9110 + " §8.6"},
-		{"CL empty", post("Content-Length: ") + "abc", bad, garden + " (golang/go#61679)"},
-		{"CL leading zeros", post("Content-Length: 003") + "abc", bad, policy + ": valid 1*DIGIT, refused as a parser-differential signal"},
-		{"CL inner space", post("Content-Length: 1 0") + "0123456789", bad, rfc9110 + " §8.6"},
-		{"CL trailing junk", post("Content-Length: 3abc") + "abc", bad, rfc9110 + " §8.6"},
-		{"CL overflow", post("Content-Length: 99999999999999999999999") + "abc", bad, garden},
-		{"CL with vertical tab", post("Content-Length: 3\v") + "abc", bad, probe},
+		{"CL duplicate same", post("Content-Length: 3", "Content-Length: 3") + "abc", bad, rfc9112 + " §6.3; " + probe + " SMUG-DUPLICATE-CL", ClassFraming},
+		{"CL duplicate differing", post("Content-Length: 3", "Content-Length: 4") + "abcd", bad, rfc9112 + " §6.3", ClassFraming},
+		{"CL list same", post("Content-Length: 3, 3") + "abc", bad, rfc9110 + " §8.6 (a list is refused, not merged)", ClassFraming},
+		{"CL list differing", post("Content-Length: 3, 4") + "abcd", bad, rfc9110 + " §8.6", ClassFraming},
+		{"CL plus sign", post("Content-Length: +3") + "abc", bad, rfc9110 + " §8.6: 1*DIGIT; " + garden, ClassFraming},
+		{"CL minus sign", post("Content-Length: -1") + "abc", bad, rfc9110 + " §8.6", ClassFraming},
+		{"CL hex", post("Content-Length: 0x3") + "abc", bad, rfc9110 + " §8.6", ClassFraming},
+		{"CL empty", post("Content-Length: ") + "abc", bad, garden + " (golang/go#61679)", ClassFraming},
+		{"CL leading zeros", post("Content-Length: 003") + "abc", bad, policy + ": valid 1*DIGIT, refused as a parser-differential signal", ClassFraming},
+		{"CL inner space", post("Content-Length: 1 0") + "0123456789", bad, rfc9110 + " §8.6", ClassFraming},
+		{"CL trailing junk", post("Content-Length: 3abc") + "abc", bad, rfc9110 + " §8.6", ClassFraming},
+		{"CL overflow", post("Content-Length: 99999999999999999999999") + "abc", bad, garden, ClassFraming},
+		{"CL with vertical tab", post("Content-Length: 3\v") + "abc", bad, probe, ClassFraming},
 
 		// Transfer codings other than exactly chunked (RFC 9112 §6.1, §6.3;
 		// HAProxy refuses them with 400 too, except "gzip, chunked": 422).
-		{"TE identity", post("Transfer-Encoding: identity", "Content-Length: 3") + "abc", bad, haproxy + "; RFC 7230 removed identity"},
-		{"TE identity alone", post("Transfer-Encoding: identity") + "abc", bad, haproxy},
-		{"TE gzip", post("Transfer-Encoding: gzip") + "abc", bad, haproxy + ": chunked not final"},
-		{"TE gzip, chunked", post("Transfer-Encoding: gzip, chunked") + "0\r\n\r\n", bad, haproxy + " (422 there; see doc.go)"},
-		{"TE chunked, gzip", post("Transfer-Encoding: chunked, gzip") + "0\r\n\r\n", bad, haproxy},
-		{"TE chunked, chunked", post("Transfer-Encoding: chunked, chunked") + "0\r\n\r\n", bad, haproxy},
-		{"TE chunked, identity", post("Transfer-Encoding: chunked, identity") + "0\r\n\r\n", bad, probe + " SMUG-TE-IDENTITY"},
-		{"TE two fields", post("Transfer-Encoding: chunked", "Transfer-Encoding: chunked") + "0\r\n\r\n", bad, "fasthttp PR #2303"},
-		{"TE two fields identity", post("Transfer-Encoding: chunked", "Transfer-Encoding: identity") + "0\r\n\r\n", bad, smuggler},
-		{"TE chunked;q=1", post("Transfer-Encoding: chunked;q=1") + "0\r\n\r\n", bad, rfc9112 + " §7: chunked has no parameters"},
-		{"TE chunked parameter", post("Transfer-Encoding: chunked; foo=bar") + "0\r\n\r\n", bad, probe + " SMUG-TE-PARAM"},
-		{"TE xchunked", post("Transfer-Encoding: xchunked") + "0\r\n\r\n", bad, smuggler},
-		{"TE chunkedx", post("Transfer-Encoding: chunkedx") + "0\r\n\r\n", bad, smuggler},
-		{"TE quoted", post(`Transfer-Encoding: "chunked"`) + "0\r\n\r\n", bad, smuggler},
-		{"TE empty", post("Transfer-Encoding: ") + "0\r\n\r\n", bad, probe + " SMUG-TE-EMPTY"},
-		{"TE comma only", post("Transfer-Encoding: ,") + "0\r\n\r\n", bad, smuggler},
-		{"TE vertical tab", post("Transfer-Encoding: \vchunked") + "0\r\n\r\n", bad, smuggler},
-		{"TE form feed", post("Transfer-Encoding: \fchunked") + "0\r\n\r\n", bad, smuggler},
-		{"TE NUL", post("Transfer-Encoding: chunked\x00") + "0\r\n\r\n", bad, garden},
-		{"TE on HTTP/1.0", strings.Replace(post("Transfer-Encoding: chunked"), "HTTP/1.1", "HTTP/1.0", 1) + "0\r\n\r\n", bad, rfc9112 + " §6.1; fasthttp PR #2330"},
-		{"TE and CL on HTTP/1.0", strings.Replace(post("Transfer-Encoding: chunked", "Content-Length: 5"), "HTTP/1.1", "HTTP/1.0", 1) + "0\r\n\r\n", bad, probe + " SMUG-TE-HTTP10"},
+		{"TE identity", post("Transfer-Encoding: identity", "Content-Length: 3") + "abc", bad, haproxy + "; RFC 7230 removed identity", ClassFraming},
+		{"TE identity alone", post("Transfer-Encoding: identity") + "abc", bad, haproxy, ClassFraming},
+		{"TE gzip", post("Transfer-Encoding: gzip") + "abc", bad, haproxy + ": chunked not final", ClassFraming},
+		{"TE gzip, chunked", post("Transfer-Encoding: gzip, chunked") + "0\r\n\r\n", bad, haproxy + " (422 there; see doc.go)", ClassFraming},
+		{"TE chunked, gzip", post("Transfer-Encoding: chunked, gzip") + "0\r\n\r\n", bad, haproxy, ClassFraming},
+		{"TE chunked, chunked", post("Transfer-Encoding: chunked, chunked") + "0\r\n\r\n", bad, haproxy, ClassFraming},
+		{"TE chunked, identity", post("Transfer-Encoding: chunked, identity") + "0\r\n\r\n", bad, probe + " SMUG-TE-IDENTITY", ClassFraming},
+		{"TE two fields", post("Transfer-Encoding: chunked", "Transfer-Encoding: chunked") + "0\r\n\r\n", bad, "fasthttp PR #2303", ClassFraming},
+		{"TE two fields identity", post("Transfer-Encoding: chunked", "Transfer-Encoding: identity") + "0\r\n\r\n", bad, smuggler, ClassFraming},
+		{"TE chunked;q=1", post("Transfer-Encoding: chunked;q=1") + "0\r\n\r\n", bad, rfc9112 + " §7: chunked has no parameters", ClassFraming},
+		{"TE chunked parameter", post("Transfer-Encoding: chunked; foo=bar") + "0\r\n\r\n", bad, probe + " SMUG-TE-PARAM", ClassFraming},
+		{"TE xchunked", post("Transfer-Encoding: xchunked") + "0\r\n\r\n", bad, smuggler, ClassFraming},
+		{"TE chunkedx", post("Transfer-Encoding: chunkedx") + "0\r\n\r\n", bad, smuggler, ClassFraming},
+		{"TE quoted", post(`Transfer-Encoding: "chunked"`) + "0\r\n\r\n", bad, smuggler, ClassFraming},
+		{"TE empty", post("Transfer-Encoding: ") + "0\r\n\r\n", bad, probe + " SMUG-TE-EMPTY", ClassFraming},
+		{"TE comma only", post("Transfer-Encoding: ,") + "0\r\n\r\n", bad, smuggler, ClassFraming},
+		{"TE vertical tab", post("Transfer-Encoding: \vchunked") + "0\r\n\r\n", bad, smuggler, ClassFraming},
+		{"TE form feed", post("Transfer-Encoding: \fchunked") + "0\r\n\r\n", bad, smuggler, ClassFraming},
+		{"TE NUL", post("Transfer-Encoding: chunked\x00") + "0\r\n\r\n", bad, garden, ClassFraming},
+		{"TE on HTTP/1.0", strings.Replace(post("Transfer-Encoding: chunked"), "HTTP/1.1", "HTTP/1.0", 1) + "0\r\n\r\n", bad, rfc9112 + " §6.1; fasthttp PR #2330", ClassFraming},
+		{"TE and CL on HTTP/1.0", strings.Replace(post("Transfer-Encoding: chunked", "Content-Length: 5"), "HTTP/1.1", "HTTP/1.0", 1) + "0\r\n\r\n", bad, probe + " SMUG-TE-HTTP10", ClassFraming},
 
 		// Field syntax (RFC 9112 §5, RFC 9110 §5.1).
-		{"space before colon", post("Transfer-Encoding : chunked") + "0\r\n\r\n", bad, rfc9112 + " §5.1"},
-		{"tab before colon", post("Transfer-Encoding\t: chunked") + "0\r\n\r\n", bad, rfc9112 + " §5.1"},
-		{"space before colon CL", post("Content-Length : 3") + "abc", bad, rfc9112 + " §5.1"},
-		{"space in name", get("X Foo: 1"), bad, rfc9110 + " §5.1"},
-		{"empty name", get(": x"), bad, "golang/go#65244; fasthttp #1796"},
-		{"no colon", get("NoColon"), bad, rfc9112 + " §5"},
-		{"obs-fold", get("X-Long: a", "  b"), bad, rfc9112 + " §5.2 (reject, do not fold)"},
-		{"obs-fold hides TE", post("X: y", " Transfer-Encoding: chunked", "Content-Length: 3") + "abc", bad, probe + " SMUG-OBS-FOLD"},
-		{"obs-fold TE value", post("Transfer-Encoding:", " chunked") + "0\r\n\r\n", bad, garden},
-		{"leading space first field", "GET /counter/a HTTP/1.1\r\n Host: h\r\n\r\n", bad, rfc9112 + " §2.2"},
-		{"bare CR in value", get("X: a\rb"), bad, rfc9112 + " §2.2"},
-		{"bare CR in name", get("X\rY: 1"), bad, rfc9112 + " §2.2"},
-		{"bare LF line end", "GET /counter/a HTTP/1.1\r\nHost: h\nX: 1\r\n\r\n", bad, rfc9112 + " §2.2 (MAY accept; refused)"},
-		{"bare LF in value", "POST /counter/a HTTP/1.1\r\nHost: h\r\nX: a\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", bad, rfc9112 + " §2.2"},
-		{"NUL in value", get("X: a\x00b"), bad, rfc9110 + " §5.5"},
-		{"NUL in name", get("X\x00Y: 1"), bad, rfc9110 + " §5.1"},
-		{"control char in value", get("X: a\x01b"), bad, rfc9110 + " §5.5"},
-		{"DEL in name", get("X\x7fY: 1"), bad, rfc9110 + " §5.1"},
-		{"non-token in name", get("X(Y): 1"), bad, rfc9110 + " §5.1"},
+		{"space before colon", post("Transfer-Encoding : chunked") + "0\r\n\r\n", bad, rfc9112 + " §5.1", ClassField},
+		{"tab before colon", post("Transfer-Encoding\t: chunked") + "0\r\n\r\n", bad, rfc9112 + " §5.1", ClassField},
+		{"space before colon CL", post("Content-Length : 3") + "abc", bad, rfc9112 + " §5.1", ClassField},
+		{"space in name", get("X Foo: 1"), bad, rfc9110 + " §5.1", ClassField},
+		{"empty name", get(": x"), bad, "golang/go#65244; fasthttp #1796", ClassField},
+		{"no colon", get("NoColon"), bad, rfc9112 + " §5", ClassField},
+		{"obs-fold", get("X-Long: a", "  b"), bad, rfc9112 + " §5.2 (reject, do not fold)", ClassField},
+		{"obs-fold hides TE", post("X: y", " Transfer-Encoding: chunked", "Content-Length: 3") + "abc", bad, probe + " SMUG-OBS-FOLD", ClassField},
+		{"obs-fold TE value", post("Transfer-Encoding:", " chunked") + "0\r\n\r\n", bad, garden, ClassField},
+		{"leading space first field", "GET /counter/a HTTP/1.1\r\n Host: h\r\n\r\n", bad, rfc9112 + " §2.2", ClassField},
+		{"bare CR in value", get("X: a\rb"), bad, rfc9112 + " §2.2", ClassField},
+		{"bare CR in name", get("X\rY: 1"), bad, rfc9112 + " §2.2", ClassField},
+		{"bare LF line end", "GET /counter/a HTTP/1.1\r\nHost: h\nX: 1\r\n\r\n", bad, rfc9112 + " §2.2 (MAY accept; refused)", ClassField},
+		{"bare LF in value", "POST /counter/a HTTP/1.1\r\nHost: h\r\nX: a\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", bad, rfc9112 + " §2.2", ClassField},
+		{"NUL in value", get("X: a\x00b"), bad, rfc9110 + " §5.5", ClassField},
+		{"NUL in name", get("X\x00Y: 1"), bad, rfc9110 + " §5.1", ClassField},
+		{"control char in value", get("X: a\x01b"), bad, rfc9110 + " §5.5", ClassField},
+		{"DEL in name", get("X\x7fY: 1"), bad, rfc9110 + " §5.1", ClassField},
+		{"non-token in name", get("X(Y): 1"), bad, rfc9110 + " §5.1", ClassField},
 
 		// Request line (RFC 9112 §3).
-		{"double space in request line", "GET  /counter/a HTTP/1.1\r\nHost: h\r\n\r\n", bad, rfc9112 + " §3"},
-		{"tab in request line", "GET\t/counter/a HTTP/1.1\r\nHost: h\r\n\r\n", bad, rfc9112 + " §3"},
-		{"space in target", "GET /counter/a b HTTP/1.1\r\nHost: h\r\n\r\n", bad, rfc9112 + " §3"},
-		{"bare CR in target", "GET /counter/a\rb HTTP/1.1\r\nHost: h\r\n\r\n", bad, rfc9112 + " §2.2"},
-		{"NUL in target", "GET /counter/a\x00 HTTP/1.1\r\nHost: h\r\n\r\n", bad, garden},
-		{"bad version", "GET /counter/a HTTP/1.2x\r\nHost: h\r\n\r\n", bad, "fasthttp #1703"},
-		{"lowercase version", "GET /counter/a http/1.1\r\nHost: h\r\n\r\n", bad, rfc9112 + " §2.3"},
-		{"no version", "GET /counter/a\r\nHost: h\r\n\r\n", bad, rfc9112 + " §3 (no HTTP/0.9)"},
-		{"HTTP/2 preface", "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", bad, "h2 prior knowledge on an HTTP/1 port"},
-		{"asterisk-form", "OPTIONS * HTTP/1.1\r\nHost: h\r\n\r\n", bad, policy + ": only origin- and absolute-form"},
-		{"CONNECT authority-form", "CONNECT h:80 HTTP/1.1\r\nHost: h:80\r\n\r\n", bad, policy},
-		{"fragment in target", "GET /counter/a#x HTTP/1.1\r\nHost: h\r\n\r\n", bad, rfc9112 + " §3.2"},
+		{"double space in request line", "GET  /counter/a HTTP/1.1\r\nHost: h\r\n\r\n", bad, rfc9112 + " §3", ClassLine},
+		{"tab in request line", "GET\t/counter/a HTTP/1.1\r\nHost: h\r\n\r\n", bad, rfc9112 + " §3", ClassLine},
+		{"space in target", "GET /counter/a b HTTP/1.1\r\nHost: h\r\n\r\n", bad, rfc9112 + " §3", ClassLine},
+		{"bare CR in target", "GET /counter/a\rb HTTP/1.1\r\nHost: h\r\n\r\n", bad, rfc9112 + " §2.2", ClassLine},
+		{"NUL in target", "GET /counter/a\x00 HTTP/1.1\r\nHost: h\r\n\r\n", bad, garden, ClassLine},
+		{"bad version", "GET /counter/a HTTP/1.2x\r\nHost: h\r\n\r\n", bad, "fasthttp #1703", ClassLine},
+		{"lowercase version", "GET /counter/a http/1.1\r\nHost: h\r\n\r\n", bad, rfc9112 + " §2.3", ClassLine},
+		{"no version", "GET /counter/a\r\nHost: h\r\n\r\n", bad, rfc9112 + " §3 (no HTTP/0.9)", ClassLine},
+		{"HTTP/2 preface", "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", bad, "h2 prior knowledge on an HTTP/1 port", ClassLine},
+		{"asterisk-form", "OPTIONS * HTTP/1.1\r\nHost: h\r\n\r\n", bad, policy + ": only origin- and absolute-form", ClassLine},
+		{"CONNECT authority-form", "CONNECT h:80 HTTP/1.1\r\nHost: h:80\r\n\r\n", bad, policy, ClassLine},
+		{"fragment in target", "GET /counter/a#x HTTP/1.1\r\nHost: h\r\n\r\n", bad, rfc9112 + " §3.2", ClassLine},
 
 		// Host (RFC 9112 §3.2).
-		{"no Host", "GET /counter/a HTTP/1.1\r\n\r\n", bad, rfc9112 + " §3.2"},
-		{"two Host", get("Host: i"), bad, rfc9112 + " §3.2"},
-		{"Host list", "GET /counter/a HTTP/1.1\r\nHost: h, i\r\n\r\n", bad, rfc9112 + " §3.2"},
-		{"Host with userinfo", "GET /counter/a HTTP/1.1\r\nHost: u@h\r\n\r\n", bad, rfc9110 + " §7.2"},
-		{"Host with path", "GET /counter/a HTTP/1.1\r\nHost: h/x\r\n\r\n", bad, rfc9110 + " §7.2"},
-		{"Host with space", "GET /counter/a HTTP/1.1\r\nHost: h i\r\n\r\n", bad, rfc9110 + " §7.2"},
-		{"absolute-form host differs", "GET http://other/counter/a HTTP/1.1\r\nHost: h\r\n\r\n", bad, rfc9112 + " §3.2.2"},
-		{"absolute-form port differs", "GET http://h:81/counter/a HTTP/1.1\r\nHost: h:80\r\n\r\n", bad, rfc9112 + " §3.2.2"},
-		{"absolute-form userinfo", "GET http://evil@h/counter/a HTTP/1.1\r\nHost: h\r\n\r\n", bad, rfc9110 + " §4.2.4"},
+		{"no Host", "GET /counter/a HTTP/1.1\r\n\r\n", bad, rfc9112 + " §3.2", ClassHost},
+		{"two Host", get("Host: i"), bad, rfc9112 + " §3.2", ClassHost},
+		{"Host list", "GET /counter/a HTTP/1.1\r\nHost: h, i\r\n\r\n", bad, rfc9112 + " §3.2", ClassHost},
+		{"Host with userinfo", "GET /counter/a HTTP/1.1\r\nHost: u@h\r\n\r\n", bad, rfc9110 + " §7.2", ClassHost},
+		{"Host with path", "GET /counter/a HTTP/1.1\r\nHost: h/x\r\n\r\n", bad, rfc9110 + " §7.2", ClassHost},
+		{"Host with space", "GET /counter/a HTTP/1.1\r\nHost: h i\r\n\r\n", bad, rfc9110 + " §7.2", ClassHost},
+		{"absolute-form host differs", "GET http://other/counter/a HTTP/1.1\r\nHost: h\r\n\r\n", bad, rfc9112 + " §3.2.2", ClassHost},
+		{"absolute-form port differs", "GET http://h:81/counter/a HTTP/1.1\r\nHost: h:80\r\n\r\n", bad, rfc9112 + " §3.2.2", ClassHost},
+		{"absolute-form userinfo", "GET http://evil@h/counter/a HTTP/1.1\r\nHost: h\r\n\r\n", bad, rfc9110 + " §4.2.4", ClassHost},
 
 		// Chunked framing (RFC 9112 §7.1): the first chunk line is bad, so
 		// the front end fails before any byte of the request leaves it.
-		{"chunk size not hex", chunked("zz\r\nabc\r\n0\r\n\r\n"), bad, rfc9112 + " §7.1"},
-		{"chunk size 0x", chunked("0x3\r\nabc\r\n0\r\n\r\n"), bad, "golang/go#64517 family; " + probe},
-		{"chunk size underscore", chunked("1_0\r\n0123456789abcdef\r\n0\r\n\r\n"), bad, garden},
-		{"chunk size plus", chunked("+3\r\nabc\r\n0\r\n\r\n"), bad, garden},
-		{"chunk size minus", chunked("-3\r\nabc\r\n0\r\n\r\n"), bad, garden},
-		{"chunk size empty", chunked("\r\nabc\r\n0\r\n\r\n"), bad, "golang/go#64517"},
-		{"chunk size leading space", chunked(" 3\r\nabc\r\n0\r\n\r\n"), bad, garden},
-		{"chunk size overflow", chunked("fffffffffffffffff1\r\nabc\r\n0\r\n\r\n"), bad, garden},
-		{"chunk size bare LF", chunked("3\nabc\r\n0\r\n\r\n"), bad, "CVE-2025-22871"},
-		{"chunk extension bare LF", chunked("3;x\nabc\r\n0\r\n\r\n"), bad, "fasthttp PR #1899"},
-		{"chunk extension bare CR", chunked("3;x\ry\r\nabc\r\n0\r\n\r\n"), bad, rfc9112 + " §2.2"},
-		{"last chunk bare LF", chunked("0\n\r\n" + smuggled), bad, "CVE-2025-22871"},
+		{"chunk size not hex", chunked("zz\r\nabc\r\n0\r\n\r\n"), bad, rfc9112 + " §7.1", ClassChunk},
+		{"chunk size 0x", chunked("0x3\r\nabc\r\n0\r\n\r\n"), bad, "golang/go#64517 family; " + probe, ClassChunk},
+		{"chunk size underscore", chunked("1_0\r\n0123456789abcdef\r\n0\r\n\r\n"), bad, garden, ClassChunk},
+		{"chunk size plus", chunked("+3\r\nabc\r\n0\r\n\r\n"), bad, garden, ClassChunk},
+		{"chunk size minus", chunked("-3\r\nabc\r\n0\r\n\r\n"), bad, garden, ClassChunk},
+		{"chunk size empty", chunked("\r\nabc\r\n0\r\n\r\n"), bad, "golang/go#64517", ClassChunk},
+		{"chunk size leading space", chunked(" 3\r\nabc\r\n0\r\n\r\n"), bad, garden, ClassChunk},
+		{"chunk size overflow", chunked("fffffffffffffffff1\r\nabc\r\n0\r\n\r\n"), bad, garden, ClassChunk},
+		{"chunk size bare LF", chunked("3\nabc\r\n0\r\n\r\n"), bad, "CVE-2025-22871", ClassChunk},
+		{"chunk extension bare LF", chunked("3;x\nabc\r\n0\r\n\r\n"), bad, "fasthttp PR #1899", ClassChunk},
+		{"chunk extension bare CR", chunked("3;x\ry\r\nabc\r\n0\r\n\r\n"), bad, rfc9112 + " §2.2", ClassChunk},
+		{"last chunk bare LF", chunked("0\n\r\n" + smuggled), bad, "CVE-2025-22871", ClassChunk},
 
 		// Sizes (RFC 6585 §5: 431; RFC 9110 §15.5.14: 413).
-		{"head over 64 KiB", get(bigFields(65 << 10)), tooBig, "reliability §3 goal 6"},
-		{"head over limit", get(bigFields(17 << 10)), tooBig, "proxy.Config.MaxHeaderBytes"},
-		{"too many fields", get(manyFields(200)), tooBig, "proxy.Config.MaxHeaderFields"},
-		{"target over limit", "GET /counter/a/" + strings.Repeat("x", 17<<10) + " HTTP/1.1\r\nHost: h\r\n\r\n", tooBig, "proxy.Config.MaxHeaderBytes"},
-		{"body over limit", post("Content-Length: 999999999999") + strings.Repeat("x", 8<<10), tooLarge, "proxy.Config.MaxRequestBodySize (after fasthttp's 8 KiB prefetch)"},
-		{"body over limit with Expect", post("Content-Length: 999999999999", "Expect: 100-continue"), tooLarge, rfc9110 + " §10.1.1"},
+		{"head over 64 KiB", get(bigFields(65 << 10)), tooBig, "reliability §3 goal 6", ClassSize},
+		{"head over limit", get(bigFields(17 << 10)), tooBig, "proxy.Config.MaxHeaderBytes", ClassSize},
+		{"too many fields", get(manyFields(200)), tooBig, "proxy.Config.MaxHeaderFields", ClassSize},
+		{"target over limit", "GET /counter/a/" + strings.Repeat("x", 17<<10) + " HTTP/1.1\r\nHost: h\r\n\r\n", tooBig, "proxy.Config.MaxHeaderBytes", ClassSize},
+		{"body over limit", post("Content-Length: 999999999999") + strings.Repeat("x", 8<<10), tooLarge, "proxy.Config.MaxRequestBodySize (after fasthttp's 8 KiB prefetch)", ClassBody},
+		{"body over limit with Expect", post("Content-Length: 999999999999", "Expect: 100-continue"), tooLarge, rfc9110 + " §10.1.1", ClassBody},
 
 		// Upgrades: only a proper WebSocket handshake.
-		{"h2c upgrade", get("Connection: Upgrade, HTTP2-Settings", "Upgrade: h2c", "HTTP2-Settings: AAMAAABkAARAAAAAAAIAAAAA"), bad, "BishopFox h2csmuggler"},
-		{"h2c upgrade without settings", get("Connection: Upgrade", "Upgrade: h2c"), bad, "BishopFox h2csmuggler"},
-		{"h2c on OPTIONS", strings.Replace(get("Connection: Upgrade, HTTP2-Settings", "Upgrade: h2c", "HTTP2-Settings: AAMAAABkAARAAAAAAAIAAAAA"), "GET", "OPTIONS", 1), bad, "BishopFox h2csmuggler"},
-		{"websocket and h2c", get("Connection: Upgrade", "Upgrade: websocket, h2c"), bad, policy},
-		{"two Upgrade fields", get("Connection: Upgrade", "Upgrade: websocket", "Upgrade: h2c"), bad, policy},
-		{"TLS upgrade", get("Connection: Upgrade", "Upgrade: TLS/1.0"), bad, rfc9110 + " §7.8"},
-		{"websocket without Connection", get("Upgrade: websocket", "Sec-WebSocket-Version: 13", "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ=="), bad, "RFC 6455 §4.1"},
-		{"websocket on POST", post("Connection: Upgrade", "Upgrade: websocket", "Content-Length: 0"), bad, "RFC 6455 §4.1"},
-		{"websocket on HTTP/1.0", strings.Replace(get("Connection: Upgrade", "Upgrade: websocket"), "HTTP/1.1", "HTTP/1.0", 1), bad, "RFC 6455 §4.1"},
+		{"h2c upgrade", get("Connection: Upgrade, HTTP2-Settings", "Upgrade: h2c", "HTTP2-Settings: AAMAAABkAARAAAAAAAIAAAAA"), bad, "BishopFox h2csmuggler", ClassUpgrade},
+		{"h2c upgrade without settings", get("Connection: Upgrade", "Upgrade: h2c"), bad, "BishopFox h2csmuggler", ClassUpgrade},
+		{"h2c on OPTIONS", strings.Replace(get("Connection: Upgrade, HTTP2-Settings", "Upgrade: h2c", "HTTP2-Settings: AAMAAABkAARAAAAAAAIAAAAA"), "GET", "OPTIONS", 1), bad, "BishopFox h2csmuggler", ClassUpgrade},
+		{"websocket and h2c", get("Connection: Upgrade", "Upgrade: websocket, h2c"), bad, policy, ClassUpgrade},
+		{"two Upgrade fields", get("Connection: Upgrade", "Upgrade: websocket", "Upgrade: h2c"), bad, policy, ClassUpgrade},
+		{"TLS upgrade", get("Connection: Upgrade", "Upgrade: TLS/1.0"), bad, rfc9110 + " §7.8", ClassUpgrade},
+		{"websocket without Connection", get("Upgrade: websocket", "Sec-WebSocket-Version: 13", "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ=="), bad, "RFC 6455 §4.1", ClassUpgrade},
+		{"websocket on POST", post("Connection: Upgrade", "Upgrade: websocket", "Content-Length: 0"), bad, "RFC 6455 §4.1", ClassUpgrade},
+		{"websocket on HTTP/1.0", strings.Replace(get("Connection: Upgrade", "Upgrade: websocket"), "HTTP/1.1", "HTTP/1.0", 1), bad, "RFC 6455 §4.1", ClassUpgrade},
 
 		// The id and the path after it: nothing is decoded, nothing may
 		// climb out of /<ns>/<id> once a backend decodes and normalises.
-		{"id %2F", "GET /counter/a%2Fb HTTP/1.1\r\nHost: h\r\n\r\n", bad, "reliability §3 goal 5"},
-		{"id %2f lower", "GET /counter/a%2fb HTTP/1.1\r\nHost: h\r\n\r\n", bad, "reliability §3 goal 5"},
-		{"id %2e%2e", "GET /counter/%2e%2e/registry HTTP/1.1\r\nHost: h\r\n\r\n", bad, "reliability §3 goal 5"},
-		{"id %2E%2E", "GET /counter/%2E%2E HTTP/1.1\r\nHost: h\r\n\r\n", bad, "reliability §3 goal 5"},
-		{"id %5C", "GET /counter/a%5Cb HTTP/1.1\r\nHost: h\r\n\r\n", bad, "reliability §3 goal 5"},
-		{"id %00", "GET /counter/a%00 HTTP/1.1\r\nHost: h\r\n\r\n", bad, "reliability §3 goal 5"},
-		{"id %252F", "GET /counter/a%252Fb HTTP/1.1\r\nHost: h\r\n\r\n", bad, "GO-2026-4950 (double encoding)"},
-		{"id %61 (encoded letter)", "GET /counter/%61 HTTP/1.1\r\nHost: h\r\n\r\n", bad, policy + ": no escapes in ids"},
-		{"id semicolon", "GET /counter/a;b HTTP/1.1\r\nHost: h\r\n\r\n", bad, "path parameters (Tomcat/Spring)"},
-		{"id dot-dot", "GET /counter/../registry/workers HTTP/1.1\r\nHost: h\r\n\r\n", bad, rfc9110 + " §4.2.4"},
-		{"id dot", "GET /counter/./a HTTP/1.1\r\nHost: h\r\n\r\n", bad, "reliability §3 goal 5"},
-		{"empty id", "GET /counter//a HTTP/1.1\r\nHost: h\r\n\r\n", bad, "reliability §3 goal 5"},
-		{"empty namespace", "GET //counter/a HTTP/1.1\r\nHost: h\r\n\r\n", bad, "reliability §3 goal 5"},
-		{"id backslash", "GET /counter/a\\..\\b HTTP/1.1\r\nHost: h\r\n\r\n", bad, "IIS-style separators"},
-		{"id non-ASCII", "GET /counter/\xc3\xa9 HTTP/1.1\r\nHost: h\r\n\r\n", bad, "reliability §3 goal 5"},
-		{"id too long", "GET /counter/" + strings.Repeat("a", 300) + " HTTP/1.1\r\nHost: h\r\n\r\n", bad, "wire.MaxIDLen"},
-		{"rest ..%2F", "GET /counter/a/..%2F..%2Fother/b HTTP/1.1\r\nHost: h\r\n\r\n", bad, "go-libs P1"},
-		{"rest dot-dot", "GET /counter/a/../b HTTP/1.1\r\nHost: h\r\n\r\n", bad, "go-libs P1"},
-		{"rest %2e%2e", "GET /counter/a/%2e%2e/b HTTP/1.1\r\nHost: h\r\n\r\n", bad, "go-libs P1"},
-		{"rest %25 double encoding", "GET /counter/a/%252e%252e/b HTTP/1.1\r\nHost: h\r\n\r\n", bad, "GO-2026-4950"},
-		{"rest truncated escape", "GET /counter/a/x% HTTP/1.1\r\nHost: h\r\n\r\n", bad, garden},
-		{"namespace %2F", "GET /count%2Fer/a HTTP/1.1\r\nHost: h\r\n\r\n", bad, "reliability §3 goal 5"},
+		{"id %2F", "GET /counter/a%2Fb HTTP/1.1\r\nHost: h\r\n\r\n", bad, "reliability §3 goal 5", ClassTarget},
+		{"id %2f lower", "GET /counter/a%2fb HTTP/1.1\r\nHost: h\r\n\r\n", bad, "reliability §3 goal 5", ClassTarget},
+		{"id %2e%2e", "GET /counter/%2e%2e/registry HTTP/1.1\r\nHost: h\r\n\r\n", bad, "reliability §3 goal 5", ClassTarget},
+		{"id %2E%2E", "GET /counter/%2E%2E HTTP/1.1\r\nHost: h\r\n\r\n", bad, "reliability §3 goal 5", ClassTarget},
+		{"id %5C", "GET /counter/a%5Cb HTTP/1.1\r\nHost: h\r\n\r\n", bad, "reliability §3 goal 5", ClassTarget},
+		{"id %00", "GET /counter/a%00 HTTP/1.1\r\nHost: h\r\n\r\n", bad, "reliability §3 goal 5", ClassTarget},
+		{"id %252F", "GET /counter/a%252Fb HTTP/1.1\r\nHost: h\r\n\r\n", bad, "GO-2026-4950 (double encoding)", ClassTarget},
+		{"id %61 (encoded letter)", "GET /counter/%61 HTTP/1.1\r\nHost: h\r\n\r\n", bad, policy + ": no escapes in ids", ClassTarget},
+		{"id semicolon", "GET /counter/a;b HTTP/1.1\r\nHost: h\r\n\r\n", bad, "path parameters (Tomcat/Spring)", ClassTarget},
+		{"id dot-dot", "GET /counter/../registry/workers HTTP/1.1\r\nHost: h\r\n\r\n", bad, rfc9110 + " §4.2.4", ClassTarget},
+		{"id dot", "GET /counter/./a HTTP/1.1\r\nHost: h\r\n\r\n", bad, "reliability §3 goal 5", ClassTarget},
+		{"empty id", "GET /counter//a HTTP/1.1\r\nHost: h\r\n\r\n", bad, "reliability §3 goal 5", ClassTarget},
+		{"empty namespace", "GET //counter/a HTTP/1.1\r\nHost: h\r\n\r\n", bad, "reliability §3 goal 5", ClassTarget},
+		{"id backslash", "GET /counter/a\\..\\b HTTP/1.1\r\nHost: h\r\n\r\n", bad, "IIS-style separators", ClassTarget},
+		{"id non-ASCII", "GET /counter/\xc3\xa9 HTTP/1.1\r\nHost: h\r\n\r\n", bad, "reliability §3 goal 5", ClassTarget},
+		{"id too long", "GET /counter/" + strings.Repeat("a", 300) + " HTTP/1.1\r\nHost: h\r\n\r\n", bad, "wire.MaxIDLen", ClassTarget},
+		{"rest ..%2F", "GET /counter/a/..%2F..%2Fother/b HTTP/1.1\r\nHost: h\r\n\r\n", bad, "go-libs P1", ClassTarget},
+		{"rest dot-dot", "GET /counter/a/../b HTTP/1.1\r\nHost: h\r\n\r\n", bad, "go-libs P1", ClassTarget},
+		{"rest %2e%2e", "GET /counter/a/%2e%2e/b HTTP/1.1\r\nHost: h\r\n\r\n", bad, "go-libs P1", ClassTarget},
+		{"rest %25 double encoding", "GET /counter/a/%252e%252e/b HTTP/1.1\r\nHost: h\r\n\r\n", bad, "GO-2026-4950", ClassTarget},
+		{"rest truncated escape", "GET /counter/a/x% HTTP/1.1\r\nHost: h\r\n\r\n", bad, garden, ClassTarget},
+		{"namespace %2F", "GET /count%2Fer/a HTTP/1.1\r\nHost: h\r\n\r\n", bad, "reliability §3 goal 5", ClassTarget},
 	}
 }
 
