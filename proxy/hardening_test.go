@@ -2,9 +2,14 @@ package proxy_test
 
 import (
 	"bytes"
+	"io"
+	"net"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/valyala/fasthttp"
 
 	"github.com/pinned-go/pinned/internal/smuggle"
 	"github.com/pinned-go/pinned/proxy"
@@ -156,5 +161,67 @@ func TestBareLFTrailerCannotSmuggle(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// Guard applies the target-independent rules to a handler that is not the
+// proxy's (the pinboard's registry): a CL.TE request to it let a front end
+// that framed it differently pass a request behind it, which the proxy then
+// served; and a chunked one kept its connection.
+func TestGuard(t *testing.T) {
+	w, f, _, _ := setup(t, nil)
+	var ran atomic.Int64
+	guarded := f.p.Guard(func(ctx *fasthttp.RequestCtx) {
+		if s := ctx.RequestBodyStream(); s != nil {
+			if _, err := io.Copy(io.Discard, s); err != nil {
+				// A chunk error surfaces here, as in the registry.
+				ctx.Error("bad body", fasthttp.StatusBadRequest)
+				return
+			}
+		}
+		ran.Add(1)
+		ctx.SetBodyString("registry")
+	})
+	// The proxy's server, dispatching /registry/ as the pinboard does.
+	srv := f.p.NewServer()
+	srv.Handler = func(ctx *fasthttp.RequestCtx) {
+		if strings.HasPrefix(string(ctx.RequestURI()), "/registry/") {
+			guarded(ctx)
+			return
+		}
+		f.p.Handler(ctx)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { defer close(done); _ = srv.Serve(ln) }()
+	t.Cleanup(func() { _ = srv.Shutdown(); <-done })
+	f = &front{p: f.p, addr: ln.Addr().String(), srv: srv}
+	for _, c := range smuggle.Requests() {
+		if !c.AnyPath() {
+			continue
+		}
+		before := ran.Load()
+		refused(t, w, f.addr, c.WithTarget("/registry/x").Raw, c.Status)
+		if ran.Load() != before {
+			t.Errorf("%s: the guarded handler served it", c.Name)
+		}
+	}
+	// A chunked request to the guarded handler is served, then its
+	// connection closes: the request behind it is not read.
+	r, err := smuggle.Send(f.addr, "POST /registry/x HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\n"+
+		"GET /counter/b HTTP/1.1\r\nHost: h\r\n\r\n", 5*time.Second)
+	if err != nil || len(r.Statuses) != 1 || r.Statuses[0] != 200 || !r.Closed || string(r.Body) != "registry" {
+		t.Errorf("chunked request to the guarded handler: %v closed=%v %q %v; want one 200 and close", r.Statuses, r.Closed, r.Body, err)
+	}
+	if n := len(w.requests()); n != 0 {
+		t.Errorf("worker saw %d requests; want 0", n)
+	}
+	// A clean request keeps its connection.
+	r, err = smuggle.Send(f.addr, "GET /registry/x HTTP/1.1\r\nHost: h\r\n\r\n", 300*time.Millisecond)
+	if err != nil || r.Status() != 200 || r.Closed {
+		t.Errorf("clean request to the guarded handler: %v closed=%v %v", r.Statuses, r.Closed, err)
 	}
 }

@@ -97,6 +97,66 @@ func (p *Proxy) putExchange(x *exchange) {
 	p.exchanges.Put(x)
 }
 
+// screen refuses a request whose head breaks a rule of the smuggling policy
+// that does not depend on its target (framing, field syntax, field count),
+// as scanned into s. It reports whether the request may proceed.
+func (p *Proxy) screen(ctx *fasthttp.RequestCtx, s *headScan) bool {
+	var rp *reply
+	switch {
+	case s.fields > p.cfg.MaxHeaderFields:
+		rp = &p.replies.tooManyHeaderFields
+	case s.contentLengths > 0 && s.transferEncodings > 0:
+		// RFC 9112 §6.1: a server may reject such a message, and must
+		// close after it; an intermediary must not pass it on as is.
+		rp = &p.replies.framing
+	case s.teNotChunked:
+		rp = &p.replies.transferEncoding
+	case s.badLength:
+		rp = &p.replies.contentLength
+	case s.badName:
+		rp = &p.replies.fieldName
+	case s.obsFold:
+		// RFC 9112 §5.2 allows folding it into one value instead; refusing
+		// leaves no field that a front end before us may have read as two.
+		rp = &p.replies.obsFold
+	case s.bareLF:
+		// RFC 9112 §2.2 allows reading it as a line end (fasthttp does);
+		// refusing leaves no field boundary that others may not see.
+		rp = &p.replies.bareLF
+	case s.tooMany:
+		rp = &p.replies.tooManyFields
+	default:
+		return true
+	}
+	p.reject(ctx, rp)
+	return false
+}
+
+// Guard wraps a handler that serves other paths on the proxy's server (the
+// pinboard's registry and /healthz) in the rules of the smuggling policy
+// that do not depend on the target: a request whose framing, field syntax
+// or field count the proxy would refuse gets the proxy's answer (400 or
+// 431, connection closed) and h does not run; after a request with a
+// chunked body the connection closes. Without it, a request a front end
+// frames differently from fasthttp would let the front end pass another
+// request behind it, which the proxy then serves.
+func (p *Proxy) Guard(h fasthttp.RequestHandler) fasthttp.RequestHandler {
+	return func(ctx *fasthttp.RequestCtx) {
+		x := p.exchanges.Get().(*exchange)
+		s := &x.reqScan
+		s.reset()
+		scanFields(ctx.Request.Header.RawHeaders(), s, 0)
+		ok := p.screen(ctx, s)
+		p.exchanges.Put(x)
+		if ok {
+			h(ctx)
+		}
+		if ctx.Request.Header.ContentLength() == -1 {
+			ctx.SetConnectionClose()
+		}
+	}
+}
+
 // serve checks and prepares the request and forwards it. It reports whether
 // x was handed to the server to stream the response body.
 func (p *Proxy) serve(x *exchange) bool {
@@ -113,36 +173,7 @@ func (p *Proxy) serve(x *exchange) bool {
 		mode |= dropForwarded
 	}
 	scanFields(h.RawHeaders(), s, mode)
-	switch {
-	case s.fields > p.cfg.MaxHeaderFields:
-		p.reject(ctx, &p.replies.tooManyHeaderFields)
-		return false
-	case s.contentLengths > 0 && s.transferEncodings > 0:
-		// RFC 9112 §6.1: a server may reject such a message, and must
-		// close after it; an intermediary must not pass it on as is.
-		p.reject(ctx, &p.replies.framing)
-		return false
-	case s.teNotChunked:
-		p.reject(ctx, &p.replies.transferEncoding)
-		return false
-	case s.badLength:
-		p.reject(ctx, &p.replies.contentLength)
-		return false
-	case s.badName:
-		p.reject(ctx, &p.replies.fieldName)
-		return false
-	case s.obsFold:
-		// RFC 9112 §5.2 allows folding it into one value instead; refusing
-		// leaves no field that a front end before us may have read as two.
-		p.reject(ctx, &p.replies.obsFold)
-		return false
-	case s.bareLF:
-		// RFC 9112 §2.2 allows reading it as a line end (fasthttp does);
-		// refusing leaves no field boundary that others may not see.
-		p.reject(ctx, &p.replies.bareLF)
-		return false
-	case s.tooMany:
-		p.reject(ctx, &p.replies.tooManyFields)
+	if !p.screen(ctx, s) {
 		return false
 	}
 
