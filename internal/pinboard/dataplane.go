@@ -62,6 +62,10 @@ func (d *ProxyPlane) Invalidate(inv store.Invalidation) { d.res.OnInvalidate(inv
 // listener with it, routing /registry/* and /healthz to the registry.
 func (d *ProxyPlane) NewServer() *fasthttp.Server { return d.px.NewServer() }
 
+// Guard wraps the registry's handler in the proxy's request-head rules
+// (proxy.Proxy.Guard).
+func (d *ProxyPlane) Guard(h fasthttp.RequestHandler) fasthttp.RequestHandler { return d.px.Guard(h) }
+
 // Run runs the resolver's background work until ctx ends (after the public
 // listener drained), then closes the proxy's tunnels and the resolver's
 // endpoints.

@@ -41,7 +41,11 @@
 // OnInvalidate before anything connects). Optional methods: Run(ctx) for
 // background work that lives as long as the pinboard, NewServer to supply
 // the public fasthttp.Server (its Handler is replaced by the dispatch
-// above), ConfigureServer to adjust it. NewProxy is the real data plane
+// above), ConfigureServer to adjust it, Guard to wrap the registry's
+// handler in the data plane's request-head rules (the proxy's Guard: a
+// request to /registry/* or /healthz with ambiguous framing or field syntax
+// is refused like a proxied one, and a chunked one closes its connection,
+// so that no request can hide behind it). NewProxy is the real data plane
 // (package proxy on package placement) and what cmd/pinboard passes; with
 // -dev its resolver gets its invalidations from the memory store directly.
 // ProxyPlane.Run closes the proxy's tunnels and the resolver's endpoints

@@ -37,6 +37,9 @@ import (
 //	                                        // after the public listener drained
 //	ConfigureServer(s *fasthttp.Server)     // adjust the public server before it starts
 //	                                        // (StreamRequestBody, timeouts, limits)
+//	Guard(h fasthttp.RequestHandler) fasthttp.RequestHandler
+//	                                        // wrap the registry's handler in the data
+//	                                        // plane's request-head rules (smuggling)
 type DataPlane interface {
 	// Handle serves one public request (the router's NotFound handler).
 	Handle(ctx *fasthttp.RequestCtx)
@@ -165,6 +168,14 @@ func New(cfg Config) (*Pinboard, error) {
 		p.dp = dp
 		inv := dp.Invalidate
 		p.invalidate.Store(&inv)
+		if g, ok := dp.(interface {
+			Guard(fasthttp.RequestHandler) fasthttp.RequestHandler
+		}); ok {
+			// The registry and /healthz share the public port with the
+			// proxy: the same framing rules must hold there, or a request
+			// a front end frames differently hides another behind it.
+			handler = g.Guard(handler)
+		}
 		handler = dispatch(handler, dp.Handle)
 	}
 	if ns, ok := p.dp.(interface{ NewServer() *fasthttp.Server }); ok {
