@@ -107,6 +107,11 @@
 //     (it takes a bare LF as the end of the trailer section) and the proxy
 //     cannot see those bytes, so nothing pipelined behind one is read.
 //
+// Other handlers on the proxy's server (the pinboard's registry and
+// /healthz) get the target-independent rows, framing, field syntax, field
+// count and the close after a chunked body, through Guard: a request that
+// hides another behind ambiguous framing is refused whatever its path.
+//
 // Tolerated, because fasthttp consumes the bytes where the raw scan cannot
 // see them, and forwarded regenerated (the worker receives a clean
 // request): a bare LF ending the request line, empty lines before it, and

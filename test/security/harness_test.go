@@ -9,6 +9,7 @@ package security
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -21,8 +22,10 @@ import (
 
 	"github.com/fasthttp/router"
 	"github.com/valyala/fasthttp"
+	"go.uber.org/goleak"
 
 	"github.com/pinned-go/pinned/host"
+	"github.com/pinned-go/pinned/internal/leakcheck"
 	"github.com/pinned-go/pinned/internal/pinboard"
 	"github.com/pinned-go/pinned/internal/proctest"
 	"github.com/pinned-go/pinned/internal/redistest"
@@ -37,6 +40,12 @@ var builder proctest.Builder
 func TestMain(m *testing.M) {
 	code := m.Run()
 	builder.Cleanup()
+	if code == 0 {
+		if err := goleak.Find(leakcheck.Options()...); err != nil {
+			fmt.Fprintln(os.Stderr, "goroutines leaked:", err)
+			code = 1
+		}
+	}
 	os.Exit(code)
 }
 
