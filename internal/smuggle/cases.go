@@ -53,10 +53,10 @@ func (c Request) AnyPath() bool {
 	return false
 }
 
-// WithTarget returns the case with its request target "/counter/a" (the
-// first one, in the request line) replaced by target.
+// WithTarget returns the case with the "/counter/a" that starts its
+// request target (the first one, in the request line) replaced by target.
 func (c Request) WithTarget(target string) Request {
-	c.Raw = strings.Replace(c.Raw, " /counter/a ", " "+target+" ", 1)
+	c.Raw = strings.Replace(c.Raw, " /counter/a", " "+target, 1)
 	return c
 }
 
