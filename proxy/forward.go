@@ -281,9 +281,20 @@ func (x *exchange) roundTrip(attempt int) outcome {
 	p.m.upstream.Update(time.Since(start).Seconds())
 
 	rh := &ctx.Response.Header
-	if rh.StatusCode() == fasthttp.StatusServiceUnavailable {
+	switch rh.StatusCode() {
+	case fasthttp.StatusServiceUnavailable:
 		if out := x.hostUnavailable(attempt); out != outOK {
 			return out
+		}
+	case fasthttp.StatusForbidden:
+		if string(rh.Peek(wire.HeaderReason)) == wire.ReasonForbidden {
+			// The process at the session's address does not know the
+			// session's secret: the worker restarted there (or another
+			// process took its port). Nothing of the request ran, so it is
+			// handled as an unreachable worker: re-resolve, or 503 +
+			// Retry-After; the client never sees the pinboard's own 403.
+			x.drop()
+			return outUnreachable
 		}
 	}
 	return outOK
