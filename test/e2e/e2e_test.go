@@ -100,12 +100,17 @@ func do(t *testing.T, method, url string, hdr map[string]string) (int, *fasthttp
 }
 
 // eventually polls cond (an external process's state) until it holds.
-func eventually(t *testing.T, within time.Duration, what string, cond func() bool) {
+// Each of explain, if any, adds to the failure message.
+func eventually(t *testing.T, within time.Duration, what string, cond func() bool, explain ...func() string) {
 	t.Helper()
 	deadline := time.Now().Add(within)
 	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatalf("not within %v: %s", within, what)
+			var more []string
+			for _, f := range explain {
+				more = append(more, f())
+			}
+			t.Fatalf("not within %v: %s\n%s", within, what, strings.Join(more, "\n"))
 		}
 		time.Sleep(25 * time.Millisecond) // polling other processes: no event to wait on
 	}
