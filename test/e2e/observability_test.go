@@ -87,6 +87,7 @@ func TestObservability(t *testing.T) {
 	for _, want := range []string{
 		`pinned_placement_claims_total{result="won"} 3`,
 		`pinned_registry_live_workers 1`,
+		`pinned_registry_namespace_workers{namespace="/counter"} 1`,
 		`pinned_registry_requests_total{endpoint="register",code="200"} 1`,
 		`pinned_proxy_responses_total{class="4xx"} 1`,
 		`pinned_proxy_responses_total{class="2xx"} 6`,
