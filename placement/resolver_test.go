@@ -180,6 +180,12 @@ func TestLiveHolderRefusingKeepsPlacement(t *testing.T) {
 		if ans := pb.get(t, "fresh"); ans.host() != "b" {
 			t.Errorf("GET fresh = %d %q; want b (a just refused)", ans.status, ans.body)
 		}
+		if n := pb.counter("pinned_placement_invalidates_total"); n < 1 {
+			t.Errorf("pinned_placement_invalidates_total = %d; want ≥ 1 (the lease 503)", n)
+		}
+		if n := pb.counter(`pinned_placement_replaces_total{result="won"}`); n != 0 {
+			t.Errorf("replaces = %d; want 0 (a live holder keeps its ids)", n)
+		}
 	})
 }
 
