@@ -93,6 +93,8 @@ func TestObservability(t *testing.T) {
 		`pinned_proxy_responses_total{class="2xx"} 6`,
 		`pinned_proxy_tunnels_open 0`,
 		`pinned_placement_endpoints 1`,
+		`pinned_pinboard_lease_seconds 10`,
+		`pinned_registry_store_up 1`,
 	} {
 		if !hasLine(pbOut, want) {
 			t.Errorf("pinboard /metrics lacks %q", want)
