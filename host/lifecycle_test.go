@@ -13,6 +13,8 @@ import (
 
 	"github.com/fasthttp/websocket"
 	"github.com/valyala/fasthttp"
+
+	"github.com/pinned-go/pinned/internal/wire"
 )
 
 func TestActivationOnceUnderConcurrentFirstRequests(t *testing.T) {
@@ -338,6 +340,15 @@ func TestAbortCancelsHandlersTasksAndStreams(t *testing.T) {
 	go func() { r, _ := ts.doErr("GET", "/p/x/block"); blocked <- r }()
 	e.waitEntered(t, "x")
 	inst := h.instance("x")
+	// The gauges count what is running.
+	for name, g := range map[string]interface{ Get() float64 }{
+		"pinned_tasks": h.met.tasks, "pinned_open_streams": h.met.streams,
+		"pinned_open_websockets": h.met.websockets, "pinned_instances": h.met.instances,
+	} {
+		if got := g.Get(); got != 1 {
+			t.Errorf("%s = %v while one runs; want 1", name, got)
+		}
+	}
 
 	// Abort from outside (as AbortAll would).
 	h.abort(inst, EvictAbort)
@@ -375,6 +386,15 @@ func TestAbortCancelsHandlersTasksAndStreams(t *testing.T) {
 	}
 	if got := h.met.aborts.Get(); got != 1 {
 		t.Errorf("pinned_aborts_total = %d; want 1", got)
+	}
+	waitFor(t, "the gauges to return to 0", func() bool {
+		return h.met.tasks.Get() == 0 && h.met.streams.Get() == 0 && h.met.websockets.Get() == 0 && h.met.instances.Get() == 0
+	})
+	if got := h.met.evictions[evictIndex(EvictAbort)].Get(); got != 1 {
+		t.Errorf("pinned_evictions_total{reason=abort} = %d; want 1", got)
+	}
+	if got := h.met.rejections[rejectIndex(wire.ReasonAborted)].Get(); got != 1 {
+		t.Errorf("pinned_rejections_total{reason=aborted} = %d; want 1 (the blocked handler)", got)
 	}
 	if inst.Go(func(context.Context) error { return nil }) != ErrInstanceClosed {
 		t.Error("Go on an aborted instance did not return ErrInstanceClosed")
