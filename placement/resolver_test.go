@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/pinned-go/pinned/internal/store"
+	"github.com/pinned-go/pinned/internal/store/memstore"
 	"github.com/pinned-go/pinned/internal/wire"
 	"github.com/pinned-go/pinned/placement"
 	"github.com/pinned-go/pinned/proxy"
@@ -403,5 +404,31 @@ func TestMetricsNames(t *testing.T) {
 		if !slices.ContainsFunc(lines, func(l string) bool { return strings.HasPrefix(l, want) }) {
 			t.Errorf("metrics lack %q:\n%s", want, b.String())
 		}
+	}
+}
+
+// Tunnel checks beyond MaxTunnelChecks waiting for Run are dropped and
+// counted; a name already queued is not counted again.
+func TestTunnelChecksDroppedCounted(t *testing.T) {
+	st, err := memstore.New(memstore.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	r, err := placement.New(placement.Config{Store: st, MaxTunnelChecks: 1, Logger: discard()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	dropped := r.Metrics().GetOrCreateCounter("pinned_placement_tunnel_checks_dropped_total")
+	r.TunnelOpened(ns+"/a", nil) // queued: Run is not running
+	r.TunnelOpened(ns+"/a", nil) // already queued
+	if n := dropped.Get(); n != 0 {
+		t.Fatalf("dropped = %d after one name; want 0", n)
+	}
+	r.TunnelOpened(ns+"/b", nil)
+	r.OnInvalidate(store.Invalidation{Placement: ns + "/b"})
+	if n := dropped.Get(); n != 2 {
+		t.Errorf("dropped = %d; want 2 (b opened and invalidated beyond the bound)", n)
 	}
 }
