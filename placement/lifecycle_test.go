@@ -126,6 +126,18 @@ func TestKilledWorkerReplacedAfterLease(t *testing.T) {
 			if n := pb.counter("pinned_placement_sessions_closed_total"); n != 1 {
 				t.Errorf("pinned_placement_sessions_closed_total = %d; want 1", n)
 			}
+			// The records: placements and re-placements at DEBUG with the
+			// namespace, instance and session; the closed endpoint at INFO.
+			logs := pb.logs.String()
+			for _, want := range []string{
+				`level=DEBUG msg="instance placed" logger=pinned.placement namespace=` + ns + ` instance=x session=` + sa,
+				`level=DEBUG msg="instance re-placed: its session expired" logger=pinned.placement namespace=` + ns + ` instance=x session=` + sb + ` previous=` + sa,
+				`level=INFO msg="worker session gone; endpoint closed" logger=pinned.placement session=` + sa + ` reason=`,
+			} {
+				if !strings.Contains(logs, want) {
+					t.Errorf("no record %q in:\n%s", want, logs)
+				}
+			}
 			if d := e.fl.duplicates(); len(d) > 0 {
 				t.Errorf("duplicate instances: %v", d)
 			}
