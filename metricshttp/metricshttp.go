@@ -22,6 +22,7 @@ package metricshttp
 import (
 	"bytes"
 	"io"
+	"strings"
 	"sync"
 
 	"github.com/VictoriaMetrics/metrics"
@@ -38,6 +39,12 @@ type Config struct {
 	// Process adds the go_* (runtime) and process_* (CPU, memory, file
 	// descriptors, I/O) metrics of the running process.
 	Process bool
+	// Metadata adds "# HELP" and "# TYPE" lines: for pinned's families the
+	// type and meaning from Catalogue (docs/metrics.md); for go_* and
+	// process_* a HELP naming their source (they stay untyped). Other
+	// names get none. Nothing is added when the output already carries
+	// TYPE lines (metrics.ExposeMetadata was switched on).
+	Metadata bool
 }
 
 // Handler returns a fasthttp handler serving cfg's metrics. Mount it at
@@ -73,14 +80,16 @@ func Write(w io.Writer, cfg Config) {
 	if cfg.Process {
 		metrics.WriteProcessMetrics(raw)
 	}
-	w.Write(group(raw.Bytes()))
+	meta := cfg.Metadata && !bytes.Contains(raw.Bytes(), []byte("# TYPE "))
+	w.Write(group(raw.Bytes(), meta))
 }
 
 // group reorders exposition lines so that the lines of each metric name are
 // contiguous. Comment lines (# HELP, # TYPE) stay in front of the group of
 // the name they describe. The relative order of names (first appearance)
-// and of lines within a name is kept.
-func group(in []byte) []byte {
+// and of lines within a name is kept. With meta, HELP and TYPE lines are
+// written before each family (metadata).
+func group(in []byte, meta bool) []byte {
 	type span struct{ lines [][]byte }
 	var order []string
 	groups := map[string]*span{}
@@ -103,13 +112,54 @@ func group(in []byte) []byte {
 		}
 		g.lines = append(g.lines, line)
 	}
-	out := make([]byte, 0, 64*len(order))
+	out := make([]byte, 0, len(in)+64*len(order))
+	described := map[string]bool{}
 	for _, name := range order {
+		if meta {
+			out = appendMetadata(out, name, described)
+		}
 		for _, l := range groups[name].lines {
 			out = append(out, l...)
 		}
 	}
 	return out
+}
+
+// appendMetadata writes the HELP (and TYPE) lines of the family name
+// belongs to, once per family. A histogram's _bucket, _sum and _count
+// lines belong to its family; their groups follow each other, since they
+// first appear together.
+func appendMetadata(out []byte, name string, described map[string]bool) []byte {
+	family, f, ok := name, Family{}, false
+	if f, ok = catalogueIndex[name]; !ok {
+		for _, suffix := range [...]string{"_bucket", "_sum", "_count"} {
+			if base, cut := strings.CutSuffix(name, suffix); cut {
+				if hf, found := catalogueIndex[base]; found && hf.Type == "histogram" {
+					family, f, ok = base, hf, true
+					break
+				}
+			}
+		}
+	}
+	if described[family] {
+		return out
+	}
+	described[family] = true
+	switch {
+	case ok:
+		out = append(out, "# HELP "+family+" "+escapeHelp(f.Help)+" ("+f.Component+")\n"...)
+		out = append(out, "# TYPE "+family+" "+f.Type+"\n"...)
+	case strings.HasPrefix(name, "go_"):
+		out = append(out, "# HELP "+name+" Go runtime metric (VictoriaMetrics/metrics)\n"...)
+	case strings.HasPrefix(name, "process_"):
+		out = append(out, "# HELP "+name+" process metric (VictoriaMetrics/metrics)\n"...)
+	}
+	return out
+}
+
+// escapeHelp escapes a HELP text (backslash and newline).
+func escapeHelp(s string) string {
+	return strings.NewReplacer(`\`, `\\`, "\n", `\n`).Replace(s)
 }
 
 // lineName returns the metric name a line belongs to: the name of a sample,

@@ -3,6 +3,7 @@ package metricshttp_test
 import (
 	"io"
 	"net"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -109,5 +110,78 @@ func TestWriteWithoutProcess(t *testing.T) {
 	metricshttp.Write(&sb, metricshttp.Config{Sets: []*metrics.Set{s}})
 	if sb.String() != "pinned_aborts_total 1\n" {
 		t.Errorf("Write = %q", sb.String())
+	}
+}
+
+// With Metadata, pinned's families carry their TYPE and HELP from the
+// catalogue and go_*/process_* a HELP: promtool has nothing to report, and
+// the parser sees typed families (a histogram's _bucket, _sum and _count
+// lines folded into one).
+func TestMetadata(t *testing.T) {
+	a, b := metrics.NewSet(), metrics.NewSet()
+	a.NewCounter(`pinned_activations_total{namespace="/a"}`).Inc()
+	a.NewPrometheusHistogram(`pinned_request_duration_seconds{namespace="/a"}`).Update(0.01)
+	b.NewPrometheusHistogram(`pinned_request_duration_seconds{namespace="/b"}`).Update(0.2)
+	b.NewGauge(`pinned_registered`, func() float64 { return 1 })
+	var sb strings.Builder
+	metricshttp.Write(&sb, metricshttp.Config{Sets: []*metrics.Set{a, b}, Process: true, Metadata: true})
+	out := sb.String()
+	fams := promcheck.Strict(t, "metricshttp with metadata", []byte(out))
+	for name, typ := range map[string]string{
+		"pinned_activations_total":        "COUNTER",
+		"pinned_request_duration_seconds": "HISTOGRAM",
+		"pinned_registered":               "GAUGE",
+	} {
+		if f := fams[name]; f.Type != typ {
+			t.Errorf("%s parsed as %+v; want %s", name, f, typ)
+		}
+	}
+	if f := fams["pinned_request_duration_seconds"]; f.Series != 2 {
+		t.Errorf("histogram series = %d; want 2 (/a, /b)", f.Series)
+	}
+	if !strings.Contains(out, "# HELP pinned_activations_total instances whose setup succeeded (host)\n# TYPE pinned_activations_total counter\n") {
+		t.Errorf("no HELP/TYPE from the catalogue:\n%s", out)
+	}
+	if strings.Count(out, "# TYPE pinned_request_duration_seconds ") != 1 {
+		t.Errorf("the histogram's TYPE is not written once:\n%s", out)
+	}
+	// Metadata written by the metrics library itself is not doubled.
+	metrics.ExposeMetadata(true)
+	defer metrics.ExposeMetadata(false)
+	sb.Reset()
+	metricshttp.Write(&sb, metricshttp.Config{Sets: []*metrics.Set{a}, Metadata: true})
+	if n := strings.Count(sb.String(), "# TYPE pinned_activations_total "); n != 1 {
+		t.Errorf("%d TYPE lines for one family with ExposeMetadata on:\n%s", n, sb.String())
+	}
+}
+
+// The catalogue is docs/metrics.md's table, row for row.
+func TestCatalogueMatchesDocs(t *testing.T) {
+	b, err := os.ReadFile("../docs/metrics.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var docs []metricshttp.Family
+	for _, line := range strings.Split(string(b), "\n") {
+		cells := strings.Split(line, "|")
+		if len(cells) < 7 || !strings.HasPrefix(strings.TrimSpace(cells[1]), "`pinned_") {
+			continue
+		}
+		for i := range cells {
+			cells[i] = strings.TrimSpace(cells[i])
+		}
+		docs = append(docs, metricshttp.Family{
+			Name: strings.Trim(cells[1], "`"), Type: cells[2], Labels: cells[3], Component: cells[4],
+			Help: strings.ReplaceAll(strings.Join(cells[5:len(cells)-1], "|"), "`", ""),
+		})
+	}
+	cat := metricshttp.Catalogue()
+	if len(docs) != len(cat) {
+		t.Errorf("docs/metrics.md has %d pinned_* rows, the catalogue %d", len(docs), len(cat))
+	}
+	for i := range min(len(docs), len(cat)) {
+		if docs[i] != cat[i] {
+			t.Errorf("row %d differs:\n docs:      %+v\n catalogue: %+v", i, docs[i], cat[i])
+		}
 	}
 }

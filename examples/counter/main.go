@@ -234,7 +234,7 @@ func run(ctx context.Context, opts options, logger *slog.Logger, ready func(net.
 	if fl.w != nil {
 		fl.w.Mount(r) // GET /_pinned/challenge: the pinboard proves our advertise URL
 	}
-	r.GET("/metrics", metricshttp.Handler(metricshttp.Config{Sets: []*metrics.Set{set}, Process: true}))
+	r.GET("/metrics", metricshttp.Handler(metricshttp.Config{Sets: []*metrics.Set{set}, Process: true, Metadata: true}))
 	srv := &fasthttp.Server{
 		Handler:         h.Wrap(r.Handler), // the host's paths skip the router: no allocation
 		Name:            "pinned-counter",

@@ -177,7 +177,7 @@ func TestDemo(t *testing.T) {
 	}
 	// metricshttp: valid exposition (promtool when installed), with the
 	// runtime and process metrics.
-	fams := promcheck.Check(t, "counter /metrics", mb)
+	fams := promcheck.Strict(t, "counter /metrics", mb)
 	for _, name := range []string{"pinned_activations_total", "go_goroutines", "process_resident_memory_bytes"} {
 		if _, ok := fams[name]; !ok {
 			t.Errorf("/metrics lacks %s", name)

@@ -304,7 +304,7 @@ func (p *Pinboard) adminRouter() *router.Router {
 // format: the pinboard's own, the registry's, the data plane's, and the
 // go_* and process_* metrics.
 func (p *Pinboard) WriteMetrics(w io.Writer) {
-	metricshttp.Write(w, metricshttp.Config{Sets: []*metrics.Set{p.own, p.reg.Metrics(), p.dpSet}, Process: true})
+	metricshttp.Write(w, metricshttp.Config{Sets: []*metrics.Set{p.own, p.reg.Metrics(), p.dpSet}, Process: true, Metadata: true})
 }
 
 // Run binds the listeners, connects the store (retrying with backoff while

@@ -4,12 +4,11 @@
 // ecosystem's own parser (github.com/prometheus/common/expfmt), so a test
 // asserts something even on a machine without promtool.
 //
-// Invariant: Check fails the test on any parse error and on every promtool
-// lint problem except "no help text". VictoriaMetrics/metrics writes no
-// HELP lines (its metadata switch, metrics.ExposeMetadata, is process-wide
-// state and writes empty HELP texts anyway); the catalogue with every
-// family's meaning is docs/metrics.md, checked against the output by
-// test/e2e.
+// Invariant: Strict fails the test on any parse error and on every promtool
+// lint problem; Check tolerates "no help text", for output written without
+// metadata (VictoriaMetrics/metrics writes no HELP lines unless its
+// process-wide metrics.ExposeMetadata is switched on, and then empty ones;
+// metricshttp.Config.Metadata writes them from the catalogue).
 package promcheck
 
 import (
@@ -41,11 +40,22 @@ type Family struct {
 // is absent and only the parser ran.
 func Check(tb testing.TB, what string, body []byte) map[string]Family {
 	tb.Helper()
+	return check(tb, what, body, true)
+}
+
+// Strict is Check without tolerance: every family needs its HELP text.
+func Strict(tb testing.TB, what string, body []byte) map[string]Family {
+	tb.Helper()
+	return check(tb, what, body, false)
+}
+
+func check(tb testing.TB, what string, body []byte, tolerateHelp bool) map[string]Family {
+	tb.Helper()
 	fams := Parse(tb, what, body)
 	if len(fams) == 0 {
 		tb.Fatalf("%s: no metric family in the output", what)
 	}
-	problems, err := Promtool(body)
+	problems, err := promtool(body, tolerateHelp)
 	switch {
 	case errors.Is(err, exec.ErrNotFound):
 		tb.Logf("%s: promtool not installed (apt-get install prometheus); checked with expfmt only", what)
@@ -76,7 +86,9 @@ func Parse(tb testing.TB, what string, body []byte) map[string]Family {
 // problems other than "no help text", and an error wrapping
 // exec.ErrNotFound when promtool is not installed, or describing a parse
 // failure (with promtool's output as problems).
-func Promtool(body []byte) (problems []string, err error) {
+func Promtool(body []byte) (problems []string, err error) { return promtool(body, true) }
+
+func promtool(body []byte, tolerateHelp bool) (problems []string, err error) {
 	path, err := exec.LookPath("promtool")
 	if err != nil {
 		return nil, err
@@ -88,7 +100,7 @@ func Promtool(body []byte) (problems []string, err error) {
 	out, runErr := cmd.CombinedOutput()
 	var lint []string
 	for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
-		if l == "" || strings.HasSuffix(l, " no help text") {
+		if l == "" || (tolerateHelp && strings.HasSuffix(l, " no help text")) {
 			continue
 		}
 		lint = append(lint, l)

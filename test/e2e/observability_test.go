@@ -79,8 +79,8 @@ func TestObservability(t *testing.T) {
 	}, func() string { return pbOut })
 	cOut := scrape(t, "http://"+c.addr+"/metrics")
 
-	pbFams := promcheck.Check(t, "pinboard /metrics", []byte(pbOut))
-	cFams := promcheck.Check(t, "counter /metrics", []byte(cOut))
+	pbFams := promcheck.Strict(t, "pinboard /metrics", []byte(pbOut))
+	cFams := promcheck.Strict(t, "counter /metrics", []byte(cOut))
 	checkCatalogue(t, pbFams, cFams)
 
 	// The metrics moved with the traffic.
