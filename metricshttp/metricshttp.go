@@ -3,8 +3,9 @@
 // (version 0.0.4), every metrics.Set it owns (its hosts', its worker's,
 // its own) and, optionally, the go_* and process_* metrics.
 //
-//	set := metrics.NewSet()                     // given to host.Config and worker.Config
-//	r.GET("/metrics", metricshttp.Handler(metricshttp.Config{Sets: []*metrics.Set{set}, Process: true}))
+//	set := metrics.NewSet() // given to host.Config and worker.Config
+//	r.GET("/metrics", metricshttp.Handler(metricshttp.Config{
+//		Sets: []*metrics.Set{set}, Process: true, Metadata: true}))
 //
 // Invariants:
 //
@@ -17,6 +18,9 @@
 //     metrics.RegisterSet and the default set are not used.
 //   - It answers GET and HEAD only (405 otherwise) and never panics on the
 //     content of a set.
+//   - With Config.Metadata, each family gets at most one "# HELP" and one
+//     "# TYPE" line, written before its first sample; Catalogue() (the
+//     types and meanings) is docs/metrics.md row for row.
 package metricshttp
 
 import (
