@@ -37,6 +37,10 @@ func TestActivationOnceUnderConcurrentFirstRequests(t *testing.T) {
 		h.Handler(ctx)
 	})
 	ts.tr.MaxIdleConnsPerHost = n
+	// The first requests wait in the host until all n arrived (up to the
+	// 6×testTimeout below on a loaded machine): their client must wait
+	// longer than that.
+	ts.client.Timeout = 7 * testTimeout
 
 	var wg sync.WaitGroup
 	nonces := make(chan any, n)
