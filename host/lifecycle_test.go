@@ -477,6 +477,16 @@ func TestCloseWaitsForInFlightThenAborts(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() { closed <- h.Close(ctx) }()
 	e.waitTorn(t, "c") // the idle one goes at once
+	// Close marks the instances closing shard by shard: until it reaches
+	// a, a GET of a is served normally (it would wait for the turn the
+	// blocked handler holds).
+	waitFor(t, "Close to reach a", func() bool {
+		inst := h.instance("a")
+		sh := &h.shards[inst.shard]
+		sh.mu.Lock()
+		defer sh.mu.Unlock()
+		return inst.state != stateActive
+	})
 	ts.expect503("closing", "GET", "/p/a/")
 	ts.expect503("closing", "GET", "/p/zzz/")
 	select {
