@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/VictoriaMetrics/metrics"
+
+	"github.com/pinned-go/pinned/internal/promcheck"
 )
 
 func TestConfigValidation(t *testing.T) {
@@ -112,4 +114,46 @@ func TestEscapeLabelValue(t *testing.T) {
 	f("a\nb", `a\nb`)
 	// The result must be accepted by the metrics library.
 	metrics.NewSet().NewCounter(`x_total{namespace="` + escapeLabelValue("a\"\\\n") + `"}`)
+}
+
+// No namespace can panic the metrics library: New refuses those outside
+// the grammar with an error, every byte the grammar allows works, and the
+// label escaping holds even for names New would refuse (newHostMetrics
+// called directly); the exposition always parses.
+func TestHostileNamespaces(t *testing.T) {
+	hostile := []string{`/a"b`, `/a\b`, "/a\nb", "/a}b", `/a",x="y`, "/\xff\xfe", "/é", "/" + strings.Repeat("n", 300), "", "/", "x", "/a b", "/a{b}"}
+	for _, ns := range hostile {
+		func() {
+			defer func() {
+				if p := recover(); p != nil {
+					t.Errorf("New with namespace %q panicked: %v", ns, p)
+				}
+			}()
+			if _, err := New(Config{Namespace: ns, Logger: quietLogger()}, newEnv().typ()); err == nil {
+				t.Errorf("New accepted namespace %q", ns)
+			}
+		}()
+	}
+	set := metrics.NewSet()
+	for _, ns := range append(hostile, "/A-z0_9.~@:+=-") {
+		func() {
+			defer func() {
+				if p := recover(); p != nil {
+					t.Errorf("newHostMetrics(%q) panicked: %v", ns, p)
+				}
+			}()
+			m := newHostMetrics(set, ns)
+			m.activations.Inc()
+			m.duration.Update(0.001)
+		}()
+	}
+	if _, err := New(Config{Namespace: "/A-z0_9.~@:+=-", Metrics: set, Logger: quietLogger()}, newEnv().typ()); err != nil {
+		t.Fatalf("New with every byte class of the grammar: %v", err)
+	}
+	var b bytes.Buffer
+	set.WritePrometheus(&b)
+	fams := promcheck.Parse(t, "host metrics with hostile namespaces", b.Bytes())
+	if got := fams["pinned_activations_total"].Series; got != len(hostile)+1 {
+		t.Errorf("pinned_activations_total has %d series; want %d (one per namespace)", got, len(hostile)+1)
+	}
 }

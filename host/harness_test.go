@@ -23,6 +23,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/pinned-go/pinned/internal/clock"
+	"github.com/pinned-go/pinned/internal/wire"
 )
 
 func TestMain(m *testing.M) {
@@ -381,19 +382,44 @@ func (ts *testServer) doErr(method, path string, hdr ...string) (response, error
 }
 
 // expect asserts a status and returns the response.
+// A 403 (and, in expect503, a 503) must also add one to
+// pinned_rejections_total{reason}: every refusal the host makes is counted.
 func (ts *testServer) expect(status int, method, path string, hdr ...string) response {
 	ts.t.Helper()
+	var before uint64
+	if status == 403 {
+		before = ts.rejections(wire.ReasonForbidden)
+	}
 	r := ts.do(method, path, hdr...)
 	if r.status != status {
 		ts.t.Fatalf("%s %s = %d %s; want %d", method, path, r.status, r.body, status)
 	}
+	if status == 403 {
+		if after := ts.rejections(wire.ReasonForbidden); after != before+1 {
+			ts.t.Errorf("%s %s: pinned_rejections_total{reason=forbidden} %d -> %d; want +1", method, path, before, after)
+		}
+	}
 	return r
 }
 
-// expect503 asserts a host 503 with Retry-After and the reason.
+// rejections reads pinned_rejections_total{reason}.
+func (ts *testServer) rejections(reason string) uint64 {
+	i := rejectIndex(reason)
+	if i < 0 {
+		ts.t.Fatalf("no rejection counter for reason %q", reason)
+	}
+	return ts.h.met.rejections[i].Get()
+}
+
+// expect503 asserts a host 503 with Retry-After and the reason, counted in
+// pinned_rejections_total{reason}.
 func (ts *testServer) expect503(reason, method, path string, hdr ...string) {
 	ts.t.Helper()
+	before := ts.rejections(reason)
 	r := ts.expect(503, method, path, hdr...)
+	if after := ts.rejections(reason); after != before+1 {
+		ts.t.Errorf("%s %s: pinned_rejections_total{reason=%s} %d -> %d; want +1", method, path, reason, before, after)
+	}
 	if got := r.header.Get("X-Pinned-Reason"); got != reason {
 		ts.t.Fatalf("%s %s: X-Pinned-Reason = %q; want %q", method, path, got, reason)
 	}

@@ -13,6 +13,8 @@ import (
 
 	"github.com/fasthttp/websocket"
 	"github.com/valyala/fasthttp"
+
+	"github.com/pinned-go/pinned/internal/wire"
 )
 
 func TestActivationOnceUnderConcurrentFirstRequests(t *testing.T) {
@@ -35,6 +37,10 @@ func TestActivationOnceUnderConcurrentFirstRequests(t *testing.T) {
 		h.Handler(ctx)
 	})
 	ts.tr.MaxIdleConnsPerHost = n
+	// The first requests wait in the host until all n arrived (up to the
+	// 6×testTimeout below on a loaded machine): their client must wait
+	// longer than that.
+	ts.client.Timeout = 7 * testTimeout
 
 	var wg sync.WaitGroup
 	nonces := make(chan any, n)
@@ -338,6 +344,15 @@ func TestAbortCancelsHandlersTasksAndStreams(t *testing.T) {
 	go func() { r, _ := ts.doErr("GET", "/p/x/block"); blocked <- r }()
 	e.waitEntered(t, "x")
 	inst := h.instance("x")
+	// The gauges count what is running.
+	for name, g := range map[string]interface{ Get() float64 }{
+		"pinned_tasks": h.met.tasks, "pinned_open_streams": h.met.streams,
+		"pinned_open_websockets": h.met.websockets, "pinned_instances": h.met.instances,
+	} {
+		if got := g.Get(); got != 1 {
+			t.Errorf("%s = %v while one runs; want 1", name, got)
+		}
+	}
 
 	// Abort from outside (as AbortAll would).
 	h.abort(inst, EvictAbort)
@@ -375,6 +390,15 @@ func TestAbortCancelsHandlersTasksAndStreams(t *testing.T) {
 	}
 	if got := h.met.aborts.Get(); got != 1 {
 		t.Errorf("pinned_aborts_total = %d; want 1", got)
+	}
+	waitFor(t, "the gauges to return to 0", func() bool {
+		return h.met.tasks.Get() == 0 && h.met.streams.Get() == 0 && h.met.websockets.Get() == 0 && h.met.instances.Get() == 0
+	})
+	if got := h.met.evictions[evictIndex(EvictAbort)].Get(); got != 1 {
+		t.Errorf("pinned_evictions_total{reason=abort} = %d; want 1", got)
+	}
+	if got := h.met.rejections[rejectIndex(wire.ReasonAborted)].Get(); got != 1 {
+		t.Errorf("pinned_rejections_total{reason=aborted} = %d; want 1 (the blocked handler)", got)
 	}
 	if inst.Go(func(context.Context) error { return nil }) != ErrInstanceClosed {
 		t.Error("Go on an aborted instance did not return ErrInstanceClosed")
@@ -453,6 +477,16 @@ func TestCloseWaitsForInFlightThenAborts(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() { closed <- h.Close(ctx) }()
 	e.waitTorn(t, "c") // the idle one goes at once
+	// Close marks the instances closing shard by shard: until it reaches
+	// a, a GET of a is served normally (it would wait for the turn the
+	// blocked handler holds).
+	waitFor(t, "Close to reach a", func() bool {
+		inst := h.instance("a")
+		sh := &h.shards[inst.shard]
+		sh.mu.Lock()
+		defer sh.mu.Unlock()
+		return inst.state != stateActive
+	})
 	ts.expect503("closing", "GET", "/p/a/")
 	ts.expect503("closing", "GET", "/p/zzz/")
 	select {

@@ -101,9 +101,11 @@ func (m *hostMetrics) reject(reason string) {
 }
 
 // escapeLabelValue escapes a Prometheus label value (text format: \, " and
-// newline). Namespaces pass wire.CheckNamespace and never contain these, but
-// a label built from user input is escaped regardless.
+// newline) and replaces invalid UTF-8, which the Prometheus parsers refuse,
+// with U+FFFD. Namespaces pass wire.CheckNamespace and never contain these,
+// but a label built from user input is escaped regardless.
 func escapeLabelValue(s string) string {
+	s = strings.ToValidUTF8(s, "\uFFFD")
 	if !strings.ContainsAny(s, "\\\"\n") {
 		return s
 	}

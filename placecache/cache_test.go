@@ -11,6 +11,7 @@ import (
 	"github.com/VictoriaMetrics/metrics"
 
 	"github.com/pinned-go/pinned/internal/clock"
+	"github.com/pinned-go/pinned/internal/promcheck"
 )
 
 func newCache(t *testing.T, cfg Config) *Cache[string] {
@@ -181,20 +182,45 @@ func TestConcurrent(t *testing.T) {
 
 func TestMetrics(t *testing.T) {
 	set := metrics.NewSet()
-	c := newCache(t, Config{Name: "sessions", Metrics: set})
+	c := newCache(t, Config{Name: "sessions", Metrics: set, Shards: 1, MaxEntries: 2})
 	n := []byte("s1")
 	c.Get(n, c.Now())
 	c.Put(n, "x", c.Begin(n))
 	c.Get(n, c.Now())
-	var b bytes.Buffer
-	set.WritePrometheus(&b)
+	scrape := func() string {
+		var b bytes.Buffer
+		set.WritePrometheus(&b)
+		promcheck.Parse(t, "placecache metrics", b.Bytes())
+		return b.String()
+	}
 	for _, want := range []string{
 		`pinned_placecache_hits_total{cache="sessions"} 1`,
 		`pinned_placecache_misses_total{cache="sessions"} 1`,
 		`pinned_placecache_entries{cache="sessions"} 1`,
+		`pinned_placecache_evictions_total{cache="sessions"} 0`,
+		`pinned_placecache_invalidations_total{cache="sessions"} 0`,
+		`pinned_placecache_refused_puts_total{cache="sessions"} 0`,
 	} {
-		if !strings.Contains(b.String(), want) {
-			t.Errorf("metrics output lacks %q:\n%s", want, b.String())
+		if out := scrape(); !strings.Contains(out, want+"\n") {
+			t.Errorf("metrics output lacks %q:\n%s", want, out)
+		}
+	}
+	// Beyond MaxEntries an entry is evicted; an invalidation between Begin
+	// and Put refuses the Put.
+	for _, name := range []string{"s2", "s3"} {
+		c.Put([]byte(name), "x", c.Begin([]byte(name)))
+	}
+	tok := c.Begin([]byte("s4"))
+	c.Invalidate("s3")
+	c.Put([]byte("s4"), "x", tok)
+	for _, want := range []string{
+		`pinned_placecache_evictions_total{cache="sessions"} 1`,
+		`pinned_placecache_invalidations_total{cache="sessions"} 1`,
+		`pinned_placecache_refused_puts_total{cache="sessions"} 1`,
+		`pinned_placecache_entries{cache="sessions"} 1`,
+	} {
+		if out := scrape(); !strings.Contains(out, want+"\n") {
+			t.Errorf("metrics output lacks %q:\n%s", want, out)
 		}
 	}
 }

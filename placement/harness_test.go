@@ -453,6 +453,11 @@ func (a answer) host() string {
 	return h
 }
 
+// counter reads a counter of the resolver's set by its full series name.
+func (pb *pinboard) counter(series string) uint64 {
+	return pb.res.Metrics().GetOrCreateCounter(series).Get()
+}
+
 func (pb *pinboard) get(t testing.TB, id string) answer {
 	t.Helper()
 	return pb.do(t, "GET", ns+"/"+id+"/")

@@ -112,6 +112,32 @@ func TestKilledWorkerReplacedAfterLease(t *testing.T) {
 			if n := pb.res.Endpoints(); n != 1 {
 				t.Errorf("endpoints = %d; want 1 (a's closed)", n)
 			}
+			// x and y moved off a's expired session; each unreachable answer
+			// invalidated; a's endpoint closed once its session was gone.
+			if n := pb.counter(`pinned_placement_replaces_total{result="won"}`); n != 2 {
+				t.Errorf(`pinned_placement_replaces_total{result="won"} = %d; want 2`, n)
+			}
+			if n := pb.counter(`pinned_placement_claims_total{result="won"}`); n != 3 {
+				t.Errorf(`pinned_placement_claims_total{result="won"} = %d; want 3 (x, y, fresh)`, n)
+			}
+			if n := pb.counter("pinned_placement_invalidates_total"); n < 3 {
+				t.Errorf("pinned_placement_invalidates_total = %d; want ≥ 3", n)
+			}
+			if n := pb.counter("pinned_placement_sessions_closed_total"); n != 1 {
+				t.Errorf("pinned_placement_sessions_closed_total = %d; want 1", n)
+			}
+			// The records: placements and re-placements at DEBUG with the
+			// namespace, instance and session; the closed endpoint at INFO.
+			logs := pb.logs.String()
+			for _, want := range []string{
+				`level=DEBUG msg="instance placed" logger=pinned.placement namespace=` + ns + ` instance=x session=` + sa,
+				`level=DEBUG msg="instance re-placed: its session expired" logger=pinned.placement namespace=` + ns + ` instance=x session=` + sb + ` previous=` + sa,
+				`level=INFO msg="worker session gone; endpoint closed" logger=pinned.placement session=` + sa + ` reason=`,
+			} {
+				if !strings.Contains(logs, want) {
+					t.Errorf("no record %q in:\n%s", want, logs)
+				}
+			}
 			if d := e.fl.duplicates(); len(d) > 0 {
 				t.Errorf("duplicate instances: %v", d)
 			}
@@ -409,6 +435,9 @@ func TestSweepClosesDeadEndpoints(t *testing.T) {
 	if ans := pb.get(t, "x"); ans.host() != "b" {
 		t.Errorf("GET x after the sweep = %d %q; want b", ans.status, ans.body)
 	}
+	if n := pb.counter("pinned_placement_sessions_closed_total"); n != 1 {
+		t.Errorf("pinned_placement_sessions_closed_total = %d; want 1", n)
+	}
 }
 
 // Redis down: the cache is dropped (the connection loss is a nil
@@ -429,6 +458,9 @@ func TestRedisDownAnswersStore(t *testing.T) {
 	}
 	if el := time.Since(start); el > 3*time.Second {
 		t.Errorf("the answer took %v; want it bounded by ResolveTimeout", el)
+	}
+	if n := pb.counter("pinned_placement_store_errors_total"); n < 1 {
+		t.Errorf("pinned_placement_store_errors_total = %d; want ≥ 1", n)
 	}
 	e.srv.Restart(t) // empty: the worker registers again
 	waitFor(t, "Redis back", func() bool {

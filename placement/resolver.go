@@ -322,7 +322,7 @@ func (r *Resolver) load(key string, name []byte) (*proxy.Endpoint, error) {
 		if got == c {
 			r.m.replacesWon.Inc()
 			r.placed(c)
-			r.log.Info("instance re-placed: its session expired", "namespace", ns, "instance", id,
+			r.log.Debug("instance re-placed: its session expired", "namespace", ns, "instance", id,
 				"session", c, "previous", holder)
 			r.cache.Put(name, ep, tok)
 			return ep, nil

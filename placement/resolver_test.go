@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/pinned-go/pinned/internal/store"
+	"github.com/pinned-go/pinned/internal/store/memstore"
 	"github.com/pinned-go/pinned/internal/wire"
 	"github.com/pinned-go/pinned/placement"
 	"github.com/pinned-go/pinned/proxy"
@@ -179,6 +180,12 @@ func TestLiveHolderRefusingKeepsPlacement(t *testing.T) {
 		// New ids avoid the refusing worker for a while.
 		if ans := pb.get(t, "fresh"); ans.host() != "b" {
 			t.Errorf("GET fresh = %d %q; want b (a just refused)", ans.status, ans.body)
+		}
+		if n := pb.counter("pinned_placement_invalidates_total"); n < 1 {
+			t.Errorf("pinned_placement_invalidates_total = %d; want ≥ 1 (the lease 503)", n)
+		}
+		if n := pb.counter(`pinned_placement_replaces_total{result="won"}`); n != 0 {
+			t.Errorf("replaces = %d; want 0 (a live holder keeps its ids)", n)
 		}
 	})
 }
@@ -397,5 +404,31 @@ func TestMetricsNames(t *testing.T) {
 		if !slices.ContainsFunc(lines, func(l string) bool { return strings.HasPrefix(l, want) }) {
 			t.Errorf("metrics lack %q:\n%s", want, b.String())
 		}
+	}
+}
+
+// Tunnel checks beyond MaxTunnelChecks waiting for Run are dropped and
+// counted; a name already queued is not counted again.
+func TestTunnelChecksDroppedCounted(t *testing.T) {
+	st, err := memstore.New(memstore.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	r, err := placement.New(placement.Config{Store: st, MaxTunnelChecks: 1, Logger: discard()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	dropped := r.Metrics().GetOrCreateCounter("pinned_placement_tunnel_checks_dropped_total")
+	r.TunnelOpened(ns+"/a", nil) // queued: Run is not running
+	r.TunnelOpened(ns+"/a", nil) // already queued
+	if n := dropped.Get(); n != 0 {
+		t.Fatalf("dropped = %d after one name; want 0", n)
+	}
+	r.TunnelOpened(ns+"/b", nil)
+	r.OnInvalidate(store.Invalidation{Placement: ns + "/b"})
+	if n := dropped.Get(); n != 2 {
+		t.Errorf("dropped = %d; want 2 (b opened and invalidated beyond the bound)", n)
 	}
 }

@@ -3,6 +3,7 @@ package proxy_test
 import (
 	"bytes"
 	"log/slog"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -52,6 +53,33 @@ func TestMetricsAndLogger(t *testing.T) {
 	}
 	if l := logs.String(); !strings.Contains(l, "logger=pinned.proxy") || !strings.Contains(l, "cannot resolve") {
 		t.Errorf("logs: %q", l)
+	}
+}
+
+// metricValue reads one series (name and labels) from the proxy's set; a
+// missing series fails the test.
+func metricValue(t *testing.T, f *front, series string) float64 {
+	t.Helper()
+	var b bytes.Buffer
+	f.p.Metrics().WritePrometheus(&b)
+	for _, l := range strings.Split(b.String(), "\n") {
+		if v, ok := strings.CutPrefix(l, series+" "); ok {
+			x, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				t.Fatalf("%s: %v", series, err)
+			}
+			return x
+		}
+	}
+	t.Fatalf("no series %s in:\n%s", series, b.String())
+	return 0
+}
+
+// expectMetric fails unless series has value want.
+func expectMetric(t *testing.T, f *front, series string, want float64) {
+	t.Helper()
+	if got := metricValue(t, f, series); got != want {
+		t.Errorf("%s = %v; want %v", series, got, want)
 	}
 }
 

@@ -77,6 +77,9 @@ func TestReresolveOnHost503(t *testing.T) {
 			if got := rb[0].headers[strings.ToLower(wire.HeaderProxySecret)]; len(got) != 1 {
 				t.Errorf("retry carried %d secrets", len(got))
 			}
+			expectMetric(t, f, "pinned_proxy_reresolves_total", 1)
+			expectMetric(t, f, `pinned_proxy_responses_total{class="2xx"}`, 1)
+			expectMetric(t, f, `pinned_proxy_responses_total{class="5xx"}`, 0)
 		})
 	}
 }
@@ -160,6 +163,13 @@ func TestRetryBudget(t *testing.T) {
 	} else {
 		t.Logf("worker saw %d sends for %d requests", got, n)
 	}
+	// Every send past the first of a request was a re-resolve; every
+	// retry the budget refused was counted.
+	expectMetric(t, f, "pinned_proxy_reresolves_total", float64(len(w.requests())-n))
+	if got := metricValue(t, f, "pinned_proxy_retry_budget_exhausted_total"); got < n/2 {
+		t.Errorf("retry_budget_exhausted = %v; want ≥ %d of %d requests refused a retry", got, n/2, n)
+	}
+	expectMetric(t, f, `pinned_proxy_responses_total{class="5xx"}`, n)
 }
 
 // A worker that cannot be reached: 503 + Retry-After + unreachable, fast.
@@ -192,6 +202,8 @@ func TestUnreachable(t *testing.T) {
 			t.Errorf("took %v", el)
 		}
 	}
+	expectMetric(t, f, "pinned_proxy_unreachable_total", 2)
+	expectMetric(t, f, `pinned_proxy_responses_total{class="5xx"}`, 2)
 }
 
 // An unreachable worker is reported to the resolver (Invalidate), which
@@ -324,6 +336,8 @@ func TestNoHang(t *testing.T) {
 	if el := time.Since(start); el > 2*time.Second {
 		t.Errorf("took %v", el)
 	}
+	expectMetric(t, f, "pinned_proxy_upstream_timeouts_total", 1)
+	expectMetric(t, f, `pinned_proxy_responses_total{class="5xx"}`, 1)
 }
 
 // Beyond MaxConns in flight plus MaxQueue waiting, requests get 503
@@ -366,6 +380,7 @@ func TestOverload(t *testing.T) {
 	if !strings.HasPrefix(resp, "HTTP/1.1 503") || !strings.Contains(resp, "X-Pinned-Reason: overloaded") {
 		t.Errorf("queued past QueueTimeout: %q", resp)
 	}
+	expectMetric(t, f, "pinned_proxy_overloaded_total", 2)
 }
 
 // waitFor polls cond for up to 5 s.
@@ -411,6 +426,7 @@ func TestClosedEndpointReresolved(t *testing.T) {
 	if len(a.requests()) != 0 || len(b.requests()) != 1 {
 		t.Errorf("workers saw %d/%d; want 0/1", len(a.requests()), len(b.requests()))
 	}
+	expectMetric(t, f, "pinned_proxy_reresolves_total", 1)
 }
 
 // A pooled connection the worker reset while it sat idle fails the write

@@ -186,6 +186,8 @@ func TestResponseSmugglingTable(t *testing.T) {
 			if strings.Contains(resp, "EVIL") || strings.Contains(resp, "X-Evil") || strings.Contains(resp, "Set-Cookie") {
 				t.Fatalf("%s: worker bytes reached the client: %q", c.Name, resp)
 			}
+			expectMetric(t, f, "pinned_proxy_bad_gateway_total", 1)
+			expectMetric(t, f, `pinned_proxy_responses_total{class="5xx"}`, 1)
 		})
 	}
 }

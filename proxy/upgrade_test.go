@@ -96,6 +96,9 @@ func TestWebSocketEcho(t *testing.T) {
 	if n := f.p.OpenTunnels(); n != 1 {
 		t.Errorf("open tunnels = %d; want 1", n)
 	}
+	expectMetric(t, f, "pinned_proxy_tunnels_open", 1)
+	expectMetric(t, f, "pinned_proxy_tunnels_total", 1)
+	expectMetric(t, f, `pinned_proxy_responses_total{class="1xx"}`, 1)
 	r := w.last()
 	if r.get(wire.HeaderProxySecret) != "secret-1" || !strings.EqualFold(r.get("Upgrade"), "websocket") ||
 		!strings.EqualFold(r.get("Connection"), "upgrade") {
@@ -103,6 +106,7 @@ func TestWebSocketEcho(t *testing.T) {
 	}
 	_ = c.Close()
 	waitFor(t, func() bool { return f.p.OpenTunnels() == 0 })
+	expectMetric(t, f, "pinned_proxy_tunnels_open", 0)
 }
 
 // A handshake the worker does not accept is relayed as a plain response,
@@ -179,6 +183,8 @@ func TestTunnelCap(t *testing.T) {
 	if !strings.HasPrefix(resp, "HTTP/1.1 503") || !strings.Contains(resp, "X-Pinned-Reason: overloaded") {
 		t.Errorf("second tunnel: %q", resp)
 	}
+	expectMetric(t, f, "pinned_proxy_tunnels_rejected_total", 1)
+	expectMetric(t, f, "pinned_proxy_tunnels_total", 1)
 	_ = c.Close()
 	waitFor(t, func() bool { return f.p.OpenTunnels() == 0 })
 	c2, err := dialWS(t, f.addr, "/counter/b/ws")

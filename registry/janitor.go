@@ -70,10 +70,13 @@ func (r *Registry) Sweep(ctx context.Context) {
 		return
 	}
 	live := 0
-	perNS := map[string]int{}
+	perNS, workersNS := map[string]int{}, map[string]int{}
 	for _, w := range ws {
 		if !w.Superseded {
 			live++
+			for _, ns := range w.Namespaces {
+				workersNS[ns]++
+			}
 		}
 		for ns, n := range w.Placements {
 			perNS[ns] += n
@@ -82,4 +85,5 @@ func (r *Registry) Sweep(ctx context.Context) {
 	r.m.sessions.Set(float64(len(ws)))
 	r.m.liveWorkers.Set(float64(live))
 	r.m.setPlacements(perNS)
+	r.m.setNamespaceWorkers(workersNS)
 }

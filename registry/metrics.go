@@ -63,10 +63,22 @@ type registryMetrics struct {
 	sessions    *metrics.Gauge
 	storeUp     *metrics.Gauge
 
-	maxSeries int
-	nsMu      sync.Mutex
-	nsGauges  map[string]*metrics.Gauge // label value -> placements gauge
-	nsNames   map[string]string         // label value -> metric name
+	maxSeries  int
+	nsMu       sync.Mutex
+	placements *nsGauges // pinned_registry_placements{namespace}
+	nsWorkers  *nsGauges // pinned_registry_namespace_workers{namespace}
+}
+
+// nsGauges is one per-namespace gauge family whose series follow the
+// namespaces the janitor saw last.
+type nsGauges struct {
+	family string
+	gauges map[string]*metrics.Gauge // label value -> gauge
+	names  map[string]string         // label value -> metric name
+}
+
+func newNSGauges(family string) *nsGauges {
+	return &nsGauges{family: family, gauges: map[string]*metrics.Gauge{}, names: map[string]string{}}
 }
 
 // Registration failure reasons (besides the challenge reasons).
@@ -98,8 +110,8 @@ func newRegistryMetrics(set *metrics.Set, maxSeries int) *registryMetrics {
 		challengeFailures: map[string]*metrics.Counter{},
 		rateLimited:       map[string]*metrics.Counter{},
 		maxSeries:         maxSeries,
-		nsGauges:          map[string]*metrics.Gauge{},
-		nsNames:           map[string]string{},
+		placements:        newNSGauges("pinned_registry_placements"),
+		nsWorkers:         newNSGauges("pinned_registry_namespace_workers"),
 	}
 	for _, ep := range endpoints {
 		m.requests[ep] = map[int]*metrics.Counter{}
@@ -172,7 +184,17 @@ func labelValue(ns string) string {
 
 // setPlacements publishes the per-namespace placement gauges, dropping the
 // series of namespaces that disappeared.
-func (m *registryMetrics) setPlacements(perNS map[string]int) {
+func (m *registryMetrics) setPlacements(perNS map[string]int) { m.setPerNamespace(m.placements, perNS) }
+
+// setNamespaceWorkers publishes how many live workers serve each namespace.
+func (m *registryMetrics) setNamespaceWorkers(perNS map[string]int) {
+	m.setPerNamespace(m.nsWorkers, perNS)
+}
+
+// setPerNamespace sets v's gauges to perNS: namespaces become label values
+// (labelValue), those beyond maxSeries add up under overflowNamespace, and
+// the series of namespaces no longer present are unregistered.
+func (m *registryMetrics) setPerNamespace(v *nsGauges, perNS map[string]int) {
 	m.nsMu.Lock()
 	defer m.nsMu.Unlock()
 	names := make([]string, 0, len(perNS))
@@ -189,19 +211,19 @@ func (m *registryMetrics) setPlacements(perNS map[string]int) {
 		vals[lv] += perNS[ns]
 	}
 	for lv, n := range vals {
-		g := m.nsGauges[lv]
+		g := v.gauges[lv]
 		if g == nil {
-			name := `pinned_registry_placements{namespace="` + lv + `"}`
+			name := v.family + `{namespace="` + lv + `"}`
 			g = m.set.GetOrCreateGauge(name, nil)
-			m.nsGauges[lv], m.nsNames[lv] = g, name
+			v.gauges[lv], v.names[lv] = g, name
 		}
 		g.Set(float64(n))
 	}
-	for lv, name := range m.nsNames {
+	for lv, name := range v.names {
 		if _, ok := vals[lv]; !ok {
 			m.set.UnregisterMetric(name)
-			delete(m.nsGauges, lv)
-			delete(m.nsNames, lv)
+			delete(v.gauges, lv)
+			delete(v.names, lv)
 		}
 	}
 }

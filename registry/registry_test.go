@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/netip"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -53,10 +54,16 @@ func TestProtocol(t *testing.T) {
 			t.Fatalf("push = %d %s; want 202", r.code, r.body)
 		}
 		e.post(wire.PathPush, wire.PushRequest{ClientID: "client1", Type: wire.MessageWindDown})
+		if got := e.metric("pinned_registry_messages_pushed_total"); got != "2" {
+			t.Errorf("messages pushed = %s; want 2", got)
+		}
 		_, hb = e.heartbeat(heartbeatBody(sid, w, 2))
 		want := []wire.Message{{Type: wire.MessageDrain, DeadlineMs: 1234}, {Type: wire.MessageWindDown}}
 		if !slices.Equal(hb.Messages, want) {
 			t.Fatalf("heartbeat messages = %v; want %v", hb.Messages, want)
+		}
+		if got := e.metric("pinned_registry_messages_delivered_total"); got != "2" {
+			t.Errorf("messages delivered = %s; want 2", got)
 		}
 		if _, hb = e.heartbeat(heartbeatBody(sid, w, 3)); len(hb.Messages) != 0 {
 			t.Fatalf("messages delivered twice: %v", hb.Messages)
@@ -348,7 +355,13 @@ func TestChallengeFailuresRefuseRegistration(t *testing.T) {
 		if mutate != nil {
 			mutate(&b)
 		}
+		failures := `pinned_registry_registration_failures_total{reason="` + wantReason + `"}`
+		challenges := `pinned_registry_challenge_failures_total{reason="` + wantReason + `"}`
+		f0, c0 := e.metric(failures), e.metric(challenges)
 		r := e.post(wire.PathRegister, b)
+		if f1, c1 := e.metric(failures), e.metric(challenges); f1 != inc(f0) || c1 != inc(c0) {
+			t.Errorf("%s: %s %s -> %s, %s %s -> %s; want +1 each", name, failures, f0, f1, challenges, c0, c1)
+		}
 		if r.code != 422 {
 			t.Errorf("%s: register = %d %s; want 422", name, r.code, r.body)
 			return
@@ -360,7 +373,8 @@ func TestChallengeFailuresRefuseRegistration(t *testing.T) {
 		if bytes.Contains(r.body, []byte(fakeworker.Marker)) {
 			t.Errorf("%s: the worker's body leaked into the response: %s", name, r.body)
 		}
-		if !strings.Contains(e.logs.String(), "reason="+wantReason) {
+		if !strings.Contains(e.logs.String(), "msg=\"registration refused\" logger=pinned.registry client="+b.ClientID) ||
+			!strings.Contains(e.logs.String(), "reason="+wantReason) {
 			t.Errorf("%s: no log line with reason=%s:\n%s", name, wantReason, e.logs)
 		}
 	}
@@ -476,7 +490,8 @@ func TestExpiryRemovesWorker(t *testing.T) {
 		}
 		var out bytes.Buffer
 		e.reg.Metrics().WritePrometheus(&out)
-		for _, want := range []string{"pinned_registry_live_workers 0", "pinned_registry_reaped_placements_total 1", "pinned_registry_store_up 1"} {
+		for _, want := range []string{"pinned_registry_live_workers 0", "pinned_registry_reaped_placements_total 1",
+			"pinned_registry_reaped_sessions_total 1", "pinned_registry_store_up 1"} {
 			if !strings.Contains(out.String(), want+"\n") {
 				t.Errorf("metrics lack %q:\n%s", want, out.String())
 			}
@@ -518,6 +533,14 @@ func TestSupersede(t *testing.T) {
 		}
 		if !strings.Contains(e.logs.String(), "session superseded") {
 			t.Fatalf("no supersede log line:\n%s", e.logs)
+		}
+		for _, s := range []string{old, cur} {
+			if !strings.Contains(e.logs.String(), "session="+s+" by=") {
+				t.Errorf("no supersede record naming session %s:\n%s", s, e.logs)
+			}
+		}
+		if got := e.metric("pinned_registry_superseded_total"); got != "2" {
+			t.Errorf("pinned_registry_superseded_total = %s; want 2", got)
 		}
 	})
 }
@@ -791,6 +814,28 @@ func TestStoreErrorsAre500(t *testing.T) {
 	if r.code != 500 || r.errField(t).Error == "" || strings.Contains(string(r.body), "corrupt") {
 		t.Fatalf("workers with a failing store = %d %s; want 500 without internals", r.code, r.body)
 	}
+	reg.Sweep(bg) // lists the sessions: fails
+	var b bytes.Buffer
+	reg.Metrics().WritePrometheus(&b)
+	for _, want := range []string{
+		"pinned_registry_store_errors_total 1",
+		`pinned_registry_requests_total{endpoint="workers",code="500"} 1`,
+		"pinned_registry_sweep_errors_total 1",
+		"pinned_registry_store_up 1", // Ping answered
+	} {
+		if !strings.Contains(b.String(), want+"\n") {
+			t.Errorf("metrics lack %q:\n%s", want, b.String())
+		}
+	}
+}
+
+// inc adds one to a metric value as e.metric prints it.
+func inc(v string) string {
+	n, err := strconv.Atoi(v)
+	if err != nil {
+		return "<not a number: " + v + ">"
+	}
+	return strconv.Itoa(n + 1)
 }
 
 // With the server streaming large request bodies (as the proxy wants), the

@@ -27,6 +27,7 @@ func TestDrainMessage(t *testing.T) {
 	if !h.w.Draining() || h.metric("pinned_draining") != "1" {
 		t.Fatal("Draining() = false after a drain message")
 	}
+	h.expectLogged("INFO", "drain started", "logger", "pinned.worker", "mode", "drain")
 	hb := h.pb.heartbeatList()[1]
 	if got := hb.at.Sub(at(0)); got != 3*time.Second {
 		t.Errorf("draining heartbeat sent at t0+%v; want at once (t0+3s)", got)
@@ -53,6 +54,7 @@ func TestDrainMessage(t *testing.T) {
 	if !strings.Contains(h.logs.String(), "msg=\"drain complete") {
 		t.Fatalf("no drain complete log once the host emptied:\n%s", h.logs.String())
 	}
+	h.expectLogged("INFO", "drain complete: no instance left", "logger", "pinned.worker", "mode", "drain")
 }
 
 // wind_down: drain, plus idle instances closed at once and on every tick,

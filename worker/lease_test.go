@@ -149,7 +149,9 @@ func TestLateAckCountsFromItsSendTime(t *testing.T) {
 	if got := h.metric(`pinned_heartbeats_total{result="late"}`); got != "1" {
 		t.Errorf(`pinned_heartbeats_total{result="late"} = %s; want 1`, got)
 	}
+	h.expectLogged("WARN", "lease renewed late", "logger", "pinned.worker", "session", "s1", "ackDelay", "1.9s")
 	expectAbortAt(t, h, 8*time.Second)
+	h.expectLogged("ERROR", "lease lost; every instance aborted", "session", "s1", "reason", "expired")
 }
 
 // Acks that arrive out of order never move the anchor back.

@@ -42,10 +42,7 @@ func TestRegistrationBody(t *testing.T) {
 	if len(hb) != 1 || hb[0].req.SessionID != "s1" || hb[0].req.Headroom != 95 || hb[0].req.Challenge == "" {
 		t.Fatalf("heartbeats = %+v; want one for s1 with headroom 95 and a challenge pair", hb)
 	}
-	if !strings.Contains(h.logs.String(), "level=INFO msg=registered logger=pinned.worker") ||
-		!strings.Contains(h.logs.String(), "session=s1") {
-		t.Errorf("no registration log line with the session:\n%s", h.logs.String())
-	}
+	h.expectLogged("INFO", "registered", "logger", "pinned.worker", "client", h.w.ClientID(), "session", "s1")
 }
 
 // reregister NACK: abort local instances, register fresh with a new session.
@@ -68,6 +65,8 @@ func TestReregisterNackAbortsAndRegistersFresh(t *testing.T) {
 			if got := h.metric(`pinned_heartbeats_total{result="reregister"}`); got != "1" {
 				t.Errorf(`pinned_heartbeats_total{result="reregister"} = %s; want 1`, got)
 			}
+			h.expectLogged("ERROR", "lease lost; every instance aborted", "logger", "pinned.worker", "session", old, "reason", "reregister", "instances", "2")
+			h.expectLogged("INFO", "lease regained", "logger", "pinned.worker", "session", h.w.Session())
 		})
 	}
 	f("409 reregister", action{nack: wire.NackReregister})
@@ -108,6 +107,9 @@ func TestSupersededStopsForGood(t *testing.T) {
 	if !strings.Contains(h.logs.String(), "level=ERROR msg=\"superseded") {
 		t.Errorf("no error log for superseded:\n%s", h.logs.String())
 	}
+	if !h.logged("ERROR", "lease lost; every instance aborted", "session", old, "reason", "superseded") {
+		t.Errorf("no lease-lost record with reason superseded and the session")
+	}
 }
 
 // With the jitter at its maximum the delays are the ceilings: 0.5 s, 1 s,
@@ -130,6 +132,7 @@ func TestRegistrationBackoffIsCappedAt30s(t *testing.T) {
 		h.until("the retry", func() bool { return len(h.pb.registerList()) == n+1 })
 	}
 	h.until("the last failure", func() bool { return h.inflight == 0 })
+	h.expectLogged("WARN", "registration failed", "logger", "pinned.worker", "reason", "HTTP 503: scripted failure", "attempt", "10", "retryIn", "30s")
 	if got := h.metric(`pinned_registrations_total{result="failed"}`); got != "10" {
 		t.Errorf(`pinned_registrations_total{result="failed"} = %s; want 10`, got)
 	}
@@ -190,7 +193,9 @@ func TestUnauthorizedIsLoggedAndRetried(t *testing.T) {
 	if got := h.metric(`pinned_registrations_total{result="unauthorized"}`); got != "2" {
 		t.Errorf(`pinned_registrations_total{result="unauthorized"} = %s; want 2`, got)
 	}
-	if !strings.Contains(h.logs.String(), "level=ERROR msg=\"registration failed: the pinboard refused the deployment token (401)") {
+	h.expectLogged("INFO", "registered", "session", h.w.Session())
+	if !strings.Contains(h.logs.String(), "level=ERROR msg=\"registration failed: the pinboard refused the deployment token (401)") ||
+		!h.logged("ERROR", "registration failed: the pinboard refused the deployment token (401); set Config.Token to the pinboard's token", "reason", "unauthorized") {
 		t.Errorf("no clear error log for 401:\n%s", h.logs.String())
 	}
 }

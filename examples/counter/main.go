@@ -9,7 +9,8 @@
 //
 // WebSocket /counter/{id}/ws echoes messages and pushes {"count":N} on every
 // change. GET /healthz is the readiness probe (503 while shutting down) and
-// GET /metrics serves the host's metrics.
+// GET /metrics serves the host's and the worker's metrics with the go_* and
+// process_* ones (metricshttp).
 //
 // Flags (and environment): -listen (PINNED_LISTEN), -idle-timeout,
 // -max-instances, -shutdown-timeout.
@@ -43,6 +44,7 @@ import (
 
 	"github.com/pinned-go/pinned/examples/counter/counterapp"
 	"github.com/pinned-go/pinned/host"
+	"github.com/pinned-go/pinned/metricshttp"
 	"github.com/pinned-go/pinned/worker"
 )
 
@@ -232,10 +234,7 @@ func run(ctx context.Context, opts options, logger *slog.Logger, ready func(net.
 	if fl.w != nil {
 		fl.w.Mount(r) // GET /_pinned/challenge: the pinboard proves our advertise URL
 	}
-	r.GET("/metrics", func(ctx *fasthttp.RequestCtx) {
-		ctx.SetContentType("text/plain; version=0.0.4")
-		set.WritePrometheus(ctx)
-	})
+	r.GET("/metrics", metricshttp.Handler(metricshttp.Config{Sets: []*metrics.Set{set}, Process: true, Metadata: true}))
 	srv := &fasthttp.Server{
 		Handler:         h.Wrap(r.Handler), // the host's paths skip the router: no allocation
 		Name:            "pinned-counter",

@@ -14,6 +14,8 @@ import (
 
 	"github.com/fasthttp/websocket"
 	"go.uber.org/goleak"
+
+	"github.com/pinned-go/pinned/internal/promcheck"
 )
 
 func TestMain(m *testing.M) {
@@ -172,6 +174,14 @@ func TestDemo(t *testing.T) {
 	mresp.Body.Close()
 	if !strings.Contains(string(mb), `pinned_instances{namespace="/counter"} 2`) {
 		t.Errorf("metrics lack pinned_instances 2:\n%s", mb)
+	}
+	// metricshttp: valid exposition (promtool when installed), with the
+	// runtime and process metrics.
+	fams := promcheck.Strict(t, "counter /metrics", mb)
+	for _, name := range []string{"pinned_activations_total", "go_goroutines", "process_resident_memory_bytes"} {
+		if _, ok := fams[name]; !ok {
+			t.Errorf("/metrics lacks %s", name)
+		}
 	}
 
 	// Shutdown closes the websocket and returns cleanly.

@@ -24,6 +24,7 @@ import (
 	"github.com/pinned-go/pinned/internal/store/memstore"
 	"github.com/pinned-go/pinned/internal/store/redisstore"
 	"github.com/pinned-go/pinned/internal/wire"
+	"github.com/pinned-go/pinned/metricshttp"
 	"github.com/pinned-go/pinned/proxy"
 	"github.com/pinned-go/pinned/registry"
 )
@@ -296,7 +297,7 @@ func (p *Pinboard) adminRouter() *router.Router {
 	rt.RedirectTrailingSlash = false
 	rt.RedirectFixedPath = false
 	rt.GET("/metrics", func(ctx *fasthttp.RequestCtx) {
-		ctx.SetContentType("text/plain; version=0.0.4; charset=utf-8")
+		ctx.SetContentType(metricshttp.ContentType)
 		p.WriteMetrics(ctx)
 	})
 	rt.GET("/debug/pprof/", pprofhandler.PprofHandler)
@@ -308,10 +309,7 @@ func (p *Pinboard) adminRouter() *router.Router {
 // format: the pinboard's own, the registry's, the data plane's, and the
 // go_* and process_* metrics.
 func (p *Pinboard) WriteMetrics(w io.Writer) {
-	p.own.WritePrometheus(w)
-	p.reg.Metrics().WritePrometheus(w)
-	p.dpSet.WritePrometheus(w)
-	metrics.WriteProcessMetrics(w)
+	metricshttp.Write(w, metricshttp.Config{Sets: []*metrics.Set{p.own, p.reg.Metrics(), p.dpSet}, Process: true, Metadata: true})
 }
 
 // Run binds the listeners, connects the store (retrying with backoff while

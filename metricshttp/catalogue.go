@@ -1,0 +1,100 @@
+package metricshttp
+
+// catalogue is pinned's metric families, row for row as docs/metrics.md
+// lists them (meanings without the Markdown backticks):
+// TestCatalogueMatchesDocs fails when the two differ, and test/e2e fails
+// when docs/metrics.md and /metrics differ. Change all three together.
+var catalogue = []Family{
+	{"pinned_instances", "gauge", "namespace", "host", "live instances (activating, active or closing)"},
+	{"pinned_activations_total", "counter", "namespace", "host", "instances whose setup succeeded"},
+	{"pinned_evictions_total", "counter", "namespace, reason", "host", "instances that ended, by why: idle, abort, drain, wind_down, lease, close (Host.Close), other"},
+	{"pinned_aborts_total", "counter", "namespace", "host", "instances aborted (Instance.Abort, a handler panic, lease loss, a close deadline)"},
+	{"pinned_rejections_total", "counter", "namespace, reason", "host", "requests the host refused: capacity (503, MaxInstances), draining (503, new id on a draining worker), closing (503), lease (503, no valid lease), forbidden (403, missing or wrong proxy secret), aborted (503), invalid_id (400)"},
+	{"pinned_request_duration_seconds", "histogram", "namespace", "host", "from fasthttp's request time to the handler's end (a stream's first step)"},
+	{"pinned_open_streams", "gauge", "namespace", "host", "response streams in progress"},
+	{"pinned_open_websockets", "gauge", "namespace", "host", "websockets in progress"},
+	{"pinned_tasks", "gauge", "namespace", "host", "background tasks (Instance.Go) running"},
+	{"pinned_registered", "gauge", "", "worker", "1 while the worker holds a valid lease (Worker.Ready)"},
+	{"pinned_lease_remaining_seconds", "gauge", "", "worker", "time left before the lease's local deadline (0 without a lease)"},
+	{"pinned_draining", "gauge", "", "worker", "1 while draining or winding down"},
+	{"pinned_heartbeats_total", "counter", "result", "worker", "heartbeats by outcome: ok, late (acked after the retry interval), failed, unauthorized, reregister, superseded"},
+	{"pinned_registrations_total", "counter", "result", "worker", "registrations by outcome: ok, failed, unauthorized"},
+	{"pinned_releases_total", "counter", "result", "worker", "placement releases: ok, failed, unauthorized, gave_up"},
+	{"pinned_deregistrations_total", "counter", "result", "worker", "deregistrations on shutdown: ok, failed, unauthorized, skipped (instances still tearing down)"},
+	{"pinned_lease_lost_total", "counter", "reason", "worker", "leases lost: expired, reregister, superseded, stopped, bad_timing"},
+	{"pinned_pinboard_info", "gauge", "protocol, store", "pinboard", "always 1; the registry protocol version and the store (redis, memory)"},
+	{"pinned_pinboard_lease_seconds", "gauge", "", "pinboard", "the lease every worker gets"},
+	{"pinned_registry_requests_total", "counter", "endpoint, code", "registry", "registry calls by endpoint (register, heartbeat, release, deregister, push, workers, overview, healthz) and status code (other for codes outside the known set)"},
+	{"pinned_registry_request_duration_seconds", "histogram", "endpoint", "registry", "time to answer a registry call (a registration includes the challenge)"},
+	{"pinned_registry_registrations_total", "counter", "", "registry", "sessions created"},
+	{"pinned_registry_registration_failures_total", "counter", "reason", "registry", "registrations refused: invalid, store, busy, rate_limited, session_cap, or a challenge reason"},
+	{"pinned_registry_challenge_failures_total", "counter", "reason", "registry", "challenge verifications that failed: unreachable, timeout, network_not_allowed, redirect, status, malformed, mismatch, replay"},
+	{"pinned_registry_superseded_total", "counter", "", "registry", "sessions superseded by a newer registration of the same client or URL"},
+	{"pinned_registry_heartbeats_total", "counter", "", "registry", "heartbeats that renewed a lease"},
+	{"pinned_registry_messages_pushed_total", "counter", "", "registry", "control messages queued (/registry/push)"},
+	{"pinned_registry_messages_delivered_total", "counter", "", "registry", "control messages delivered in heartbeat acks"},
+	{"pinned_registry_releases_total", "counter", "result", "registry", "release calls: released, not_owner, refused"},
+	{"pinned_registry_deregistrations_total", "counter", "result", "registry", "deregister calls: deregistered, unknown"},
+	{"pinned_registry_rate_limited_total", "counter", "limit", "registry", "calls refused with 429: auth_ip, register_ip, register_token, session_cap"},
+	{"pinned_registry_auth_failures_total", "counter", "", "registry", "calls with a missing or wrong bearer token"},
+	{"pinned_registry_store_errors_total", "counter", "", "registry", "store calls that failed while answering"},
+	{"pinned_registry_reaped_sessions_total", "counter", "", "registry", "expired sessions collected by the janitor"},
+	{"pinned_registry_reaped_placements_total", "counter", "", "registry", "placements of expired sessions deleted by the janitor"},
+	{"pinned_registry_sweep_errors_total", "counter", "", "registry", "janitor passes that failed (store down, reap or listing error)"},
+	{"pinned_registry_live_workers", "gauge", "", "registry", "sessions not superseded (janitor pass)"},
+	{"pinned_registry_sessions", "gauge", "", "registry", "sessions in the store, superseded included (janitor pass)"},
+	{"pinned_registry_placements", "gauge", "namespace", "registry", "placements per namespace (janitor pass)"},
+	{"pinned_registry_namespace_workers", "gauge", "namespace", "registry", "live (not superseded) sessions serving each namespace (janitor pass)"},
+	{"pinned_registry_store_up", "gauge", "", "registry", "1 when the last janitor ping reached the store"},
+	{"pinned_proxy_responses_total", "counter", "class", "proxy", "answers to clients by status class: 1xx … 5xx, other"},
+	{"pinned_proxy_upstream_duration_seconds", "histogram", "", "proxy", "from taking a worker connection to the worker's response head"},
+	{"pinned_proxy_reresolves_total", "counter", "", "proxy", "requests resolved again after a closing/draining/lease 503 or a closed endpoint"},
+	{"pinned_proxy_retries_total", "counter", "", "proxy", "sends repeated after a stale pooled connection"},
+	{"pinned_proxy_retry_budget_exhausted_total", "counter", "", "proxy", "retries refused by a worker's retry budget"},
+	{"pinned_proxy_unreachable_total", "counter", "", "proxy", "503 unreachable: the worker could not be reached"},
+	{"pinned_proxy_overloaded_total", "counter", "", "proxy", "503 overloaded: the worker's connection pool and queue were full"},
+	{"pinned_proxy_bad_gateway_total", "counter", "", "proxy", "502: a worker's answer was malformed or ambiguous"},
+	{"pinned_proxy_upstream_timeouts_total", "counter", "", "proxy", "504: no response head in time"},
+	{"pinned_proxy_rejected_total", "counter", "", "proxy", "requests refused before forwarding (4xx: framing, limits, ids)"},
+	{"pinned_proxy_tunnels_total", "counter", "", "proxy", "WebSocket tunnels opened"},
+	{"pinned_proxy_tunnels_rejected_total", "counter", "", "proxy", "WebSocket tunnels refused at the cap"},
+	{"pinned_proxy_tunnels_open", "gauge", "", "proxy", "WebSocket tunnels open now"},
+	{"pinned_placement_miss_duration_seconds", "histogram", "", "placement", "one cache miss resolved from the store (single-flight leader)"},
+	{"pinned_placement_shared_misses_total", "counter", "", "placement", "misses that waited for another request's store read"},
+	{"pinned_placement_claims_total", "counter", "result", "placement", "new placements by SET NX: won, lost (another pinboard placed it first)"},
+	{"pinned_placement_replaces_total", "counter", "result", "placement", "placements moved off a dead session: won, lost"},
+	{"pinned_placement_no_worker_total", "counter", "", "placement", "misses with no live worker for the namespace (503)"},
+	{"pinned_placement_store_errors_total", "counter", "", "placement", "store (Redis) errors while resolving"},
+	{"pinned_placement_invalidates_total", "counter", "", "placement", "invalidations requested by the proxy after a worker's 503 or a dead endpoint"},
+	{"pinned_placement_sessions_closed_total", "counter", "", "placement", "worker endpoints closed because their session was gone"},
+	{"pinned_placement_tunnel_checks_total", "counter", "", "placement", "tunnel placement checks after an invalidation"},
+	{"pinned_placement_tunnel_checks_dropped_total", "counter", "", "placement", "tunnel checks dropped because the queue was full"},
+	{"pinned_placement_endpoints", "gauge", "", "placement", "worker endpoints (one per session) open"},
+	{"pinned_placecache_hits_total", "counter", "cache", "placecache", "lookups served from the cache"},
+	{"pinned_placecache_misses_total", "counter", "cache", "placecache", "lookups that went to the store"},
+	{"pinned_placecache_invalidations_total", "counter", "cache", "placecache", "invalidations applied (one per name; InvalidateAll counts one per shard); each also refuses in-flight puts into its shard"},
+	{"pinned_placecache_evictions_total", "counter", "cache", "placecache", "entries dropped to stay within MaxEntries"},
+	{"pinned_placecache_refused_puts_total", "counter", "cache", "placecache", "store reads not cached because an invalidation raced them"},
+	{"pinned_placecache_entries", "gauge", "cache", "placecache", "entries cached now (its size)"},
+}
+
+// Family describes one metric family of pinned.
+type Family struct {
+	Name      string // e.g. "pinned_evictions_total"
+	Type      string // counter, gauge or histogram
+	Labels    string // comma-separated label names, "" for none
+	Component string // host, worker, registry, proxy, placement, placecache, pinboard
+	Help      string // what it counts or measures
+}
+
+// Catalogue returns every metric family pinned's components write (a copy).
+func Catalogue() []Family { return append([]Family(nil), catalogue...) }
+
+// catalogueIndex finds a family by name; built once.
+var catalogueIndex = func() map[string]Family {
+	m := make(map[string]Family, len(catalogue))
+	for _, f := range catalogue {
+		m[f.Name] = f
+	}
+	return m
+}()
