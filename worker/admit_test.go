@@ -16,7 +16,7 @@ func newLeasedWorker(tb testing.TB, clk clock.Clock) *Worker {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	w.current.Store(anchorLease(newSession("s1"), clk.Now(), 1, DefaultLease))
+	w.current.Store(anchorLease(newSession("s1"), clk.Now(), clk.Now(), 1, DefaultLease))
 	return w
 }
 

@@ -53,6 +53,7 @@ type options struct {
 	maxInstances    int
 	shutdownTimeout time.Duration
 	fleet           fleetOptions
+	history         string // PINNED_HISTORY (history.go)
 }
 
 // fleetOptions configure fleet mode; all empty means local mode.
@@ -110,6 +111,7 @@ func loadOptions(args []string, getenv func(string) string) (options, error) {
 		token:        getenv("PINNED_TOKEN"),
 		advertiseURL: getenv("PINNED_ADVERTISE_URL"),
 	}
+	o.history = getenv(EnvHistory)
 	return o, nil
 }
 
@@ -139,7 +141,7 @@ type fleet struct {
 // newWorker returns the fleet registration for opts (nil in local mode). It
 // does no I/O: the worker starts registering in start, once the listener
 // that serves its challenge endpoint is up.
-func newWorker(opts options, logger *slog.Logger, set *metrics.Set) (*fleet, error) {
+func newWorker(opts options, logger *slog.Logger, set *metrics.Set, onLease func(worker.LeaseEvent)) (*fleet, error) {
 	if !opts.fleet.enabled() {
 		return &fleet{}, nil
 	}
@@ -152,6 +154,7 @@ func newWorker(opts options, logger *slog.Logger, set *metrics.Set) (*fleet, err
 		Token:        opts.fleet.token,
 		Logger:       logger,
 		Metrics:      set,
+		OnLease:      onLease,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("counter: %w", err)
@@ -202,7 +205,12 @@ func (f *fleet) shutdown(ctx context.Context) error {
 // if not nil, is called with the listening address.
 func run(ctx context.Context, opts options, logger *slog.Logger, ready func(net.Addr)) error {
 	set := metrics.NewSet()
-	fl, err := newWorker(opts, logger, set)
+	rec, err := openRecorder(opts.history)
+	if err != nil {
+		return err
+	}
+	defer rec.close()
+	fl, err := newWorker(opts, logger, set, rec.onLease())
 	if err != nil {
 		return err
 	}
@@ -213,7 +221,7 @@ func run(ctx context.Context, opts options, logger *slog.Logger, ready func(net.
 		MaxInstances: opts.maxInstances,
 		Logger:       logger,
 		Metrics:      set,
-	}, counterapp.Type())
+	}, counterapp.TypeWithHooks(rec.hooks()))
 	if err != nil {
 		return err
 	}
