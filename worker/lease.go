@@ -253,6 +253,10 @@ type LeaseEvent struct {
 	// SentAgo is how long before the OnLease call the acknowledged call was
 	// sent (registered, renewed).
 	SentAgo time.Duration
+	// HandledAgo is how long before the OnLease call the worker took the
+	// ack in hand and checked that its lease had not lapsed yet (registered,
+	// renewed): an ack handled after the local deadline renews nothing.
+	HandledAgo time.Duration
 	// ExpiresIn is the lease the ack granted (registered, renewed).
 	ExpiresIn time.Duration
 	// Cause is why the lease was lost (lost).

@@ -360,7 +360,7 @@ func (l *loop) onRegister(r result, now clock.Instant) error {
 			l.seq++
 			l.lastAcked = l.seq
 			w.current.Store(anchorLease(sess, r.sent, now, l.seq, lease))
-			w.leaseEvent(LeaseEvent{Kind: LeaseRegistered, Session: sess.id, SentAgo: now.Sub(r.sent), ExpiresIn: lease})
+			w.leaseEvent(LeaseEvent{Kind: LeaseRegistered, Session: sess.id, SentAgo: w.clock.Now().Sub(r.sent), HandledAgo: w.clock.Now().Sub(now), ExpiresIn: lease})
 			l.nextSend = r.sent.Add(w.cfg.HeartbeatInterval)
 			l.regFailures = 0
 			l.troubled = false
@@ -430,7 +430,7 @@ func (l *loop) onHeartbeat(r result, now clock.Instant) error {
 		}
 		prev := w.current.Load()
 		w.current.Store(anchorLease(l.sess, r.sent, now, r.seq, lease))
-		w.leaseEvent(LeaseEvent{Kind: LeaseRenewed, Session: l.sess.id, SentAgo: now.Sub(r.sent), ExpiresIn: lease})
+		w.leaseEvent(LeaseEvent{Kind: LeaseRenewed, Session: l.sess.id, SentAgo: w.clock.Now().Sub(r.sent), HandledAgo: w.clock.Now().Sub(now), ExpiresIn: lease})
 		l.lastAcked = r.seq
 		l.nextSend = r.sent.Add(w.cfg.HeartbeatInterval)
 		if l.troubled || late {

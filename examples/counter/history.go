@@ -81,8 +81,9 @@ func (r *recorder) onLease() func(worker.LeaseEvent) {
 			}
 		default:
 			ev.Kind = history.KindLease
-			ev.T = history.Now()
-			ev.Sent = ev.T - int64(e.SentAgo)
+			now := history.Now()
+			ev.T = now - int64(e.HandledAgo) // when the worker checked its lease and took the ack
+			ev.Sent = now - int64(e.SentAgo)
 			ev.ExpiresMs = e.ExpiresIn.Milliseconds()
 			ev.Cause = string(e.Kind)
 		}
