@@ -281,9 +281,23 @@ func (x *exchange) roundTrip(attempt int) outcome {
 	p.m.upstream.Update(time.Since(start).Seconds())
 
 	rh := &ctx.Response.Header
-	if rh.StatusCode() == fasthttp.StatusServiceUnavailable {
+	switch rh.StatusCode() {
+	case fasthttp.StatusServiceUnavailable:
 		if out := x.hostUnavailable(attempt); out != outOK {
 			return out
+		}
+	case fasthttp.StatusForbidden:
+		if string(rh.Peek(wire.HeaderReason)) == wire.ReasonForbidden {
+			// The process at the endpoint's address does not know the
+			// session's secret: the session's process is gone and another
+			// one listens there now (a worker restarted on the same
+			// address). Its host refused the request before serving it
+			// (Worker.Admit comes first), so it is handled like an
+			// unreachable worker: re-resolved when the placement moved, else
+			// 503 unreachable + Retry-After, never the 403 (the client sent
+			// no secret; the proxy's own is stale).
+			x.drop()
+			return outUnreachable
 		}
 	}
 	return outOK

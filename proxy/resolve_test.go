@@ -470,3 +470,35 @@ func TestResetPooledConnectionResent(t *testing.T) {
 		t.Errorf("retries metric:\n%s", b.String())
 	}
 }
+
+// A worker answering 403 forbidden does not know the endpoint's secret: a
+// new process listens at the session's address. The client never sees
+// that 403: the placement is dropped and the request goes to the
+// re-resolved worker, or (placement unchanged) gets 503 unreachable with
+// Retry-After.
+func TestForbiddenIsAStaleEndpoint(t *testing.T) {
+	forbidden := func(ctx *fasthttp.RequestCtx) {
+		ctx.Response.Header.Set(wire.HeaderReason, wire.ReasonForbidden)
+		ctx.SetStatusCode(fasthttp.StatusForbidden)
+		ctx.SetBodyString(`{"error":"forbidden"}`)
+	}
+	a, b, f, res := twoWorkers(t, forbidden, echoBody, nil)
+	resp := raw(t, f.addr, "POST /counter/a/incr HTTP/1.1\r\nHost: h\r\nContent-Length: 4\r\n\r\nbody")
+	if !strings.HasPrefix(resp, "HTTP/1.1 200") || !strings.HasSuffix(resp, "B:body") {
+		t.Fatalf("response %q; want the re-resolved worker's 200", resp)
+	}
+	if res.Invalidations() == 0 || len(a.requests()) != 1 || len(b.requests()) != 1 {
+		t.Fatalf("invalidations %d, workers %d/%d; want ≥ 1, 1/1", res.Invalidations(), len(a.requests()), len(b.requests()))
+	}
+
+	w := startWorker(t, forbidden)
+	ep := w.endpoint(t, "s", "stale", proxy.EndpointConfig{})
+	st := proxytest.NewStatic()
+	st.PlaceNamespace("/counter", ep)
+	f2 := startProxy(t, st, nil)
+	resp = raw(t, f2.addr, "GET /counter/a HTTP/1.1\r\nHost: h\r\n\r\n")
+	if !strings.HasPrefix(resp, "HTTP/1.1 503") || !strings.Contains(resp, "Retry-After:") ||
+		!strings.Contains(resp, "X-Pinned-Reason: "+wire.ReasonUnreachable) {
+		t.Fatalf("response %q; want 503 unreachable with Retry-After", resp)
+	}
+}
