@@ -286,10 +286,12 @@ func (r *Registry) heartbeatReq(ctx *fasthttp.RequestCtx, tok string, req wire.H
 		// Re-prove the advertise URL with the session's own secret. Unknown
 		// and superseded sessions are answered without dialling anyone.
 		sess, err := r.st.Session(sctx, req.SessionID)
-		switch {
-		case errors.Is(err, store.ErrUnknownSession) && faults.Has(faults.BlindRenew):
-			// Planted bug (pinned_faults builds only): renew blindly.
+		if faults.Has(faults.BlindRenew) && (errors.Is(err, store.ErrUnknownSession) || err == nil && sess.AdvertiseURL == "") {
+			// Planted bug (pinned_faults builds only): renew blindly, also
+			// the record a blind renewal re-created.
 			goto renew
+		}
+		switch {
 		case errors.Is(err, store.ErrUnknownSession):
 			return writeNack(ctx, wire.NackReregister)
 		case err != nil:

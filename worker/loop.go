@@ -480,7 +480,7 @@ func (l *loop) lose(cause error, now clock.Instant) {
 	w := l.w
 	old := w.current.Load()
 	n := w.selfAbort(cause, lossReason(cause))
-	if l.sess != nil {
+	if l.sess != nil && !faults.Has(faults.NoSelfAbort) {
 		l.sess.cancel(cause) // already done by selfAbort; harmless
 	}
 	attrs := []any{"reason", lossLabel(cause), "instances", n}

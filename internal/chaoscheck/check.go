@@ -104,6 +104,8 @@ type Report struct {
 	Served, Straddling           int
 	Effects, EffectsAfterPause   int
 	Requests                     map[string]int // by class
+	// Answers counts the non-2xx answers by "status x-pinned-reason".
+	Answers map[string]int
 	Nemeses                      map[string]int // by kind
 	// MaxOverlap is the longest time two instances of one id were both
 	// live (0 when never), and OverlapID the id.
@@ -130,6 +132,10 @@ func (r *Report) String() string {
 	b.WriteString("\nrequests:")
 	for _, k := range slices.Sorted(maps.Keys(r.Requests)) {
 		fmt.Fprintf(&b, " %s=%d", k, r.Requests[k])
+	}
+	b.WriteString("\nnon-2xx answers:")
+	for _, k := range slices.Sorted(maps.Keys(r.Answers)) {
+		fmt.Fprintf(&b, " %q=%d", k, r.Answers[k])
 	}
 	b.WriteString("\nnemeses:")
 	for _, k := range slices.Sorted(maps.Keys(r.Nemeses)) {
@@ -175,7 +181,7 @@ func Check(cfg Config, events []history.Event) *Report {
 	cfg.EffectGrace = cmp.Or(cfg.EffectGrace, time.Second)
 	cfg.MaxExamples = cmp.Or(cfg.MaxExamples, 10)
 	tol := int64(cfg.Tolerance)
-	r := &Report{Requests: map[string]int{}, Nemeses: map[string]int{}, Violations: map[string]int{}}
+	r := &Report{Requests: map[string]int{}, Answers: map[string]int{}, Nemeses: map[string]int{}, Violations: map[string]int{}}
 	kept := map[string]int{}
 	violate := func(kind, format string, args ...any) {
 		r.Violations[kind]++
@@ -354,6 +360,9 @@ func Check(cfg Config, events []history.Event) *Report {
 	for _, e := range requests {
 		c := classify(e, pbDown[e.Via])
 		r.Requests[c]++
+		if e.Err == "" && (e.Status < 200 || e.Status >= 300) {
+			r.Answers[strings.TrimSpace(fmt.Sprintf("%d %s", e.Status, e.Reason))]++
+		}
 		if strings.HasPrefix(c, "VIOLATION") {
 			violate(VRequest, "%s %s via pb%d at %d: status %d, reason %q, Retry-After %v, error %q, after %v: %s",
 				e.Op, e.ID, e.Via, e.T, e.Status, e.Reason, e.RetryAfter, e.Err, time.Duration(e.End-e.T), c)
