@@ -1,6 +1,7 @@
 package chaos
 
 import (
+	"cmp"
 	"flag"
 	"fmt"
 	"maps"
@@ -52,6 +53,7 @@ type scenario struct {
 	maxPause time.Duration // bound of the pause draw
 	settle   time.Duration // after each nemesis
 	seed     uint64
+	clients  int // 0: clients
 }
 
 type result struct {
@@ -73,7 +75,7 @@ func run(t *testing.T, sc scenario) result {
 	for n := 1; n <= 3; n++ {
 		waitReady(t, c.worker(n))
 	}
-	lc := startClient(c, nIDs, clients, sc.seed)
+	lc := startClient(c, nIDs, cmp.Or(sc.clients, clients), sc.seed)
 	lc.waitWarm(t, 40*time.Second)
 	time.Sleep(warmup) // a little steady traffic before the first fault
 	kinds := sc.nemeses
@@ -145,24 +147,30 @@ func TestPlantedBugs(t *testing.T) {
 	cases := []struct {
 		faults  string
 		nemeses []string
+		settle  time.Duration
 		want    string
 	}{
 		// Tasks keep running after the lease is lost: effects after it.
-		{string(faults.NoSelfAbort), []string{nemPartition}, chaoscheck.VEffectAfter},
+		{string(faults.NoSelfAbort), []string{nemPartition}, 2 * time.Second, chaoscheck.VEffectAfter},
 		// The lease counted from the ack's arrival (1.5 s late): requests
 		// served after the lease the checker computes from the send time.
-		{string(faults.ReceiveAnchor), []string{nemPartition}, chaoscheck.VServedAfter},
+		{string(faults.ReceiveAnchor), []string{nemPartition}, 2 * time.Second, chaoscheck.VServedAfter},
 		// No inline check and a watchdog 4 s late: served after the lease.
-		{string(faults.WatchdogOnly) + "," + string(faults.LateWatchdog), []string{nemPartition}, chaoscheck.VServedAfter},
+		{string(faults.WatchdogOnly) + "," + string(faults.LateWatchdog), []string{nemPartition}, 2 * time.Second, chaoscheck.VServedAfter},
 		// Heartbeats re-create sessions lost with Redis: old instances stay
-		// live while a restarted worker takes every id.
-		{string(faults.BlindRenew), []string{nemRedisRestart, nemKillWorker}, chaoscheck.VOverlap},
+		// live while a restarted worker takes every id once the restart
+		// fence (10 s) has passed.
+		{string(faults.BlindRenew), []string{nemRedisRestart, nemKillWorker}, 8 * time.Second, chaoscheck.VOverlap},
 	}
 	for _, tc := range cases {
 		t.Run(tc.faults, func(t *testing.T) {
+			// Two clusters at a time: the package stays within a few
+			// minutes on 2 cores, and each fault's window (≥ 1.5 s) is far
+			// above the scheduling noise this adds.
+			t.Parallel()
 			sc := scenario{
 				cfg:     clusterConfig{tags: []string{faults.BuildTag}, faults: tc.faults},
-				nemeses: tc.nemeses, maxPause: shortPause, settle: 12 * time.Second, seed: *seedFlag,
+				nemeses: tc.nemeses, maxPause: shortPause, settle: tc.settle, seed: *seedFlag, clients: 12,
 			}
 			res := run(t, sc)
 			t.Logf("planted %s, seed %d:\n%s", tc.faults, res.seed, res.report)
