@@ -106,7 +106,7 @@ type Report struct {
 	Requests                     map[string]int // by class
 	// Answers counts the non-2xx answers by "status x-pinned-reason".
 	Answers map[string]int
-	Nemeses                      map[string]int // by kind
+	Nemeses map[string]int // by kind
 	// MaxOverlap is the longest time two instances of one id were both
 	// live (0 when never), and OverlapID the id.
 	MaxOverlap time.Duration
