@@ -12,7 +12,8 @@
 // GET /metrics serves the host's metrics.
 //
 // Flags (and environment): -listen (PINNED_LISTEN), -idle-timeout,
-// -max-instances, -shutdown-timeout.
+// -max-instances, -shutdown-timeout. PINNED_HISTORY=<file> appends a chaos
+// history (history.go; for test/chaos).
 //
 // Fleet mode: when PINNED_PINBOARD_URL, PINNED_TOKEN and PINNED_ADVERTISE_URL
 // are all set, the counter runs a worker that registers with that pinboard
