@@ -376,10 +376,12 @@ func Check(cfg Config, events []history.Event) *Report {
 }
 
 // pausedAcross reports whether one of the pauses began by end and ended
-// no more than grace before t.
+// no more than grace before t. t may precede the pause's recorded end: the
+// harness stamps the end after SIGCONT returns, when the resumed process
+// may already have acted.
 func pausedAcross(pauses []interval, end, t, grace int64) bool {
 	for _, p := range pauses {
-		if p.from <= end && p.to <= t && t-p.to <= grace {
+		if p.from <= end && p.from <= t && t-p.to <= grace {
 			return true
 		}
 	}

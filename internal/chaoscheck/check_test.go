@@ -141,6 +141,16 @@ func TestEffects(t *testing.T) {
 	if !r.OK() || r.EffectsAfterPause != 1 || r.Nemeses[NemesisPause] != 1 {
 		t.Fatalf("an effect right after a pause across the lease end:\n%s", r)
 	}
+	// The resumed process can act before the harness stamps the pause's end.
+	pause.End = sec(20.001)
+	if r = check(t, append(base(), eff, pause)); !r.OK() || r.EffectsAfterPause != 1 {
+		t.Fatalf("an effect stamped just before the pause's recorded end:\n%s", r)
+	}
+	// A pause that ended long before does not excuse it.
+	pause.End = sec(15)
+	if r = check(t, append(base(), eff, pause)); r.Violations[VEffectAfter] != 1 {
+		t.Fatalf("an effect 5 s after the pause passed:\n%s", r)
+	}
 }
 
 func TestRequestClasses(t *testing.T) {

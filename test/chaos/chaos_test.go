@@ -142,7 +142,8 @@ func TestChaos(t *testing.T) {
 
 // TestPlantedBugs runs the harness on binaries built with the pinned_faults
 // tag, each with one planted bug and the nemesis that exposes it, and
-// requires the checker to fail with the expected violation.
+// requires the checker to fail with the expected violation; a frozen
+// watchdog alone (the inline check still on) must pass.
 func TestPlantedBugs(t *testing.T) {
 	cases := []struct {
 		faults  string
@@ -161,6 +162,9 @@ func TestPlantedBugs(t *testing.T) {
 		// live while a restarted worker takes every id once the restart
 		// fence (10 s) has passed.
 		{string(faults.BlindRenew), []string{nemRedisRestart, nemKillWorker}, 8 * time.Second, chaoscheck.VOverlap},
+		// Control: a watchdog 4 s late alone is harmless, because Admit
+		// checks the lease inline (reliability §1 goal 2): the run passes.
+		{string(faults.LateWatchdog), []string{nemPartition}, 2 * time.Second, ""},
 	}
 	for _, tc := range cases {
 		t.Run(tc.faults, func(t *testing.T) {
@@ -174,6 +178,12 @@ func TestPlantedBugs(t *testing.T) {
 			}
 			res := run(t, sc)
 			t.Logf("planted %s, seed %d:\n%s", tc.faults, res.seed, res.report)
+			if tc.want == "" {
+				if !res.report.OK() {
+					t.Fatalf("%s alone must be harmless; the checker found violations", tc.faults)
+				}
+				return
+			}
 			if res.report.OK() {
 				t.Fatalf("the checker passed a run with the planted bug %s", tc.faults)
 			}
