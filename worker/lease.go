@@ -140,6 +140,19 @@ func (w *Worker) Admit(secret, session []byte) (context.Context, string) {
 	return l.sess.ctx, ""
 }
 
+// LeaseValid implements host.LeaseChecker: lease is the context Admit
+// returned under the current session and that lease is valid on the clock
+// right now (leaseValid). Instance.Do calls it before every effect, so a
+// task never takes effect after the local deadline, whatever the loop's
+// watchdog is doing. It does not allocate.
+func (w *Worker) LeaseValid(lease context.Context) bool {
+	l := w.current.Load()
+	if l == nil || l.sess.ctx != lease {
+		return false
+	}
+	return faults.Has(faults.WatchdogOnly) || w.leaseValid(l, w.clock.Now())
+}
+
 // Ready reports whether the worker holds a valid lease right now: registered,
 // not superseded or stopped, and not past the local deadline on the clock.
 // Wire it to the application's readiness probe; the gauge pinned_registered
