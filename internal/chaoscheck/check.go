@@ -14,7 +14,10 @@
 //     effect after the end is allowed only right after a pause of its
 //     process that covered the end (counted; a timer due during the pause
 //     can win the race with the watchdog on resume: an unfenced effect).
-//  3. Every client request is classified: 2xx, 4xx, 503 with Retry-After,
+//  3. Every instance is aborted when its lease ends: it is torn down (or its
+//     process is dead) within Config.AbortGrace of the end, or of the end of
+//     a pause of its process across the end.
+//  4. Every client request is classified: 2xx, 4xx, 503 with Retry-After,
 //     502/504 (possibly sent), or a connection error while its pinboard was
 //     being killed. Anything else (a client timeout, i.e. a hang; a 5xx
 //     without Retry-After other than 502/504; a connection error while the
@@ -64,6 +67,11 @@ type Config struct {
 	// EffectGrace is how soon after a pause's end a task effect past its
 	// lease is counted as the pause race (see the package doc). Default 1 s.
 	EffectGrace time.Duration
+	// AbortGrace bounds how long after its session's lease ended an
+	// instance may still exist (it must be aborted: SPEC §4) before it is a
+	// violation, counted from the end of a pause across the lease end.
+	// Default 5 s.
+	AbortGrace time.Duration
 	// ClientTimeout is the client's bound on one request (reported only).
 	ClientTimeout time.Duration
 	// MaxExamples bounds the violations kept per kind. Default 10.
@@ -87,6 +95,7 @@ const (
 	VOverlap        = "overlap"
 	VServedAfter    = "served after the lease ended"
 	VEffectAfter    = "task effect after the lease ended"
+	VNotAborted     = "instance not aborted after its lease ended"
 	VRequest        = "request not answered as required"
 	VUnknownSession = "instance of an unknown session"
 	VEmpty          = "history too thin to check"
@@ -179,6 +188,7 @@ const forever = int64(1<<63 - 1)
 func Check(cfg Config, events []history.Event) *Report {
 	cfg.Tolerance = cmp.Or(cfg.Tolerance, 2*time.Millisecond)
 	cfg.EffectGrace = cmp.Or(cfg.EffectGrace, time.Second)
+	cfg.AbortGrace = cmp.Or(cfg.AbortGrace, 5*time.Second)
 	cfg.MaxExamples = cmp.Or(cfg.MaxExamples, 10)
 	tol := int64(cfg.Tolerance)
 	r := &Report{Requests: map[string]int{}, Answers: map[string]int{}, Nemeses: map[string]int{}, Violations: map[string]int{}}
@@ -296,6 +306,33 @@ func Check(cfg Config, events []history.Event) *Report {
 		}
 		byID[in.id] = append(byID[in.id], in)
 	}
+	// Every instance is gone (torn down, or its process dead) within
+	// AbortGrace of its session's end, or of the end of a pause across it.
+	last := int64(0)
+	if len(ev) > 0 {
+		last = ev[len(ev)-1].T
+	}
+	for _, in := range instances {
+		se, ok := endOf(in.sess)
+		if !ok || se == forever || in.start > se {
+			continue
+		}
+		bound := se + int64(cfg.AbortGrace)
+		for _, p := range pauses[in.proc] {
+			if p.from <= se && p.to >= se-tol {
+				bound = max(bound, p.to+int64(cfg.AbortGrace))
+			}
+		}
+		gone := in.teardown
+		if pe, ok := procEnd[in.proc]; ok {
+			gone = min(gone, pe)
+		}
+		if gone > bound && bound < last {
+			violate(VNotAborted, "id %s: instance %s (session %s, %s) still existed %v after its lease ended",
+				in.id, in.nonce, in.sess, in.proc, time.Duration(min(gone, last)-se))
+		}
+	}
+
 	allowed := int64(cfg.AllowedOverlap) + tol
 	for id, list := range byID {
 		slices.SortFunc(list, func(a, b *instance) int { return cmp.Compare(a.start, b.start) })

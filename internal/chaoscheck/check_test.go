@@ -10,7 +10,9 @@ import (
 
 const s = int64(time.Second)
 
-var cfg = Config{LeaseBuffer: 5 * time.Second}
+// cfg is the checker's configuration in these tests; the abort check has
+// its own test (TestNotAborted), the others keep instances of ended leases.
+var cfg = Config{LeaseBuffer: 5 * time.Second, AbortGrace: time.Hour}
 
 // lease is a registration or renewal ack of session sid on proc, sent at
 // sent and handled at handled (seconds), granting 10 s.
@@ -188,5 +190,31 @@ func TestUnknownSession(t *testing.T) {
 	r := check(t, append(base(), act("w2", "Z", "y", "i9", 3)))
 	if r.Violations[VUnknownSession] != 1 {
 		t.Fatalf("an instance of an unknown session passed:\n%s", r)
+	}
+}
+
+// An instance must be aborted when its lease ends (SPEC §4): one that
+// outlives the end by more than AbortGrace is caught, unless its process
+// died or was paused across the end.
+func TestNotAborted(t *testing.T) {
+	late := history.Event{Kind: history.KindServe, Proc: "w2", Session: "B", ID: "y", Inst: "i5", T: sec(40), Recv: sec(40)}
+	ev := append(base(), late) // A ends at 14 s; i1 is never torn down; the history runs to 40 s
+	check := func(t *testing.T, ev []history.Event) *Report {
+		r := Check(Config{LeaseBuffer: 5 * time.Second}, ev)
+		t.Log(r)
+		return r
+	}
+	if r := check(t, ev); r.Violations[VNotAborted] != 1 {
+		t.Fatalf("an instance alive 26 s after its lease passed:\n%s", r)
+	}
+	if r := check(t, append(ev, down("w1", "A", "x", "i1", 18))); !r.OK() {
+		t.Fatal("a teardown 4 s after the lease end failed")
+	}
+	if r := check(t, append(ev, history.Event{Kind: history.KindExit, Proc: "w1", T: sec(16)})); !r.OK() {
+		t.Fatal("an instance whose process died failed")
+	}
+	pause := history.Event{Kind: history.KindNemesis, Nemesis: NemesisPause, Target: "w1", T: sec(12), End: sec(30)}
+	if r := check(t, append(ev, pause, down("w1", "A", "x", "i1", 30.1))); !r.OK() {
+		t.Fatal("a teardown right after a pause across the lease end failed")
 	}
 }
