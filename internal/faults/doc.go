@@ -13,9 +13,11 @@
 // The faults (each one named after the invariant it breaks, see
 // ARCHITECTURE.md "The lease (worker/)"):
 //
-//   - no_self_abort: selfAbort withdraws nothing and aborts nothing: the
-//     session context stays alive and the hosts keep every instance (their
-//     tasks keep running) when the lease is lost.
+//   - no_self_abort: on lease loss the worker withdraws the lease (Admit
+//     refuses) but neither cancels the session context nor aborts the
+//     hosts' instances: they live on (until the host's own guard meets them
+//     or they go idle); the inline checks in Admit and Instance.Do keep them
+//     from acting, so the chaos checker sees instances never aborted.
 //   - receive_anchor: anchorLease counts the lease from the ack's RECEIVE
 //     time instead of the send time (etcd's mistake).
 //   - blind_renew: the registry's heartbeat renews the session record with a

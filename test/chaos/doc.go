@@ -29,8 +29,8 @@
 //     lease granted before the restart has run out; the checker allows no
 //     overlap at all (AllowedOverlap 0).
 //   - The client mixes POST /incr, GET / and POST /incr-later?delay=2s
-//     (background tasks, whose effects are logged: a worker that does not
-//     abort on lease loss is caught by effects after the lease). Its
+//     (background tasks, whose effects are logged and must not happen after
+//     the lease: Instance.Do checks it inline, see host.LeaseChecker). Its
 //     timeout (45 s) exceeds the longest pause, so a request held by a
 //     paused worker is answered, not abandoned; a timeout is a hang.
 //   - Planted bugs (TestPlantedBugs): the binaries are built with the
