@@ -42,7 +42,7 @@ const (
 
 	// DefaultHeaderTimeout bounds reading a request head (slowloris) and, for
 	// bodies up to ReplayBodyMax, the body with it: the server's ReadTimeout.
-	DefaultHeaderTimeout = 10 * time.Second
+	DefaultHeaderTimeout = 5 * time.Second
 	// DefaultIdleTimeout bounds a client keep-alive connection's wait for
 	// its next request.
 	DefaultIdleTimeout = 60 * time.Second

@@ -147,6 +147,12 @@
 //     made it, not the application) invalidates the placement; the request is
 //     re-resolved and sent again when its body is held (or absent). Otherwise
 //     the 503 and its Retry-After reach the client.
+//   - A worker 403 with X-Pinned-Reason forbidden means the process at the
+//     session's address does not know the session's secret: the worker was
+//     restarted there (or another process took its port). The host refused
+//     it before any application code ran, so it is handled like an
+//     unreachable worker (re-resolve, else 503 unreachable); the client never
+//     sees the 403.
 //   - A request that met a pooled connection the worker had closed is sent
 //     again on another when nothing of it left the proxy, or when it is
 //     idempotent (RFC 9110 §9.2.2) and its body is held. A request that may

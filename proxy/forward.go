@@ -288,14 +288,11 @@ func (x *exchange) roundTrip(attempt int) outcome {
 		}
 	case fasthttp.StatusForbidden:
 		if string(rh.Peek(wire.HeaderReason)) == wire.ReasonForbidden {
-			// The process at the endpoint's address does not know the
-			// session's secret: the session's process is gone and another
-			// one listens there now (a worker restarted on the same
-			// address). Its host refused the request before serving it
-			// (Worker.Admit comes first), so it is handled like an
-			// unreachable worker: re-resolved when the placement moved, else
-			// 503 unreachable + Retry-After, never the 403 (the client sent
-			// no secret; the proxy's own is stale).
+			// The process at the session's address does not know the
+			// session's secret: the worker restarted there (or another
+			// process took its port). Nothing of the request ran, so it is
+			// handled as an unreachable worker: re-resolve, or 503 +
+			// Retry-After; the client never sees the pinboard's own 403.
 			x.drop()
 			return outUnreachable
 		}

@@ -471,34 +471,52 @@ func TestResetPooledConnectionResent(t *testing.T) {
 	}
 }
 
-// A worker answering 403 forbidden does not know the endpoint's secret: a
-// new process listens at the session's address. The client never sees
-// that 403: the placement is dropped and the request goes to the
-// re-resolved worker, or (placement unchanged) gets 503 unreachable with
-// Retry-After.
-func TestForbiddenIsAStaleEndpoint(t *testing.T) {
+// A worker process restarted at a session's address answers the old
+// session's requests 403 forbidden (it does not know that secret). The
+// proxy treats it as an unreachable worker: the placement is re-checked and
+// the request goes to the new holder, or the client gets 503 + Retry-After;
+// the client never sees the 403.
+func TestForbiddenFromRestartedWorkerIsNotPassedThrough(t *testing.T) {
 	forbidden := func(ctx *fasthttp.RequestCtx) {
 		ctx.Response.Header.Set(wire.HeaderReason, wire.ReasonForbidden)
 		ctx.SetStatusCode(fasthttp.StatusForbidden)
-		ctx.SetBodyString(`{"error":"forbidden"}`)
+		ctx.SetBodyString(`{"error":"wrong or missing x-pinned-proxy-secret"}`)
 	}
+	// The placement moves: the request reaches the new holder.
 	a, b, f, res := twoWorkers(t, forbidden, echoBody, nil)
 	resp := raw(t, f.addr, "POST /counter/a/incr HTTP/1.1\r\nHost: h\r\nContent-Length: 4\r\n\r\nbody")
 	if !strings.HasPrefix(resp, "HTTP/1.1 200") || !strings.HasSuffix(resp, "B:body") {
-		t.Fatalf("response %q; want the re-resolved worker's 200", resp)
+		t.Fatalf("response %q; want the new holder's 200", resp)
 	}
-	if res.Invalidations() == 0 || len(a.requests()) != 1 || len(b.requests()) != 1 {
-		t.Fatalf("invalidations %d, workers %d/%d; want ≥ 1, 1/1", res.Invalidations(), len(a.requests()), len(b.requests()))
+	if n := res.Invalidations(); n != 1 || len(a.requests()) != 1 || len(b.requests()) != 1 {
+		t.Errorf("invalidations %d, workers %d/%d; want 1, 1/1", n, len(a.requests()), len(b.requests()))
 	}
 
+	// The placement stays: 503 unreachable with Retry-After.
 	w := startWorker(t, forbidden)
-	ep := w.endpoint(t, "s", "stale", proxy.EndpointConfig{})
-	st := proxytest.NewStatic()
-	st.PlaceNamespace("/counter", ep)
-	f2 := startProxy(t, st, nil)
+	ep := w.endpoint(t, "s", "k", proxy.EndpointConfig{})
+	res2 := proxytest.NewStatic()
+	res2.PlaceNamespace("/counter", ep)
+	f2 := startProxy(t, res2, nil)
 	resp = raw(t, f2.addr, "GET /counter/a HTTP/1.1\r\nHost: h\r\n\r\n")
-	if !strings.HasPrefix(resp, "HTTP/1.1 503") || !strings.Contains(resp, "Retry-After:") ||
-		!strings.Contains(resp, "X-Pinned-Reason: "+wire.ReasonUnreachable) {
-		t.Fatalf("response %q; want 503 unreachable with Retry-After", resp)
+	if !strings.HasPrefix(resp, "HTTP/1.1 503") || !strings.Contains(resp, "Retry-After: ") ||
+		!strings.Contains(resp, "X-Pinned-Reason: unreachable") {
+		t.Fatalf("response %q; want 503 unreachable", resp)
+	}
+	if res2.Invalidations() == 0 {
+		t.Error("the placement was not invalidated")
+	}
+
+	// An application's own 403 (no pinned reason) is just a response.
+	w3 := startWorker(t, func(ctx *fasthttp.RequestCtx) { ctx.SetStatusCode(fasthttp.StatusForbidden) })
+	ep3 := w3.endpoint(t, "s3", "k3", proxy.EndpointConfig{})
+	res3 := proxytest.NewStatic()
+	res3.PlaceNamespace("/counter", ep3)
+	f3 := startProxy(t, res3, nil)
+	if resp = raw(t, f3.addr, "GET /counter/a HTTP/1.1\r\nHost: h\r\n\r\n"); !strings.HasPrefix(resp, "HTTP/1.1 403") {
+		t.Fatalf("application 403: %q", resp)
+	}
+	if res3.Invalidations() != 0 {
+		t.Error("an application 403 invalidated the placement")
 	}
 }

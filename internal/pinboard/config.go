@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/pinned-go/pinned/proxy"
 	"github.com/pinned-go/pinned/registry"
 )
 
@@ -83,6 +84,10 @@ type Settings struct {
 	Dev                 bool
 	LogLevel            slog.Level
 	LogJSON             bool
+	// Proxy and Endpoint hold the data plane's limits set by flags or
+	// variables (limits.go); zero fields mean the proxy package's defaults.
+	Proxy    proxy.Config
+	Endpoint proxy.EndpointConfig
 }
 
 // ParseSettings reads flags (args, without the program name) and the
@@ -118,7 +123,11 @@ func ParseSettings(args []string, getenv func(string) string, usage io.Writer) (
 	level := fs.String("log-level", env(EnvLogLevel, "info"), "debug, info, warn or error ("+EnvLogLevel+")")
 	format := fs.String("log-format", env(EnvLogFormat, "text"), "text or json ("+EnvLogFormat+")")
 	fs.BoolVar(&s.Dev, "dev", false, "development mode: in-memory store, generated token printed at start")
+	proxyLimits := addProxyFlags(fs, getenv, &s)
 	if err := fs.Parse(args); err != nil {
+		return s, err
+	}
+	if err := proxyLimits(); err != nil {
 		return s, err
 	}
 	if fs.NArg() > 0 {

@@ -3,6 +3,8 @@ package pinboard
 import (
 	"context"
 	"fmt"
+	"net"
+	"time"
 
 	"github.com/valyala/fasthttp"
 
@@ -23,17 +25,27 @@ type ProxyPlane struct {
 var _ DataPlane = (*ProxyPlane)(nil)
 
 // NewProxy builds the proxy and its resolver on the pinboard's store, lease,
-// logger and metric set, with every limit at its default. It does no I/O.
+// logger and metric set, with the limits of d.Proxy and d.Endpoint (the
+// settings' flags; zero fields are the proxy's defaults). It does no I/O.
 func NewProxy(d DataPlaneDeps) (DataPlane, error) {
-	return NewProxyWith(d, placement.Config{}, proxy.Config{})
+	return NewProxyWith(d, placement.Config{Endpoint: d.Endpoint}, d.Proxy)
 }
 
 // NewProxyWith is NewProxy with adjusted settings (tests and embedders): the
 // store, lease, logger and metrics always come from d. The resolver gets
 // d.Clock only when it is not the real clock: with the real clock, lookups
-// use fasthttp's request time instead of reading the clock again.
+// use fasthttp's request time instead of reading the clock again. Unless
+// rc.Endpoint.Dial is set, workers are dialled through d.DialControl, the
+// registry's address policy, checked on the address actually connected.
 func NewProxyWith(d DataPlaneDeps, rc placement.Config, pc proxy.Config) (*ProxyPlane, error) {
 	rc.Store, rc.Lease, rc.Logger, rc.Metrics = d.Store, d.Lease, d.Logger, d.Metrics
+	if rc.Endpoint.Dial == nil && d.DialControl != nil {
+		control := d.DialControl
+		rc.Endpoint.Dial = func(addr string, timeout time.Duration) (net.Conn, error) {
+			dl := net.Dialer{Timeout: timeout, Control: control}
+			return dl.Dial("tcp", addr)
+		}
+	}
 	if _, real := d.Clock.(clock.Real); d.Clock != nil && !real && rc.Clock == nil {
 		rc.Clock = d.Clock
 	}

@@ -24,6 +24,7 @@ import (
 	"github.com/pinned-go/pinned/internal/store/memstore"
 	"github.com/pinned-go/pinned/internal/store/redisstore"
 	"github.com/pinned-go/pinned/internal/wire"
+	"github.com/pinned-go/pinned/proxy"
 	"github.com/pinned-go/pinned/registry"
 )
 
@@ -70,6 +71,10 @@ type DataPlaneDeps struct {
 	// reaches workers, so the proxy never connects to an address the
 	// registry would refuse, whatever a worker's name resolves to later.
 	DialControl func(network, address string, c syscall.RawConn) error
+	// Proxy and Endpoint are the data plane's limits from Settings (zero
+	// fields: the proxy's defaults); NewProxy applies them.
+	Proxy    proxy.Config
+	Endpoint proxy.EndpointConfig
 }
 
 // Config configures a Pinboard.
@@ -160,7 +165,7 @@ func New(cfg Config) (*Pinboard, error) {
 	handler := reg.NewRouter(nil).Handler
 	if cfg.NewDataPlane != nil {
 		dp, err := cfg.NewDataPlane(DataPlaneDeps{Store: p.st, Lease: reg.Lease(), Logger: root, Metrics: p.dpSet, Clock: p.clock,
-			DialControl: reg.DialControl})
+			DialControl: reg.DialControl, Proxy: cfg.Settings.Proxy, Endpoint: cfg.Settings.Endpoint})
 		if err != nil {
 			p.st.Close()
 			return nil, fmt.Errorf("cannot build the data plane: %w", err)
