@@ -84,12 +84,13 @@ func run(t *testing.T, sc scenario) result {
 			kinds = append(kinds, allNemeses[rng.IntN(len(allNemeses))])
 		}
 	}
+	var labels []string
 	for i, k := range kinds {
 		if t.Failed() {
 			break
 		}
 		t.Logf("round %d/%d: %s (%v)", i+1, len(kinds), k, time.Since(start).Round(time.Second))
-		c.nemesis(k, rng, sc.maxPause)
+		labels = append(labels, c.nemesis(k, rng, sc.maxPause))
 		time.Sleep(sc.settle) // the system recovers before the next fault
 	}
 	time.Sleep(finalCalm)
@@ -99,7 +100,7 @@ func run(t *testing.T, sc scenario) result {
 		c.keep(fmt.Sprintf("%s/%s", *keepDir, strings.ReplaceAll(t.Name(), "/", "_")))
 	}
 	rep := chaoscheck.Check(chaoscheck.Config{LeaseBuffer: leaseBuf, ClientTimeout: clientTimeout}, c.events())
-	return result{report: rep, kinds: kinds, elapsed: time.Since(start), seed: sc.seed}
+	return result{report: rep, kinds: labels, elapsed: time.Since(start), seed: sc.seed}
 }
 
 // waitReady polls a worker's /healthz (another process's state) until it

@@ -32,8 +32,9 @@ var pauses = []time.Duration{2 * time.Second, 4 * time.Second, 6 * time.Second, 
 
 // nemesis runs one fault of the given kind against a random target and
 // returns when the system has been repaired (processes restarted and
-// ready, signals undone, paths healed).
-func (c *cluster) nemesis(kind string, rng *rand.Rand, maxPause time.Duration) {
+// ready, signals undone, paths healed). It returns a label for the
+// schedule (the kind, with the pause's duration).
+func (c *cluster) nemesis(kind string, rng *rand.Rand, maxPause time.Duration) string {
 	t := c.t
 	e := history.Event{Kind: history.KindNemesis, Nemesis: kind, T: history.Now()}
 	switch kind {
@@ -91,6 +92,10 @@ func (c *cluster) nemesis(kind string, rng *rand.Rand, maxPause time.Duration) {
 	}
 	e.End = history.Now()
 	c.hist.Write(e)
+	if e.Cause != "" {
+		return kind + " " + e.Cause
+	}
+	return kind
 }
 
 // pushDrain queues a drain for w through its pinboard's registry.
