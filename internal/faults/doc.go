@@ -42,7 +42,9 @@ const (
 )
 
 // All lists every fault.
-var All = []Fault{NoSelfAbort, ReceiveAnchor, BlindRenew, WatchdogOnly, LateWatchdog}
+func All() []Fault {
+	return []Fault{NoSelfAbort, ReceiveAnchor, BlindRenew, WatchdogOnly, LateWatchdog}
+}
 
 // EnvVar is the environment variable a pinned_faults binary reads.
 const EnvVar = "PINNED_FAULTS"

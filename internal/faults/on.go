@@ -26,8 +26,8 @@ func parse(v string) map[Fault]bool {
 		if name == "" {
 			continue
 		}
-		if !slices.Contains(All, Fault(name)) {
-			fmt.Fprintf(os.Stderr, "%s: unknown fault %q (known: %v)\n", EnvVar, name, All)
+		if !slices.Contains(All(), Fault(name)) {
+			fmt.Fprintf(os.Stderr, "%s: unknown fault %q (known: %v)\n", EnvVar, name, All())
 			os.Exit(2)
 		}
 		m[Fault(name)] = true
