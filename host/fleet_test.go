@@ -320,3 +320,39 @@ func TestFleetActivationDuringAbortAll(t *testing.T) {
 		t.Errorf("teardowns = %d; want 1", n)
 	}
 }
+
+// checkingWorker is a fakeWorker that also implements LeaseChecker, with a
+// switch the test flips (as the clock passing the deadline would).
+type checkingWorker struct {
+	*fakeWorker
+	expired atomic.Bool
+}
+
+func (w *checkingWorker) LeaseValid(lease context.Context) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return lease == w.lease && !w.expired.Load()
+}
+
+// Instance.Do checks the lease inline: once it is no longer valid, fn does
+// not run, even though the worker has not cancelled the lease (its watchdog
+// is late, or the process just woke from a pause).
+func TestFleetDoChecksTheLeaseInline(t *testing.T) {
+	w := &checkingWorker{fakeWorker: newFakeWorker()}
+	e := newEnv()
+	ts := newTestHost(t, Config{Worker: w}, e)
+	ts.expect(200, "GET", "/p/a/", auth("")...)
+	inst := ts.h.instance("a")
+	ran := false
+	if err := inst.Do(func() { ran = true }); err != nil || !ran {
+		t.Fatalf("Do under a valid lease = %v, ran %v", err, ran)
+	}
+	w.expired.Store(true)
+	ran = false
+	if err := inst.Do(func() { ran = true }); !errors.Is(err, ErrInstanceClosed) || ran {
+		t.Fatalf("Do under an expired lease = %v, ran %v; want ErrInstanceClosed without running", err, ran)
+	}
+	if inst.Context().Err() != nil {
+		t.Fatal("the test meant a lease that is invalid but not yet cancelled")
+	}
+}

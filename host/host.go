@@ -47,6 +47,7 @@ type Host struct {
 	ns       string
 	nsSlash  string // ns + "/"
 	w        Worker
+	lc       LeaseChecker // w, when it implements LeaseChecker; else nil
 	newObj   func(*Instance) (any, error)
 	teardown func(any)
 	table    *table
@@ -99,6 +100,7 @@ func New[T any](cfg Config, typ Type[T]) (*Host, error) {
 		ns:         cfg.Namespace,
 		nsSlash:    cfg.Namespace + "/",
 		w:          cfg.Worker,
+		lc:         leaseChecker(cfg.Worker),
 		table:      tbl,
 		clock:      cfg.Clock,
 		log:        cfg.Logger.With("logger", "pinned.host", "namespace", cfg.Namespace),
@@ -297,3 +299,9 @@ func (h *Host) CloseIdle(reason string) {
 }
 
 var _ Attached = (*Host)(nil)
+
+// leaseChecker returns w as a LeaseChecker, or nil.
+func leaseChecker(w Worker) LeaseChecker {
+	lc, _ := w.(LeaseChecker)
+	return lc
+}

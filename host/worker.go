@@ -46,6 +46,21 @@ type Worker interface {
 	Release(ctx context.Context, namespace, id string) error
 }
 
+// LeaseChecker is implemented by a Worker that can check a lease inline
+// outside the request path; *worker.Worker implements it. When the host's
+// Worker implements it, Instance.Do (the way tasks, websockets and concurrent
+// handlers touch an object's state) checks the lease its instance was
+// activated under before running fn and refuses with ErrInstanceClosed when
+// it is no longer valid: an effect never depends on the worker's watchdog
+// having run (a task timer firing after a lease ran out, whether the
+// watchdog is late or the process was paused, takes no effect).
+type LeaseChecker interface {
+	// LeaseValid reports whether lease (a context Admit returned) is the
+	// current lease and still valid on the clock right now. It must be
+	// cheap, safe for concurrent use, and must not allocate.
+	LeaseValid(lease context.Context) bool
+}
+
 // Attached is the view of a host that its Worker drives; *Host implements it.
 type Attached interface {
 	// Namespace is the host's namespace, "/name".

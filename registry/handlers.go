@@ -13,6 +13,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/pinned-go/pinned/internal/faults"
 	"github.com/pinned-go/pinned/internal/store"
 	"github.com/pinned-go/pinned/internal/wire"
 )
@@ -285,6 +286,11 @@ func (r *Registry) heartbeatReq(ctx *fasthttp.RequestCtx, tok string, req wire.H
 		// Re-prove the advertise URL with the session's own secret. Unknown
 		// and superseded sessions are answered without dialling anyone.
 		sess, err := r.st.Session(sctx, req.SessionID)
+		if faults.Has(faults.BlindRenew) && (errors.Is(err, store.ErrUnknownSession) || err == nil && sess.AdvertiseURL == "") {
+			// Planted bug (pinned_faults builds only): renew blindly, also
+			// the record a blind renewal re-created.
+			goto renew
+		}
 		switch {
 		case errors.Is(err, store.ErrUnknownSession):
 			return writeNack(ctx, wire.NackReregister)
@@ -303,6 +309,10 @@ func (r *Registry) heartbeatReq(ctx *fasthttp.RequestCtx, tok string, req wire.H
 			log.Warn("heartbeat refused: challenge failed", "reason", ce.reason, "err", ce.msg)
 			return writeNack(ctx, wire.NackReregister)
 		}
+		verified = true
+	}
+renew:
+	if faults.Has(faults.BlindRenew) {
 		verified = true
 	}
 	sess, msgs, err := r.st.Heartbeat(sctx, req.SessionID, store.Update{

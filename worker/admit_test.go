@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -16,7 +17,7 @@ func newLeasedWorker(tb testing.TB, clk clock.Clock) *Worker {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	w.current.Store(anchorLease(newSession("s1"), clk.Now(), 1, DefaultLease))
+	w.current.Store(anchorLease(newSession("s1"), clk.Now(), clk.Now(), 1, DefaultLease))
 	return w
 }
 
@@ -64,4 +65,37 @@ func BenchmarkAdmit(b *testing.B) {
 			}
 		}
 	})
+}
+
+// LeaseValid (host.LeaseChecker, used by Instance.Do) is the inline check
+// for a lease context outside the request path: the current lease, on the
+// clock right now, whether or not the watchdog has run.
+func TestLeaseValid(t *testing.T) {
+	clk := clock.NewFake(t0Wall)
+	w := newLeasedWorker(t, clk)
+	lease, why := w.Admit(w.secret, nil)
+	if why != "" {
+		t.Fatal(why)
+	}
+	if !w.LeaseValid(lease) {
+		t.Fatal("the current lease is not valid")
+	}
+	if w.LeaseValid(context.Background()) {
+		t.Fatal("a context that is not the current lease is valid")
+	}
+	clk.Advance(5 * time.Second)
+	if w.LeaseValid(lease) {
+		t.Fatal("the lease is valid at the local deadline")
+	}
+	if lease.Err() != nil {
+		t.Fatal("the test meant a lease whose watchdog has not run")
+	}
+	old := lease
+	w.current.Store(anchorLease(newSession("s2"), clk.Now(), clk.Now(), 2, DefaultLease))
+	if w.LeaseValid(old) {
+		t.Fatal("the previous session's lease is valid under a new session")
+	}
+	if allocs := testing.AllocsPerRun(100, func() { w.LeaseValid(old) }); allocs != 0 {
+		t.Fatalf("LeaseValid allocates %v times", allocs)
+	}
 }

@@ -122,6 +122,11 @@ type Config struct {
 	// MaxConns bounds the connections to the pinboard; calls beyond it wait
 	// for a free connection within RequestTimeout. Default DefaultMaxConns.
 	MaxConns int
+	// OnLease, if set, is called on the worker's loop goroutine for every
+	// registration, every heartbeat ack that renews the lease, and every
+	// loss (see LeaseEvent). It must return promptly. It exists for
+	// observers such as the chaos harness's history; nil means none.
+	OnLease func(LeaseEvent)
 }
 
 // ErrBadTiming is returned (wrapped) by New, ConfigureLease and Run when the

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/pinned-go/pinned/internal/clock"
+	"github.com/pinned-go/pinned/internal/faults"
 	"github.com/pinned-go/pinned/internal/wire"
 )
 
@@ -74,7 +75,13 @@ type lease struct {
 // sent + expiresIn is a lower bound of its expiry, whereas receive time +
 // expiresIn would overshoot it by one network delay (etcd's mistake, see
 // research/reliability.md §0).
-func anchorLease(sess *session, sent clock.Instant, seq uint64, expiresIn time.Duration) *lease {
+//
+// received is when the ack arrived; it is used only by the planted fault
+// faults.ReceiveAnchor (test binaries built with the pinned_faults tag).
+func anchorLease(sess *session, sent, received clock.Instant, seq uint64, expiresIn time.Duration) *lease {
+	if faults.Has(faults.ReceiveAnchor) {
+		sent = received
+	}
 	return &lease{sess: sess, sent: sent, expiresIn: expiresIn, seq: seq}
 }
 
@@ -95,6 +102,10 @@ func (w *Worker) leaseValid(l *lease, now clock.Instant) bool {
 // instances the hosts held. Callers register a new session only after it
 // returns, so no instance of the old session outlives the switch.
 func (w *Worker) selfAbort(cause error, reason string) int {
+	if faults.Has(faults.NoSelfAbort) {
+		w.current.Store(nil) // planted bug: refuse new requests, abort nothing
+		return 0
+	}
 	if l := w.current.Swap(nil); l != nil {
 		l.sess.cancel(cause)
 	}
@@ -123,10 +134,23 @@ func (w *Worker) Admit(secret, session []byte) (context.Context, string) {
 	if len(session) != 0 && string(session) != l.sess.id {
 		return nil, wire.ReasonLease
 	}
-	if !w.leaseValid(l, w.clock.Now()) {
+	if !faults.Has(faults.WatchdogOnly) && !w.leaseValid(l, w.clock.Now()) {
 		return nil, wire.ReasonLease
 	}
 	return l.sess.ctx, ""
+}
+
+// LeaseValid implements host.LeaseChecker: lease is the context Admit
+// returned under the current session and that lease is valid on the clock
+// right now (leaseValid). Instance.Do calls it before every effect, so a
+// task never takes effect after the local deadline, whatever the loop's
+// watchdog is doing. It does not allocate.
+func (w *Worker) LeaseValid(lease context.Context) bool {
+	l := w.current.Load()
+	if l == nil || l.sess.ctx != lease {
+		return false
+	}
+	return faults.Has(faults.WatchdogOnly) || w.leaseValid(l, w.clock.Now())
 }
 
 // Ready reports whether the worker holds a valid lease right now: registered,
@@ -215,4 +239,46 @@ func (w *Worker) ConfigureLease(o LeaseOptions) error {
 	}
 	w.handlers.Store(&leaseHandlers{onLost: o.OnLost, onRegained: o.OnRegained})
 	return nil
+}
+
+// LeaseEventKind says what happened to the lease in a LeaseEvent.
+type LeaseEventKind string
+
+// The lease events reported to Config.OnLease.
+const (
+	// LeaseRegistered: a registration was acknowledged; a new session
+	// holds the lease, anchored at the registration's send time.
+	LeaseRegistered LeaseEventKind = "registered"
+	// LeaseRenewed: a heartbeat ack moved the lease's anchor forward.
+	LeaseRenewed LeaseEventKind = "renewed"
+	// LeaseLost: the session's lease was given up (Cause says why) and
+	// selfAbort ran.
+	LeaseLost LeaseEventKind = "lost"
+)
+
+// LeaseEvent is one change of the worker's lease, reported to
+// Config.OnLease with the raw facts an outside observer needs to recompute
+// the lease: when the acknowledged call was sent and what lease the ack
+// granted (never the worker's own deadline).
+type LeaseEvent struct {
+	Kind    LeaseEventKind
+	Session string
+	// SentAgo is how long before the OnLease call the acknowledged call was
+	// sent (registered, renewed).
+	SentAgo time.Duration
+	// HandledAgo is how long before the OnLease call the worker took the
+	// ack in hand and checked that its lease had not lapsed yet (registered,
+	// renewed): an ack handled after the local deadline renews nothing.
+	HandledAgo time.Duration
+	// ExpiresIn is the lease the ack granted (registered, renewed).
+	ExpiresIn time.Duration
+	// Cause is why the lease was lost (lost).
+	Cause error
+}
+
+// leaseEvent reports e to Config.OnLease, if set.
+func (w *Worker) leaseEvent(e LeaseEvent) {
+	if w.cfg.OnLease != nil {
+		w.cfg.OnLease(e)
+	}
 }

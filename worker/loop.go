@@ -12,6 +12,7 @@ import (
 
 	"github.com/pinned-go/pinned/host"
 	"github.com/pinned-go/pinned/internal/clock"
+	"github.com/pinned-go/pinned/internal/faults"
 	"github.com/pinned-go/pinned/internal/wire"
 )
 
@@ -185,7 +186,7 @@ func due(now, at clock.Instant) bool { return now.Sub(at) >= 0 }
 // act does everything that is due at now, fencing first.
 func (l *loop) act(now clock.Instant) {
 	w := l.w
-	if l.sess != nil && !w.leaseValid(w.current.Load(), now) {
+	if l.sess != nil && !w.leaseValid(w.current.Load(), now.Add(-faults.LateWatchdogDelay())) {
 		l.lose(ErrLeaseExpired, now)
 	}
 	l.driveDrain(now)
@@ -225,7 +226,7 @@ func (l *loop) nextWake(now clock.Instant) (clock.Instant, bool) {
 	w := l.w
 	if l.sess != nil {
 		if cur := w.current.Load(); cur != nil {
-			consider(cur.sent.Add(cur.expiresIn - time.Duration(w.buffer.Load()))) // the watchdog
+			consider(cur.sent.Add(cur.expiresIn - time.Duration(w.buffer.Load()) + faults.LateWatchdogDelay())) // the watchdog
 		}
 		if !l.stopping && l.inflight < maxInflightHeartbeats {
 			consider(l.nextSend)
@@ -318,7 +319,7 @@ func (l *loop) handle(r result) error {
 	now := w.clock.Now()
 	// An answer that arrives after the local deadline cannot save the lease:
 	// fence before looking at it.
-	if l.sess != nil && !w.leaseValid(w.current.Load(), now) {
+	if l.sess != nil && !w.leaseValid(w.current.Load(), now.Add(-faults.LateWatchdogDelay())) {
 		l.lose(ErrLeaseExpired, now)
 	}
 	l.pending--
@@ -358,7 +359,8 @@ func (l *loop) onRegister(r result, now clock.Instant) error {
 			w.lastSess.Store(&sess.id)
 			l.seq++
 			l.lastAcked = l.seq
-			w.current.Store(anchorLease(sess, r.sent, l.seq, lease))
+			w.current.Store(anchorLease(sess, r.sent, now, l.seq, lease))
+			w.leaseEvent(LeaseEvent{Kind: LeaseRegistered, Session: sess.id, SentAgo: w.clock.Now().Sub(r.sent), HandledAgo: w.clock.Now().Sub(now), ExpiresIn: lease})
 			l.nextSend = r.sent.Add(w.cfg.HeartbeatInterval)
 			l.regFailures = 0
 			l.troubled = false
@@ -427,7 +429,8 @@ func (l *loop) onHeartbeat(r result, now clock.Instant) error {
 			return nil // an older attempt; a newer one already anchors the lease
 		}
 		prev := w.current.Load()
-		w.current.Store(anchorLease(l.sess, r.sent, r.seq, lease))
+		w.current.Store(anchorLease(l.sess, r.sent, now, r.seq, lease))
+		w.leaseEvent(LeaseEvent{Kind: LeaseRenewed, Session: l.sess.id, SentAgo: w.clock.Now().Sub(r.sent), HandledAgo: w.clock.Now().Sub(now), ExpiresIn: lease})
 		l.lastAcked = r.seq
 		l.nextSend = r.sent.Add(w.cfg.HeartbeatInterval)
 		if l.troubled || late {
@@ -477,7 +480,7 @@ func (l *loop) lose(cause error, now clock.Instant) {
 	w := l.w
 	old := w.current.Load()
 	n := w.selfAbort(cause, lossReason(cause))
-	if l.sess != nil {
+	if l.sess != nil && !faults.Has(faults.NoSelfAbort) {
 		l.sess.cancel(cause) // already done by selfAbort; harmless
 	}
 	attrs := []any{"reason", lossLabel(cause), "instances", n}
@@ -490,6 +493,9 @@ func (l *loop) lose(cause error, now clock.Instant) {
 		l.log.Error("lease lost; every instance aborted", attrs...)
 	}
 	w.m.leaseLost[lossLabel(cause)].Inc()
+	if l.sess != nil {
+		w.leaseEvent(LeaseEvent{Kind: LeaseLost, Session: l.sess.id, Cause: cause})
+	}
 	l.sess = nil
 	l.inflight = 0 // the old session's calls no longer hold slots
 	l.log = w.log

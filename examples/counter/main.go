@@ -13,7 +13,8 @@
 // process_* ones (metricshttp).
 //
 // Flags (and environment): -listen (PINNED_LISTEN), -idle-timeout,
-// -max-instances, -shutdown-timeout.
+// -max-instances, -shutdown-timeout. PINNED_HISTORY=<file> appends a chaos
+// history (history.go; for test/chaos).
 //
 // Fleet mode: when PINNED_PINBOARD_URL, PINNED_TOKEN and PINNED_ADVERTISE_URL
 // are all set, the counter runs a worker that registers with that pinboard
@@ -55,6 +56,7 @@ type options struct {
 	maxInstances    int
 	shutdownTimeout time.Duration
 	fleet           fleetOptions
+	history         string // PINNED_HISTORY (history.go)
 }
 
 // fleetOptions configure fleet mode; all empty means local mode.
@@ -112,6 +114,7 @@ func loadOptions(args []string, getenv func(string) string) (options, error) {
 		token:        getenv("PINNED_TOKEN"),
 		advertiseURL: getenv("PINNED_ADVERTISE_URL"),
 	}
+	o.history = getenv(EnvHistory)
 	return o, nil
 }
 
@@ -141,7 +144,7 @@ type fleet struct {
 // newWorker returns the fleet registration for opts (nil in local mode). It
 // does no I/O: the worker starts registering in start, once the listener
 // that serves its challenge endpoint is up.
-func newWorker(opts options, logger *slog.Logger, set *metrics.Set) (*fleet, error) {
+func newWorker(opts options, logger *slog.Logger, set *metrics.Set, onLease func(worker.LeaseEvent)) (*fleet, error) {
 	if !opts.fleet.enabled() {
 		return &fleet{}, nil
 	}
@@ -154,6 +157,7 @@ func newWorker(opts options, logger *slog.Logger, set *metrics.Set) (*fleet, err
 		Token:        opts.fleet.token,
 		Logger:       logger,
 		Metrics:      set,
+		OnLease:      onLease,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("counter: %w", err)
@@ -204,7 +208,12 @@ func (f *fleet) shutdown(ctx context.Context) error {
 // if not nil, is called with the listening address.
 func run(ctx context.Context, opts options, logger *slog.Logger, ready func(net.Addr)) error {
 	set := metrics.NewSet()
-	fl, err := newWorker(opts, logger, set)
+	rec, err := openRecorder(opts.history)
+	if err != nil {
+		return err
+	}
+	defer rec.close()
+	fl, err := newWorker(opts, logger, set, rec.onLease())
 	if err != nil {
 		return err
 	}
@@ -215,7 +224,7 @@ func run(ctx context.Context, opts options, logger *slog.Logger, ready func(net.
 		MaxInstances: opts.maxInstances,
 		Logger:       logger,
 		Metrics:      set,
-	}, counterapp.Type())
+	}, counterapp.TypeWithHooks(rec.hooks()))
 	if err != nil {
 		return err
 	}

@@ -52,18 +52,23 @@ const (
 	EnvShutdownDelay     = "PINBOARD_SHUTDOWN_DELAY"         // -shutdown-delay
 	EnvLogLevel          = "PINBOARD_LOG_LEVEL"              // -log-level
 	EnvLogFormat         = "PINBOARD_LOG_FORMAT"             // -log-format
+	EnvRestartFence      = "PINBOARD_RESTART_FENCE"          // -restart-fence
 )
 
 // Settings is the parsed command line and environment: everything Main
 // needs besides the data plane. ParseSettings fills it.
 type Settings struct {
-	Listen            string
-	AdminListen       string
-	RedisURL          string
-	Tokens            []string
-	TokenFile         string // re-read by Pinboard.ReloadTokens (SIGHUP)
-	DevToken          bool   // the token was generated for -dev
-	Lease             time.Duration
+	Listen      string
+	AdminListen string
+	RedisURL    string
+	Tokens      []string
+	TokenFile   string // re-read by Pinboard.ReloadTokens (SIGHUP)
+	DevToken    bool   // the token was generated for -dev
+	Lease       time.Duration
+	// RestartFence is redisstore.Config.RestartFence: no placement is
+	// written while Redis has been up for less (0: off). Set it to the
+	// lease when Redis runs without persistence.
+	RestartFence      time.Duration
 	AdvertiseNetworks []netip.Prefix
 	// The registry's hardening options (registry.Config fields of the same
 	// names); zero values mean the registry's defaults.
@@ -104,6 +109,7 @@ func ParseSettings(args []string, getenv func(string) string, usage io.Writer) (
 	fs.StringVar(&s.RedisURL, "redis-url", env(EnvRedisURL, DefaultRedisURL), "Redis URL ("+EnvRedisURL+")")
 	fs.StringVar(&s.TokenFile, "token-file", getenv(EnvTokenFile), "file with the deployment token(s), one per line, reloaded on SIGHUP ("+EnvTokenFile+")")
 	lease := fs.String("lease", env(EnvLease, DefaultLease.String()), "lease granted to workers ("+EnvLease+")")
+	fence := fs.String("restart-fence", env(EnvRestartFence, "0s"), "refuse new placements (503 + Retry-After) while Redis has been up for less than this; set it to the lease when Redis runs without persistence, 0 = off ("+EnvRestartFence+")")
 	nets := fs.String("advertise-networks", getenv(EnvAdvertiseNetworks), "comma-separated CIDRs advertise URLs must resolve into; empty = loopback, private and public addresses, no special-purpose ranges ("+EnvAdvertiseNetworks+")")
 	ports := fs.String("advertise-ports", getenv(EnvAdvertisePorts), "comma-separated ports advertise URLs may use; empty = any ("+EnvAdvertisePorts+")")
 	nonceTTL := fs.String("nonce-ttl", env(EnvNonceTTL, registry.DefaultNonceTTL.String()), "how long a used challenge is remembered, at most 30s ("+EnvNonceTTL+")")
@@ -139,6 +145,7 @@ func ParseSettings(args []string, getenv func(string) string, usage io.Writer) (
 		return d
 	}
 	s.Lease = dur(EnvLease, *lease, MinLease)
+	s.RestartFence = dur(EnvRestartFence, *fence, 0)
 	s.ShutdownTimeout = dur(EnvShutdownTimeout, *shutdown, time.Millisecond)
 	s.ShutdownDelay = dur(EnvShutdownDelay, *delay, 0)
 	s.NonceTTL = dur(EnvNonceTTL, *nonceTTL, time.Second)

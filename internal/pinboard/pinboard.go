@@ -137,7 +137,7 @@ func New(cfg Config) (*Pinboard, error) {
 		}
 		p.st, p.mem = m, m
 	} else {
-		r, err := redisstore.New(redisstore.Config{Options: opts, URL: cfg.RedisURL, Clock: p.clock, Logger: root, CacheTTL: cfg.Lease})
+		r, err := redisstore.New(redisstore.Config{Options: opts, URL: cfg.RedisURL, Clock: p.clock, Logger: root, CacheTTL: cfg.Lease, RestartFence: cfg.RestartFence})
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", EnvRedisURL, err)
 		}

@@ -22,6 +22,7 @@ import (
 // only inside the instance's turn (non-concurrent handlers, stream steps,
 // Instance.Do), so they need no locks.
 type Counter struct {
+	hooks   *Hooks
 	inst    *host.Instance
 	nonce   string // random per activation: shows when an id was re-activated
 	count   int64
@@ -34,8 +35,33 @@ const maxStreamLines = 1_000_000
 // maxIncrDelay bounds POST /incr-later?delay=D.
 const maxIncrDelay = time.Minute
 
+// Hooks observe counters (the chaos harness records them in its history).
+// Every field may be nil. They run inside the instance's turn and must
+// return promptly.
+type Hooks struct {
+	// Activated is called at the end of a successful setup.
+	Activated func(c *Counter)
+	// TornDown is called by the teardown.
+	TornDown func(c *Counter)
+	// Served is called by every GET / and POST /incr, /incr-later handler
+	// before it answers.
+	Served func(c *Counter, x *host.Ctx)
+	// Effect is called when a background task (incr-later) increments.
+	Effect func(c *Counter)
+}
+
+// Instance returns the counter's instance.
+func (c *Counter) Instance() *host.Instance { return c.inst }
+
+// Nonce returns the random nonce of this activation.
+func (c *Counter) Nonce() string { return c.nonce }
+
 // Type is the object type a host runs under /counter.
-func Type() host.Type[*Counter] {
+func Type() host.Type[*Counter] { return TypeWithHooks(Hooks{}) }
+
+// TypeWithHooks is Type with observers.
+func TypeWithHooks(hooks Hooks) host.Type[*Counter] {
+	hk := &hooks
 	r := host.NewRoutes[*Counter]()
 	r.GET("/", (*Counter).get)
 	r.POST("/incr", (*Counter).incr)
@@ -48,7 +74,16 @@ func Type() host.Type[*Counter] {
 			if _, err := rand.Read(b[:]); err != nil {
 				return nil, fmt.Errorf("cannot make a nonce: %w", err)
 			}
-			return &Counter{inst: inst, nonce: hex.EncodeToString(b[:]), sockets: map[*host.WebSocket]chan struct{}{}}, nil
+			c := &Counter{hooks: hk, inst: inst, nonce: hex.EncodeToString(b[:]), sockets: map[*host.WebSocket]chan struct{}{}}
+			if hk.Activated != nil {
+				hk.Activated(c)
+			}
+			return c, nil
+		},
+		Teardown: func(c *Counter) {
+			if hk.TornDown != nil {
+				hk.TornDown(c)
+			}
 		},
 		Routes: r,
 	}
@@ -63,10 +98,20 @@ type state struct {
 func (c *Counter) state() state { return state{ID: c.inst.ID(), Count: c.count, Instance: c.nonce} }
 
 // get answers GET /counter/{id}/.
-func (c *Counter) get(x *host.Ctx) error { return x.JSON(200, c.state()) }
+func (c *Counter) get(x *host.Ctx) error {
+	c.served(x)
+	return x.JSON(200, c.state())
+}
+
+func (c *Counter) served(x *host.Ctx) {
+	if c.hooks.Served != nil {
+		c.hooks.Served(c, x)
+	}
+}
 
 // incr answers POST /counter/{id}/incr.
 func (c *Counter) incr(x *host.Ctx) error {
+	c.served(x)
 	c.add(1)
 	return x.JSON(200, c.state())
 }
@@ -94,12 +139,18 @@ func (c *Counter) incrLater(x *host.Ctx) error {
 		}
 		delay = d
 	}
+	c.served(x)
 	err := c.inst.Go(func(ctx context.Context) error {
 		t := time.NewTimer(delay)
 		defer t.Stop()
 		select {
 		case <-t.C:
-			return c.inst.Do(func() { c.add(1) })
+			return c.inst.Do(func() {
+				if c.hooks.Effect != nil {
+					c.hooks.Effect(c)
+				}
+				c.add(1)
+			})
 		case <-ctx.Done():
 			return ctx.Err()
 		}

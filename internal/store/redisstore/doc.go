@@ -26,6 +26,13 @@
 //     nodes and that ordering is best effort); an index add again after
 //     winning (see the race below); on losing, the index entry is removed
 //     unless the placement turned out to be ours. Two or three round trips.
+//   - Restart fence (Config.RestartFence > 0): the claim and replace scripts
+//     read the server's uptime (INFO server, inside the script, on the node
+//     that holds the placement) and refuse to write while it is below the
+//     fence: a Redis restarted without persistence has lost sessions whose
+//     workers may still serve under their leases. The refusal is
+//     store.ErrUnavailable wrapping ErrRestartFence (503 store +
+//     Retry-After at the proxy); the index entry is removed again.
 //   - Replace: index add and compare-and-set (one round trip), index add
 //     again, then the loser side (old session, or this one when the swap
 //     lost) is unindexed.

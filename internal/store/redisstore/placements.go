@@ -3,6 +3,7 @@ package redisstore
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 	"time"
@@ -67,13 +68,13 @@ func (s *Store) Claim(ctx context.Context, ns, id, sessionID string) (string, er
 	// in order on one node (see the package doc for cluster mode).
 	res := pipeline(ctx, c,
 		scriptIndexAdd.with([]string{wire.KeyOwned(sessionID)}, name, wire.OwnedCountPrefix+ns),
-		scriptClaim.with([]string{wire.KeyPlacement(ns, id)}, sessionID))
+		scriptClaim.with([]string{wire.KeyPlacement(ns, id)}, sessionID, s.fenceSeconds))
 	if err := res[0].Error(); err != nil {
 		return "", s.wrap(ctx, "index", err)
 	}
 	holder, err := res[1].ToString()
 	if err != nil {
-		return "", s.wrap(ctx, "claim", err)
+		return "", errors.Join(s.fenced(ctx, "claim", err), s.unindex(ctx, c, sessionID, ns, name))
 	}
 	if holder == sessionID {
 		return holder, s.indexAdd(ctx, c, sessionID, ns, name)
@@ -93,13 +94,13 @@ func (s *Store) Replace(ctx context.Context, ns, id, old, sessionID string) (str
 	name := wire.PlacementName(ns, id)
 	res := pipeline(ctx, c,
 		scriptIndexAdd.with([]string{wire.KeyOwned(sessionID)}, name, wire.OwnedCountPrefix+ns),
-		scriptReplace.with([]string{wire.KeyPlacement(ns, id)}, old, sessionID))
+		scriptReplace.with([]string{wire.KeyPlacement(ns, id)}, old, sessionID, s.fenceSeconds))
 	if err := res[0].Error(); err != nil {
 		return "", s.wrap(ctx, "index", err)
 	}
 	holder, err := res[1].ToString()
 	if err != nil {
-		return "", s.wrap(ctx, "replace", err)
+		return "", errors.Join(s.fenced(ctx, "replace", err), s.unindex(ctx, c, sessionID, ns, name))
 	}
 	if holder != sessionID {
 		return holder, s.unindex(ctx, c, sessionID, ns, name)
@@ -232,4 +233,18 @@ func (s *Store) reapSession(ctx context.Context, c rueidis.Client, sid string) (
 		}
 	}
 	return freed, nil
+}
+
+// ErrRestartFence is wrapped (with store.ErrUnavailable) by Claim and
+// Replace while the Redis server is younger than Config.RestartFence.
+var ErrRestartFence = errors.New("redis restarted less than a lease ago: placements wait until every lease granted before the restart has run out")
+
+// fenced maps a PINNEDFENCE script error to store.ErrUnavailable wrapping
+// ErrRestartFence, and every other error through wrap.
+func (s *Store) fenced(ctx context.Context, op string, err error) error {
+	if e, ok := rueidis.IsRedisErr(err); ok && strings.HasPrefix(e.Error(), "PINNEDFENCE") {
+		up := strings.TrimSpace(strings.TrimPrefix(e.Error(), "PINNEDFENCE"))
+		return fmt.Errorf("%w: %s: %w (server up %ss, fence %ss)", store.ErrUnavailable, op, ErrRestartFence, up, s.fenceSeconds)
+	}
+	return s.wrap(ctx, op, err)
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -70,20 +71,32 @@ type Config struct {
 	// ConnectBackoffMin and ConnectBackoffMax bound Connect's retry wait.
 	// Zero means the defaults.
 	ConnectBackoffMin, ConnectBackoffMax time.Duration
+	// RestartFence, when positive, refuses Claim and Replace (an error
+	// wrapping store.ErrUnavailable and ErrRestartFence) while the Redis
+	// server holding the placement has been up for less than it. Set it to
+	// the lease: a Redis that restarted without persistence lost every
+	// session and placement, while workers may still serve under leases
+	// granted before the restart until those run out (at most one lease
+	// after the restart); no id may be placed anew before. Zero: no fence
+	// (a fresh Redis places at once). It is rounded up to whole seconds.
+	RestartFence time.Duration
 }
 
 // Store is a store.Store and store.Reaper on Redis.
 type Store struct {
-	opt        rueidis.ClientOption
-	clock      clock.Clock
-	log        *slog.Logger
-	onInv      func(store.Invalidation)
-	cacheTTL   time.Duration
-	maxQueue   int
-	queueTTL   time.Duration
-	reapBatch  int
-	backoffMin time.Duration
-	backoffMax time.Duration
+	opt       rueidis.ClientOption
+	clock     clock.Clock
+	log       *slog.Logger
+	onInv     func(store.Invalidation)
+	cacheTTL  time.Duration
+	maxQueue  int
+	queueTTL  time.Duration
+	reapBatch int
+	// fenceSeconds is Config.RestartFence in whole seconds (rounded up), as
+	// the placement scripts' argument.
+	fenceSeconds string
+	backoffMin   time.Duration
+	backoffMax   time.Duration
 
 	client atomic.Pointer[conn] // nil until connected
 
@@ -114,7 +127,7 @@ func New(cfg Config) (*Store, error) {
 		"CacheTTL": int64(cfg.CacheTTL), "CacheBytesPerConn": int64(cfg.CacheBytesPerConn),
 		"MaxQueuedMessages": int64(cfg.MaxQueuedMessages), "QueueTTL": int64(cfg.QueueTTL),
 		"ReapBatch": int64(cfg.ReapBatch), "ConnectBackoffMin": int64(cfg.ConnectBackoffMin),
-		"ConnectBackoffMax": int64(cfg.ConnectBackoffMax),
+		"ConnectBackoffMax": int64(cfg.ConnectBackoffMax), "RestartFence": int64(cfg.RestartFence),
 	} {
 		if v < 0 {
 			return nil, fmt.Errorf("redisstore: Config.%s is negative; use 0 for the default", name)
@@ -132,6 +145,9 @@ func New(cfg Config) (*Store, error) {
 		backoffMax: cmp.Or(cfg.ConnectBackoffMax, DefaultConnectBackoffMax),
 		closing:    make(chan struct{}),
 		lastErr:    errors.New("not connected yet"),
+		// Whole seconds, rounded up: the script compares with Redis's
+		// uptime_in_seconds, which is rounded down.
+		fenceSeconds: strconv.FormatInt(int64((cfg.RestartFence+time.Second-1)/time.Second), 10),
 	}
 	if s.backoffMax < s.backoffMin {
 		return nil, fmt.Errorf("redisstore: ConnectBackoffMax %v is below ConnectBackoffMin %v", s.backoffMax, s.backoffMin)

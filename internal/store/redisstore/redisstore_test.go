@@ -273,3 +273,72 @@ func TestScriptsSurviveScriptFlush(t *testing.T) {
 		t.Fatalf("%d pointers left after Deregister (its pointer scripts ran after SCRIPT FLUSH); want 0", n)
 	}
 }
+
+// A Redis that restarted without persistence lost every session and
+// placement, while workers may still serve under leases granted before the
+// restart: with RestartFence, Claim and Replace are refused (unavailable,
+// so the proxy answers 503 + Retry-After) until the server has been up that
+// long, and nothing is written meanwhile.
+func TestRestartFence(t *testing.T) {
+	srv := redistest.Start(t)
+	s := open(t, Config{URL: srv.URL, RestartFence: 2 * time.Second})
+	defer s.Close()
+	adm := admin(t, srv)
+	ctx := context.Background()
+	if _, err := s.Register(ctx, store.Session{ID: "s1", ClientID: "c1", AdvertiseURL: "http://127.0.0.1:1", Namespaces: []string{"/n"}}, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	// The fence is read from the server's uptime: wait for a young one.
+	up := func() int64 {
+		info, err := adm.Do(ctx, adm.B().Info().Section("server").Build()).ToString()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, l := range strings.Split(info, "\r\n") {
+			if v, ok := strings.CutPrefix(l, "uptime_in_seconds:"); ok {
+				var n int64
+				for _, c := range v {
+					n = n*10 + int64(c-'0')
+				}
+				return n
+			}
+		}
+		t.Fatal("no uptime_in_seconds")
+		return 0
+	}
+	if up() >= 2 {
+		t.Skip("redis-server took 2 s to start; cannot observe the fence")
+	}
+	if err := adm.Do(ctx, adm.B().Set().Key(wire.KeyPlacement("/n", "b")).Value("old").Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	for _, op := range []func() (string, error){
+		func() (string, error) { return s.Claim(ctx, "/n", "a", "s1") },
+		func() (string, error) { return s.Replace(ctx, "/n", "b", "old", "s1") },
+	} {
+		if _, err := op(); !errors.Is(err, store.ErrUnavailable) || !errors.Is(err, ErrRestartFence) {
+			t.Fatalf("placement write on a %ds-old server: err = %v; want ErrUnavailable and ErrRestartFence", up(), err)
+		}
+	}
+	if n, err := adm.Do(ctx, adm.B().Exists().Key(wire.KeyPlacement("/n", "a")).Build()).AsInt64(); err != nil || n != 0 {
+		t.Fatalf("a fenced claim wrote the placement (exists=%d, %v)", n, err)
+	}
+	if c, err := s.PlacementCounts(ctx, "s1"); err != nil || c["/n"] != 0 {
+		t.Fatalf("a fenced claim left an index entry: %v %v", c, err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for up() < 2 {
+		if time.Now().After(deadline) {
+			t.Fatal("uptime did not reach 2 s")
+		}
+		time.Sleep(50 * time.Millisecond) // waiting for Redis's own clock
+	}
+	if h, err := s.Claim(ctx, "/n", "a", "s1"); err != nil || h != "s1" {
+		t.Fatalf("claim after the fence = %q, %v; want s1", h, err)
+	}
+	// An already placed id is still answered during a fence: only writes wait.
+	srv.Restart(t)
+	if h, err := s.Claim(ctx, "/n", "a", "s1"); !errors.Is(err, ErrRestartFence) {
+		t.Fatalf("claim right after a restart = %q, %v; want the fence", h, err)
+	}
+}

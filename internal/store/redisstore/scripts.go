@@ -59,11 +59,27 @@ func lua(src string) *script {
 		"{sup}", wire.FieldSuperseded,
 		"{hb}", wire.FieldLastHeartbeat,
 		"{exp}", wire.FieldExpiresAt,
+		"{reg}", wire.FieldRegisteredAt,
 	)
 	src = r.Replace(src)
 	sum := sha1.Sum([]byte(src))
 	return &script{Lua: rueidis.NewLuaScript(src), sha: hex.EncodeToString(sum[:])}
 }
+
+// restartFence is the Lua prelude of the placement writes: the server's
+// uptime (INFO server, whole seconds, rounded down) and whether it is below
+// a fence given in seconds. The uptime is read by the script that writes, on
+// the node that holds the key, so no restart can fall between the check and
+// the write.
+const restartFence = `
+local function uptime()
+  return tonumber(string.match(redis.call('INFO', 'server'), 'uptime_in_seconds:(%d+)'))
+end
+local function fenced(s)
+  local f = tonumber(s)
+  return f > 0 and uptime() < f
+end
+`
 
 // Status codes returned by scripts.
 const (
@@ -89,6 +105,16 @@ if redis.call('EXISTS', KEYS[1]) == 0 then return {1} end
 if redis.call('HGET', KEYS[1], '{sup}') == '1' then return {2} end
 redis.call('HSET', KEYS[1], '{headroom}', ARGV[4], '{draining}', ARGV[5], '{deadline}', ARGV[6], '{hb}', ARGV[2], '{exp}', ARGV[3])
 if ARGV[7] == '1' then redis.call('HSET', KEYS[1], '{verified}', '1') end
+redis.call('PEXPIRE', KEYS[1], ARGV[1])
+local r = redis.call('HGETALL', KEYS[1])
+table.insert(r, 1, 0)
+return r`)
+
+	// The planted bug faults.BlindRenew (pinned_faults builds only): the
+	// heartbeat as a blind write that re-creates a missing session.
+	scriptHeartbeatBlind = lua(`
+redis.call('HSET', KEYS[1], '{headroom}', ARGV[4], '{draining}', ARGV[5], '{deadline}', ARGV[6], '{hb}', ARGV[2], '{exp}', ARGV[3], '{verified}', '1')
+redis.call('HSETNX', KEYS[1], '{reg}', ARGV[2])
 redis.call('PEXPIRE', KEYS[1], ARGV[1])
 local r = redis.call('HGETALL', KEYS[1])
 table.insert(r, 1, 0)
@@ -148,18 +174,23 @@ redis.call('LTRIM', KEYS[1], -tonumber(ARGV[2]), -1)
 redis.call('PEXPIRE', KEYS[1], ARGV[3])
 return 1`)
 
-	// KEYS[1] placement; ARGV[1] session id. SET NX that returns the holder.
-	scriptClaim = lua(`
+	// KEYS[1] placement; ARGV[1] session id, ARGV[2] restart fence in
+	// seconds (0: none). SET NX that returns the holder; refused with a
+	// PINNEDFENCE error while the server is younger than the fence.
+	scriptClaim = lua(restartFence + `
 local h = redis.call('GET', KEYS[1])
 if h then return h end
+if fenced(ARGV[2]) then return redis.error_reply('PINNEDFENCE ' .. uptime()) end
 redis.call('SET', KEYS[1], ARGV[1])
 return ARGV[1]`)
 
-	// KEYS[1] placement; ARGV[1] old, ARGV[2] new. Compare-and-set that
-	// returns the holder afterwards ("" for none).
-	scriptReplace = lua(`
+	// KEYS[1] placement; ARGV[1] old, ARGV[2] new, ARGV[3] restart fence
+	// in seconds. Compare-and-set that returns the holder afterwards (""
+	// for none); refused like scriptClaim while the server is too young.
+	scriptReplace = lua(restartFence + `
 local h = redis.call('GET', KEYS[1])
 if h ~= ARGV[1] then return h or '' end
+if fenced(ARGV[3]) then return redis.error_reply('PINNEDFENCE ' .. uptime()) end
 redis.call('SET', KEYS[1], ARGV[2])
 return ARGV[2]`)
 

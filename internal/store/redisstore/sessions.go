@@ -12,6 +12,7 @@ import (
 
 	"github.com/redis/rueidis"
 
+	"github.com/pinned-go/pinned/internal/faults"
 	"github.com/pinned-go/pinned/internal/store"
 	"github.com/pinned-go/pinned/internal/wire"
 )
@@ -131,7 +132,11 @@ func (s *Store) Heartbeat(ctx context.Context, id string, u store.Update, lease 
 	}
 	now := s.clock.Now().UnixMilli()
 	exp := now + lease.Milliseconds()
-	arr, err := scriptHeartbeat.Exec(ctx, c, []string{wire.KeySession(id)}, []string{
+	hb := scriptHeartbeat
+	if faults.Has(faults.BlindRenew) {
+		hb = scriptHeartbeatBlind // planted bug (pinned_faults builds only)
+	}
+	arr, err := hb.Exec(ctx, c, []string{wire.KeySession(id)}, []string{
 		ms(lease), i64(now), i64(exp), strconv.Itoa(u.Headroom), b01(u.Draining), i64(u.DrainDeadline), b01(u.Verified),
 	}).ToArray()
 	if err != nil {

@@ -1,0 +1,53 @@
+// Package faults holds the test-only fault hooks the chaos harness
+// (test/chaos) uses to plant known bugs in the real binaries and prove that
+// its checker catches them.
+//
+// Invariant: a binary built without the build tag pinned_faults cannot be
+// switched: Has is a constant false there and every hook compiles away. With
+// the tag, the faults named in the environment variable PINNED_FAULTS (a
+// comma-separated list of the Fault constants) are read once, when the
+// process starts, and never change afterwards. Unknown names make the
+// process exit with status 2 at start, so a typo cannot silently run a
+// healthy binary.
+//
+// The faults (each one named after the invariant it breaks, see
+// ARCHITECTURE.md "The lease (worker/)"):
+//
+//   - no_self_abort: on lease loss the worker withdraws the lease (Admit
+//     refuses) but neither cancels the session context nor aborts the
+//     hosts' instances: they live on (until the host's own guard meets them
+//     or they go idle); the inline checks in Admit and Instance.Do keep them
+//     from acting, so the chaos checker sees instances never aborted.
+//   - receive_anchor: anchorLease counts the lease from the ack's RECEIVE
+//     time instead of the send time (etcd's mistake).
+//   - blind_renew: the registry's heartbeat renews the session record with a
+//     blind write, re-creating it when it is gone (after a Redis restart)
+//     instead of answering 409 reregister.
+//   - watchdog_only: Admit does not check the lease inline; only the loop's
+//     watchdog fences. Pair it with late_watchdog to make the watchdog lag.
+//   - late_watchdog: the loop notices an expired lease LateWatchdog late
+//     (a frozen watchdog). Harmless on its own while Admit checks inline.
+package faults
+
+// Fault names one planted bug.
+type Fault string
+
+// The faults. See the package doc.
+const (
+	NoSelfAbort   Fault = "no_self_abort"
+	ReceiveAnchor Fault = "receive_anchor"
+	BlindRenew    Fault = "blind_renew"
+	WatchdogOnly  Fault = "watchdog_only"
+	LateWatchdog  Fault = "late_watchdog"
+)
+
+// All lists every fault.
+func All() []Fault {
+	return []Fault{NoSelfAbort, ReceiveAnchor, BlindRenew, WatchdogOnly, LateWatchdog}
+}
+
+// EnvVar is the environment variable a pinned_faults binary reads.
+const EnvVar = "PINNED_FAULTS"
+
+// BuildTag is the build tag that compiles the hooks in.
+const BuildTag = "pinned_faults"

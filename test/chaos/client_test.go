@@ -1,0 +1,149 @@
+package chaos
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/pinned-go/pinned/internal/history"
+	"github.com/pinned-go/pinned/internal/wire"
+)
+
+// clientTimeout bounds one request. It exceeds the longest pause (30 s)
+// plus the proxy's retry, so a held request is answered, not abandoned.
+const clientTimeout = 45 * time.Second
+
+// loadClient is the closed-loop client: conc goroutines, each sending one
+// request at a time for a random id through a random pinboard, logging
+// every request.
+type loadClient struct {
+	c    *cluster
+	ids  []string
+	conc int
+	hc   *fasthttp.Client
+	wg   sync.WaitGroup
+	stop context.CancelFunc
+
+	ok, total atomic.Int64 // requests answered 2xx, and all
+}
+
+// waitWarm waits (bounded) until nearly every request of the last second
+// succeeds: the ids are placed (a fresh Redis first keeps its restart
+// fence) and the cluster is in its steady state.
+func (lc *loadClient) waitWarm(t testing.TB, within time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for time.Now().Before(deadline) {
+		ok0, n0 := lc.ok.Load(), lc.total.Load()
+		time.Sleep(time.Second) // sampling the client's success rate over a second
+		ok, n := lc.ok.Load()-ok0, lc.total.Load()-n0
+		if n > 100 && ok*100 >= n*98 {
+			return
+		}
+	}
+	t.Fatalf("the cluster did not reach a steady state within %v", within)
+}
+
+func startClient(c *cluster, nIDs, conc int, seed uint64) *loadClient {
+	ids := make([]string, nIDs)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("id%03d", i)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	lc := &loadClient{c: c, ids: ids, conc: conc, stop: cancel, hc: &fasthttp.Client{
+		MaxIdemponentCallAttempts: 1, // never retry: every attempt is logged
+		MaxConnsPerHost:           conc,
+		ReadTimeout:               clientTimeout,
+		WriteTimeout:              5 * time.Second,
+		MaxIdleConnDuration:       5 * time.Second,
+	}}
+	c.mu.Lock()
+	c.onPinboardRestart = lc.hc.CloseIdleConnections // idle connections to the killed process are dead
+	c.mu.Unlock()
+	for g := range conc {
+		lc.wg.Add(1)
+		go lc.loop(ctx, rand.New(rand.NewPCG(seed, uint64(g))))
+	}
+	return lc
+}
+
+// close stops the loops and waits for requests in flight (bounded by the
+// client timeout).
+func (lc *loadClient) close() {
+	lc.stop()
+	lc.wg.Wait()
+	lc.hc.CloseIdleConnections()
+}
+
+func (lc *loadClient) loop(ctx context.Context, rng *rand.Rand) {
+	defer lc.wg.Done()
+	req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
+	defer fasthttp.ReleaseRequest(req)
+	defer fasthttp.ReleaseResponse(resp)
+	for ctx.Err() == nil {
+		id := lc.ids[rng.IntN(len(lc.ids))]
+		via := 1 + rng.IntN(2)
+		lc.c.mu.Lock()
+		addr := lc.c.pbs[via-1].addr
+		lc.c.mu.Unlock()
+		op, path := "POST", "/incr"
+		switch x := rng.IntN(10); {
+		case x < 2:
+			op, path = "GET", "/"
+		case x < 3:
+			path = "/incr-later?delay=2s"
+		}
+		req.Reset()
+		resp.Reset()
+		req.Header.SetMethod(op)
+		req.SetRequestURI("http://" + addr + "/counter/" + id + path)
+		e := history.Event{Kind: history.KindRequest, Op: op + " " + path, ID: id, Via: via, T: history.Now()}
+		err := lc.hc.DoTimeout(req, resp, clientTimeout)
+		e.End = history.Now()
+		if err != nil {
+			e.Err = errClass(err)
+		} else {
+			e.Status = resp.StatusCode()
+			e.Reason = string(resp.Header.Peek(wire.HeaderReason))
+			e.RetryAfter = len(resp.Header.Peek(wire.HeaderRetryAfter)) > 0
+		}
+		lc.c.hist.Write(e)
+		lc.total.Add(1)
+		if e.Status >= 200 && e.Status < 300 {
+			lc.ok.Add(1)
+		}
+		if err != nil || e.Status >= 500 {
+			// Back off a little after a failure, as a real client would,
+			// so a dead pinboard is not hammered in a tight loop.
+			select {
+			case <-ctx.Done():
+			case <-time.After(50 * time.Millisecond):
+			}
+		} else {
+			time.Sleep(2 * time.Millisecond) // think time: keeps 2 cores from saturating
+		}
+	}
+}
+
+func errClass(err error) string {
+	switch {
+	case errors.Is(err, fasthttp.ErrTimeout):
+		return "timeout"
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return "refused"
+	case errors.Is(err, syscall.ECONNRESET), errors.Is(err, fasthttp.ErrConnectionClosed), strings.Contains(err.Error(), "EOF"),
+		strings.Contains(err.Error(), "broken pipe"):
+		return "reset"
+	default:
+		return "other: " + err.Error()
+	}
+}

@@ -1,0 +1,259 @@
+package chaos
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/pinned-go/pinned/internal/history"
+	"github.com/pinned-go/pinned/internal/proctest"
+	"github.com/pinned-go/pinned/internal/redistest"
+)
+
+const token = "chaos-deployment-token-0123456789"
+
+var (
+	pinboardReady = regexp.MustCompile(`msg="pinboard listening".* public=(\S+) admin=(\S+)`)
+	counterReady  = regexp.MustCompile(`msg="counter demo listening".* addr=(\S+)`)
+	counterClient = regexp.MustCompile(`msg="fleet mode: registering with the pinboard".* client=(\S+)`)
+)
+
+// clusterConfig says how to build and run a cluster.
+type clusterConfig struct {
+	tags   []string // build tags (faults.BuildTag for planted bugs)
+	faults string   // PINNED_FAULTS
+}
+
+// cluster is the system under test plus the harness's own history.
+type cluster struct {
+	t    testing.TB
+	cfg  clusterConfig
+	dir  string // history files
+	hist *history.Writer
+
+	redis  *redistest.Server
+	pbs    []*pinboardProc
+	ws     []*workerProc
+	proxys []*ctlProxy
+
+	mu sync.Mutex // guards processes being replaced
+
+	// onPinboardRestart is called after a pinboard was restarted (the
+	// client drops its idle connections to the dead process).
+	onPinboardRestart func()
+	all               []*proctest.Proc // every process started, for keep
+}
+
+type pinboardProc struct {
+	*proctest.Proc
+	n    int // 1-based (history.Event.Via)
+	addr string
+}
+
+type workerProc struct {
+	*proctest.Proc
+	n        int // 1-based
+	inc      int // incarnation
+	addr     string
+	clientID string
+	proc     string // history name "w<n>.<inc>"
+}
+
+func freeAddr(t testing.TB) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+func startCluster(t testing.TB, cfg clusterConfig) *cluster {
+	t.Helper()
+	c := &cluster{t: t, cfg: cfg, dir: t.TempDir()}
+	h, err := history.Create(filepath.Join(c.dir, "harness.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.hist = h
+	t.Cleanup(func() { h.Close() })
+	c.redis = redistest.Start(t)
+	for n := 1; n <= 2; n++ {
+		c.pbs = append(c.pbs, c.startPinboard(n, freeAddr(t)))
+	}
+	for n := 1; n <= 3; n++ {
+		pb := c.pbs[(n-1)%2]
+		px := newCtlProxy(t, pb.addr)
+		c.proxys = append(c.proxys, px)
+		c.ws = append(c.ws, c.startWorker(n, 1, freeAddr(t)))
+	}
+	return c
+}
+
+func (c *cluster) env(extra ...string) []string {
+	if c.cfg.faults != "" {
+		extra = append(extra, "PINNED_FAULTS="+c.cfg.faults)
+	}
+	return extra
+}
+
+func (c *cluster) startPinboard(n int, addr string) *pinboardProc {
+	c.t.Helper()
+	// The port is reused after a kill: Go listens with SO_REUSEADDR.
+	p := proctest.Start(c.t, proctest.Spec{
+		Name: fmt.Sprintf("pinboard%d", n),
+		Bin:  builder.Build(c.t, "github.com/pinned-go/pinned/cmd/pinboard", c.cfg.tags...),
+		Env: c.env(
+			"PINBOARD_LISTEN="+addr, "PINBOARD_ADMIN_LISTEN=127.0.0.1:0",
+			"PINBOARD_REDIS_URL="+c.redis.URL, "PINBOARD_TOKEN="+token,
+			"PINBOARD_RESTART_FENCE=10s",
+			"PINBOARD_REGISTER_IP_RATE=off", "PINBOARD_REGISTER_TOKEN_RATE=off",
+			"PINBOARD_AUTH_FAILURE_RATE=off", "PINBOARD_MAX_SESSIONS_PER_TOKEN=off",
+		),
+		Ready:        pinboardReady,
+		ReadyTimeout: 20 * time.Second,
+	})
+	c.mu.Lock()
+	c.all = append(c.all, p)
+	c.mu.Unlock()
+	return &pinboardProc{Proc: p, n: n, addr: addr}
+}
+
+func (c *cluster) startWorker(n, inc int, addr string) *workerProc {
+	c.t.Helper()
+	proc := fmt.Sprintf("w%d.%d", n, inc)
+	p := proctest.Start(c.t, proctest.Spec{
+		Name: proc,
+		Bin:  builder.Build(c.t, "github.com/pinned-go/pinned/examples/counter", c.cfg.tags...),
+		Args: []string{"-shutdown-timeout", "3s"},
+		Env: c.env(
+			"PINNED_LISTEN="+addr, "PINNED_PINBOARD_URL=http://"+c.proxys[n-1].addr(),
+			"PINNED_TOKEN="+token, "PINNED_ADVERTISE_URL=http://"+addr,
+			"PINNED_HISTORY="+filepath.Join(c.dir, proc+".jsonl"),
+		),
+		Ready: counterReady,
+	})
+	c.mu.Lock()
+	c.all = append(c.all, p)
+	c.mu.Unlock()
+	w := &workerProc{Proc: p, n: n, inc: inc, addr: addr, proc: proc}
+	if m := p.WaitLog(counterClient, 10*time.Second); m != nil {
+		w.clientID = m[1]
+	}
+	return w
+}
+
+// exited records that a worker process is dead (after it exited).
+func (c *cluster) exited(w *workerProc) {
+	<-w.Exited()
+	c.hist.Write(history.Event{Kind: history.KindExit, Proc: w.proc})
+}
+
+// killWorker kills worker n with SIGKILL and starts its next incarnation
+// on the same address.
+func (c *cluster) killWorker(n int) {
+	c.mu.Lock()
+	old := c.ws[n-1]
+	c.mu.Unlock()
+	old.Kill()
+	c.exited(old)
+	nw := c.startWorker(n, old.inc+1, old.addr)
+	c.mu.Lock()
+	c.ws[n-1] = nw
+	c.mu.Unlock()
+}
+
+// terminateWorker stops worker n gracefully (SIGTERM) and restarts it.
+func (c *cluster) terminateWorker(n int) {
+	c.mu.Lock()
+	old := c.ws[n-1]
+	c.mu.Unlock()
+	if !old.Terminate(20 * time.Second) {
+		c.t.Errorf("%s did not exit within 20 s of SIGTERM", old.proc)
+		old.Kill()
+	}
+	c.exited(old)
+	nw := c.startWorker(n, old.inc+1, old.addr)
+	c.mu.Lock()
+	c.ws[n-1] = nw
+	c.mu.Unlock()
+}
+
+func (c *cluster) worker(n int) *workerProc {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.ws[n-1]
+}
+
+// killPinboard kills pinboard n with SIGKILL and restarts it on its port.
+func (c *cluster) killPinboard(n int) {
+	c.mu.Lock()
+	old := c.pbs[n-1]
+	c.mu.Unlock()
+	old.Kill()
+	np := c.startPinboard(n, old.addr)
+	c.mu.Lock()
+	c.pbs[n-1] = np
+	f := c.onPinboardRestart
+	c.mu.Unlock()
+	if f != nil {
+		f()
+	}
+}
+
+// stop ends every worker (SIGKILL), recording their deaths, and the rest.
+func (c *cluster) stop() {
+	for n := range c.ws {
+		w := c.worker(n + 1)
+		_ = w.Signal(syscall.SIGCONT)
+		w.Kill()
+		c.exited(w)
+	}
+	for _, p := range c.pbs {
+		p.Kill()
+	}
+	for _, px := range c.proxys {
+		px.close()
+	}
+}
+
+// events reads every history file of the run.
+func (c *cluster) events() []history.Event {
+	c.t.Helper()
+	files, err := filepath.Glob(filepath.Join(c.dir, "*.jsonl"))
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	var all []history.Event
+	for _, f := range files {
+		ev, err := history.Read(f)
+		if err != nil {
+			c.t.Fatal(err)
+		}
+		all = append(all, ev...)
+	}
+	return all
+}
+
+// keep copies the history files to dir (for a failed or long run).
+func (c *cluster) keep(dir string) {
+	files, _ := filepath.Glob(filepath.Join(c.dir, "*.jsonl"))
+	os.MkdirAll(dir, 0o755)
+	for _, f := range files {
+		if b, err := os.ReadFile(f); err == nil {
+			os.WriteFile(filepath.Join(dir, filepath.Base(f)), b, 0o644)
+		}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i, p := range c.all {
+		os.WriteFile(filepath.Join(dir, fmt.Sprintf("%02d-%s.log", i, p.Spec.Name)), []byte(p.Log()), 0o644)
+	}
+}

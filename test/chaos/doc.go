@@ -1,0 +1,40 @@
+// Package chaos is pinned's chaos harness: real processes on 127.0.0.1
+// (a redis-server, two pinboards sharing it, three counter workers in fleet
+// mode) under a closed-loop client over 200 ids sent through both
+// pinboards, while one nemesis at a time breaks something. Every worker
+// writes its history (internal/history: activations, teardowns, requests
+// served, task effects, lease acks with their send times, lease losses),
+// the client logs every request with its outcome, the harness logs every
+// nemesis and process death, and internal/chaoscheck checks the whole
+// history: no two live instances of one id, nothing served or done under an
+// ended lease, every request answered as the proxy promises.
+//
+// Runs:
+//
+//	go test ./test/chaos                                   # short mode (CI): 6 rounds, one of each nemesis, + the planted bugs
+//	go test ./test/chaos -run TestChaos -rounds 50 -timeout 60m -chaos-report ../../docs/chaos.md
+//
+// Choices:
+//
+//   - Nemeses: kill -9 of a worker (restarted on the same address, a new
+//     process and clientId); SIGSTOP of a worker for a duration drawn from
+//     {2, 4, 6, 9, 12, 30} s (short mode ≤ 9 s); restart of Redis without
+//     persistence; kill -9 of a pinboard (restarted on the same port); a
+//     drain pushed through /registry/push followed by a graceful SIGTERM and
+//     a restart; latency (1.5 s round trip) then a 9 s cut of one worker's
+//     control path (worker → registry), through a small TCP proxy of the
+//     test's own (ctlProxy). One nemesis per round, then a settle time.
+//   - Redis restarts are made safe, not tolerated: the pinboards run with
+//     PINBOARD_RESTART_FENCE = the lease, so no id is placed anew until every
+//     lease granted before the restart has run out; the checker allows no
+//     overlap at all (AllowedOverlap 0).
+//   - The client mixes POST /incr, GET / and POST /incr-later?delay=2s
+//     (background tasks, whose effects are logged and must not happen after
+//     the lease: Instance.Do checks it inline, see host.LeaseChecker). Its
+//     timeout (45 s) exceeds the longest pause, so a request held by a
+//     paused worker is answered, not abandoned; a timeout is a hang.
+//   - Planted bugs (TestPlantedBugs): the binaries are built with the
+//     pinned_faults tag and each run switches one fault on through
+//     PINNED_FAULTS (internal/faults), with the one nemesis that exposes
+//     it; the checker must fail. A release build cannot be switched.
+package chaos
