@@ -57,7 +57,11 @@
 //     (forward.go). The proxy writes and reads the messages itself and uses
 //     the endpoint's fasthttp.HostClient only for its pool, which gives it
 //     what HostClient.Do hides: whether any byte left (a counting writer),
-//     whether the connection was reused, the raw response head.
+//     whether the connection was reused, the raw response head. A request
+//     held whole (no body, or a replayable one) is written and then awaited
+//     through the connection's RawConn (writeThenAwait): the first read of
+//     the response finds bytes, saving the read that would return EAGAIN,
+//     one syscall per request (profiles/README.md has the numbers).
 //  7. The response head is scanned raw like the request's (a worker's
 //     Content-Length with Transfer-Encoding, a bad coding, a blank in a name
 //     or an unparsable head: 502, nothing relayed), interim 1xx are dropped,

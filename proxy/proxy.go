@@ -54,6 +54,7 @@ func New(cfg Config) (*Proxy, error) {
 	p.m.register(p)
 	p.exchanges.New = func() any {
 		x := &exchange{p: p}
+		x.awaitFn = x.await // once per exchange: passing it per request does not allocate
 		x.br = bufio.NewReaderSize(nil, p.cfg.MaxResponseHeaderBytes)
 		x.bw = bufio.NewWriterSize(nil, 4096)
 		return x
