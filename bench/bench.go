@@ -59,6 +59,9 @@ type Options struct {
 	// built one on the same Redis and worker: the proxy suite then
 	// alternates both ("pinboard-b"), for before/after comparisons.
 	PinboardB string
+	// Workloads, when set, restricts the proxy suite to these workloads
+	// (closed-64, closed-256, open-12k, cost-5k).
+	Workloads []string
 	// ProfileDir receives the profile suite's .pb.gz files (default
 	// "profiles").
 	ProfileDir string

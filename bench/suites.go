@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -131,11 +132,26 @@ func (s *session) proxySuite(ctx context.Context) error {
 			{name: "cost-1k", desc: "open loop at 1 000 req/s with perf stat (smoke)", args: append([]string{"-rate", "1000", "-c", "16"}, get...), open: true, perf: true},
 		}
 	}
+	if len(s.o.Workloads) > 0 {
+		var keep []workload
+		for _, w := range ws {
+			if slices.Contains(s.o.Workloads, w.name) {
+				keep = append(keep, w)
+			}
+		}
+		if len(keep) == 0 {
+			return fmt.Errorf("-workloads %v selects none of the proxy workloads", s.o.Workloads)
+		}
+		ws = keep
+	}
 	if err := s.rounds(ctx, f.rig, ws, ts); err != nil {
 		return err
 	}
 	b := &s.md
 	b.WriteString("## proxy\n\n")
+	if f.pinboardB != nil {
+		fmt.Fprintf(b, "**pinboard-b** is the binary `%s`, run next to pinboard (built from this tree) on the same Redis and the same worker, and alternated with it in every round: a before/after comparison.\n\n", s.bins.pinboardB)
+	}
 	fmt.Fprintf(b, "The same small GET (`/counter/{id}/`, a JSON body of ~70 bytes) direct to a counter process, through pinboard (to a fleet-mode counter "+
 		"registered with it; placements cached, Redis on the side), through nginx and through HAProxy (static upstream to the direct counter, keep-alive). "+
 		"Targets alternate in every round (%s), %d rounds; every figure is the median over rounds, every ratio the median of the per-round ratios. "+
@@ -167,7 +183,7 @@ func mbpsOf(x Sample) float64 { return x.MBps }
 // ratioTable writes pinboard ÷ others per workload (rate for closed loops,
 // p99 for open loops) and records them as values.
 func (s *session) ratioTable(ws []workload, ts []target) {
-	pairs := [][2]string{{"pinboard", "direct"}, {"pinboard", "nginx"}, {"pinboard", "haproxy"}, {"nginx", "direct"}, {"haproxy", "direct"}, {"pinboard-b", "pinboard"}, {"pinboard-b", "direct"}}
+	pairs := [][2]string{{"pinboard", "direct"}, {"pinboard", "nginx"}, {"pinboard", "haproxy"}, {"nginx", "direct"}, {"haproxy", "direct"}, {"pinboard", "pinboard-b"}, {"pinboard-b", "direct"}}
 	fmt.Fprintf(&s.md, "#### ratios (median of per-round ratios; closed loop: throughput, open loop: p99 latency)\n\n")
 	head := []string{"workload", "metric"}
 	var used [][2]string

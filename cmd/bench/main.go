@@ -55,6 +55,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) int {
 	fs.StringVar(&o.PinBackend, "pin-backend", "", "taskset CPU list for counter workers and redis-server")
 	fs.IntVar(&o.Workers, "workers", 0, "fleet workers in the activation suite (default 2)")
 	fs.StringVar(&o.PinboardB, "pinboard-b", "", "a second pinboard binary alternated with the built one (before/after)")
+	workloads := fs.String("workloads", "", "proxy suite: comma-separated workloads to run (closed-64, closed-256, open-12k, cost-5k; default all)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -68,6 +69,11 @@ func run(ctx context.Context, args []string, stderr io.Writer) int {
 	for _, s := range strings.Split(*suites, ",") {
 		if s = strings.TrimSpace(s); s != "" {
 			o.Suites = append(o.Suites, s)
+		}
+	}
+	for _, w := range strings.Split(*workloads, ",") {
+		if w = strings.TrimSpace(w); w != "" {
+			o.Workloads = append(o.Workloads, w)
 		}
 	}
 	o.Log = stderr
