@@ -360,7 +360,7 @@ func (s *session) streamingSuite(ctx context.Context) error {
 			}
 			rows = append(rows, []string{t.name, fmtNum(medianOf(m, mbpsOf), 0), spread(m, mbpsOf), fmtNum(medianOf(m, rateOf), 1),
 				fmtNum(medianOf(m, func(x Sample) float64 { return x.P50 }), 1), fmtNum(medianOf(m, p99Of), 1), fmt.Sprint(errs),
-				fmtNum(medianOf(m, func(x Sample) float64 { return x.CPUus["proxy"] / 1000 }), 2), rssText})
+				fmtNum(medianOf(m, func(x Sample) float64 { return nanIfMissing(x.CPUus, "proxy") / 1000 }), 2), rssText})
 			s.res.Values[w.name+" "+t.name+" MB/s"] = medianOf(m, mbpsOf)
 			s.res.Values[w.name+" "+t.name+" errors"] = float64(errs)
 		}
@@ -508,7 +508,7 @@ func (s *session) redisSuite(ctx context.Context) error {
 	sort.Strings(names)
 	var rows [][]string
 	for _, k := range names {
-		rows = append(rows, []string{"`" + k + "`", fmt.Sprint(totals[k][0]), fmt.Sprint(totals[k][1])})
+		rows = append(rows, []string{"`" + strings.ReplaceAll(k, "|", "\\|") + "`", fmt.Sprint(totals[k][0]), fmt.Sprint(totals[k][1])})
 	}
 	if len(rows) == 0 {
 		rows = append(rows, []string{"(none)", "0", "0"})
