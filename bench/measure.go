@@ -121,8 +121,13 @@ func (p *perfStat) stop() (syscalls, cswitches float64, ok bool) {
 	if err != nil {
 		return 0, 0, false
 	}
+	return parsePerf(string(b))
+}
+
+// parsePerf reads perf stat -x, output: value,unit,event,...
+func parsePerf(out string) (syscalls, cswitches float64, ok bool) {
 	var nsys, ncs = -1.0, -1.0
-	for _, line := range strings.Split(string(b), "\n") {
+	for _, line := range strings.Split(out, "\n") {
 		f := strings.Split(line, ",")
 		if len(f) < 3 {
 			continue
