@@ -10,9 +10,16 @@ import (
 
 // Over real TCP sockets the forward path (which then writes the request and
 // awaits the response without an extra read) allocates nothing per request
-// either; the count covers the whole process.
+// either, also on p.Listener (the response's write held for the next read);
+// the count covers the whole process.
 func TestForwardAllocsTCP(t *testing.T) {
-	r := newTCPRig(t, make([]byte, 64), false)
+	t.Run("plain listener", func(t *testing.T) { forwardAllocsTCP(t, plainListener) })
+	t.Run("proxy listener", func(t *testing.T) { forwardAllocsTCP(t, proxyListener) })
+}
+
+func forwardAllocsTCP(t *testing.T, wrap clientWrap) {
+	body := make([]byte, 64)
+	r := newTCPRigWith(t, func(ctx *fasthttp.RequestCtx) { ctx.SetBody(body) }, false, wrap)
 	defer r.close()
 	req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
 	defer fasthttp.ReleaseRequest(req)
