@@ -7,6 +7,7 @@ import (
 	"io"
 	"math"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"slices"
@@ -187,7 +188,7 @@ func Run(ctx context.Context, o Options) (*Results, error) {
 			return nil, err
 		}
 	}
-	res.Machine = machineInfo()
+	res.Machine = append(machineInfo(), [2]string{"pinned", gitDescribe(o.ModuleDir)})
 
 	logf("building binaries")
 	var b procrun.Builder
@@ -270,6 +271,17 @@ func median(xs []float64) float64 {
 		return c[n/2]
 	}
 	return (c[n/2-1] + c[n/2]) / 2
+}
+
+// gitDescribe names the tree the binaries were built from.
+func gitDescribe(dir string) string {
+	cmd := exec.Command("git", "describe", "--always", "--dirty", "--abbrev=12")
+	cmd.Dir = dir
+	out, err := cmd.Output()
+	if err != nil {
+		return "unknown (not a git checkout)"
+	}
+	return "commit " + strings.TrimSpace(string(out))
 }
 
 // write writes the markdown report and the JSON twin.
