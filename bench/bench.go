@@ -318,7 +318,7 @@ func (r *Results) write(o *Options) error {
 		return "taskset -c " + v
 	}
 	fmt.Fprintf(&md, "\nPinning: load generator %s; proxies (pinboard, nginx, HAProxy) %s; backends (counter workers, redis-server) %s. "+
-		"Rounds %d, %v per measured run, %v warmup per target. Go processes run with the default GOMAXPROCS (= %d cores).\n\n",
+		"Rounds %d, %v per measured run, %v warmup per target. Go processes run with the default GOMAXPROCS: the CPUs each may run on (%d unpinned).\n\n",
 		pin(o.PinGen), pin(o.PinProxy), pin(o.PinBackend), o.Rounds, o.Duration, o.Warmup, runtime.NumCPU())
 	for _, s := range r.Suites {
 		md.WriteString(s.Markdown)
