@@ -157,7 +157,6 @@ func (r *rig) runLoadgen(ctx context.Context, label string, args ...string) (*lo
 	args = append(args, "-quiet", "-json", out, "-label", label)
 	bin, full := pinned(r.o.PinGen, r.bins.loadgen, args...)
 	cmd := exec.CommandContext(ctx, bin, full...)
-	cmd.Env = append(os.Environ(), "GOMAXPROCS="+strconv.Itoa(runtime.NumCPU()))
 	msg, err := cmd.CombinedOutput()
 	if err != nil {
 		return nil, 0, fmt.Errorf("loadgen %s: %v\n%s", strings.Join(args, " "), err, tail(msg, 2000))
