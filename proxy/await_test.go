@@ -58,45 +58,10 @@ type tcpRig struct {
 	p      *proxy.Proxy
 	client *fasthttp.HostClient
 	reads  atomic.Int64 // read syscalls on worker connections
-	creads atomic.Int64 // read syscalls on client connections (wrap)
 	close  func()
 }
 
-// readCountingListener hands out client connections that count read syscalls.
-type readCountingListener struct {
-	net.Listener
-	reads *atomic.Int64
-}
-
-func (l readCountingListener) Accept() (net.Conn, error) {
-	c, err := l.Listener.Accept()
-	if err != nil {
-		return nil, err
-	}
-	raw, err := c.(*net.TCPConn).SyscallConn()
-	if err != nil {
-		c.Close()
-		return nil, err
-	}
-	return &syscallCountingConn{TCPConn: c.(*net.TCPConn), raw: raw, reads: l.reads}, nil
-}
-
 func newTCPRig(tb testing.TB, body []byte, count bool) *tcpRig {
-	return newTCPRigWith(tb, func(ctx *fasthttp.RequestCtx) { ctx.SetBody(body) }, count, plainListener)
-}
-
-// clientWrap says how the proxy's listener is set up in a tcpRig.
-type clientWrap int
-
-const (
-	plainListener   clientWrap = iota // the TCP listener as it is
-	proxyListener                     // p.Listener around it
-	countedListener                   // p.Listener around connections that count read syscalls
-)
-
-// newTCPRigWith serves handler as the worker; count counts read syscalls on
-// worker connections; wrap sets up the proxy's listener.
-func newTCPRigWith(tb testing.TB, handler fasthttp.RequestHandler, count bool, wrap clientWrap) *tcpRig {
 	tb.Helper()
 	r := &tcpRig{}
 	wln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -104,7 +69,7 @@ func newTCPRigWith(tb testing.TB, handler fasthttp.RequestHandler, count bool, w
 		tb.Fatal(err)
 	}
 	worker := &fasthttp.Server{
-		Handler:               handler,
+		Handler:               func(ctx *fasthttp.RequestCtx) { ctx.SetBody(body) },
 		NoDefaultServerHeader: true,
 		NoDefaultContentType:  true,
 		StreamRequestBody:     true,
@@ -136,16 +101,9 @@ func newTCPRigWith(tb testing.TB, handler fasthttp.RequestHandler, count bool, w
 		tb.Fatal(err)
 	}
 	front := r.p.NewServer()
-	var ln net.Listener = fln
-	switch wrap {
-	case proxyListener:
-		ln = r.p.Listener(fln)
-	case countedListener:
-		ln = r.p.Listener(readCountingListener{Listener: fln, reads: &r.creads})
-	}
 	wdone, fdone := make(chan struct{}), make(chan struct{})
 	go func() { _ = worker.Serve(wln); close(wdone) }()
-	go func() { _ = front.Serve(ln); close(fdone) }()
+	go func() { _ = front.Serve(fln); close(fdone) }()
 	r.client = &fasthttp.HostClient{Addr: fln.Addr().String(), MaxConns: 16, ReadTimeout: 10 * time.Second, WriteTimeout: 10 * time.Second}
 	r.close = func() {
 		r.client.CloseIdleConnections()

@@ -61,10 +61,7 @@
 //     held whole (no body, or a replayable one) is written and then awaited
 //     through the connection's RawConn (writeThenAwait): the first read of
 //     the response finds bytes, saving the read that would return EAGAIN,
-//     one syscall per request (profiles/README.md has the numbers). On the
-//     client side, served on Proxy.Listener, a whole response's last write
-//     is held back and made inside the next read's RawConn wait
-//     (clientconn.go): the same saving on the client connection.
+//     one syscall per request (profiles/README.md has the numbers).
 //  7. The response head is scanned raw like the request's (a worker's
 //     Content-Length with Transfer-Encoding, a bad coding, a blank in a name
 //     or an unparsable head: 502, nothing relayed), interim 1xx are dropped,
@@ -203,9 +200,7 @@
 //     goroutine, and takes no lock shared by all requests: exchanges come
 //     from a sync.Pool, replies are prebuilt, counters are atomics on the
 //     endpoint (one cache line per worker). The only shared locks are the
-//     endpoint HostClient's pool lock and the upstream histogram's mutex; a
-//     client connection on Proxy.Listener has a lock of its own (its held
-//     write against a Close from the server's shutdown).
+//     endpoint HostClient's pool lock and the upstream histogram's mutex.
 //     (fasthttp's Server allocates once per request that has a body, when it
 //     discards what the handler left of it; see alloc_external_test.go.)
 //   - An exchange belongs to the client connection's goroutine; once handed

@@ -84,11 +84,6 @@ func (p *Proxy) Handler(ctx *fasthttp.RequestCtx) {
 	}
 	if !handed {
 		p.putExchange(x)
-		if !ctx.Hijacked() {
-			// A whole response: its last write waits for the next read
-			// (clientConn; a no-op unless served on p.Listener).
-			holdResponse(ctx.Conn())
-		}
 	}
 }
 

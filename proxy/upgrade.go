@@ -203,11 +203,6 @@ func (t *tunnel) run(c net.Conn) {
 		// hold bytes the client sent after the handshake.
 		t.raw = u.UnsafeConn()
 	}
-	if n, ok := t.raw.(interface{ NetConn() net.Conn }); ok {
-		// p.Listener's connection: the TCP connection under it, for
-		// splice and CloseWrite (nothing is held back on a hijack).
-		t.raw = n.NetConn()
-	}
 	if !t.register() {
 		return
 	}

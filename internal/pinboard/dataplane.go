@@ -3,7 +3,6 @@ package pinboard
 import (
 	"context"
 	"fmt"
-	"net"
 
 	"github.com/valyala/fasthttp"
 
@@ -62,10 +61,6 @@ func (d *ProxyPlane) Invalidate(inv store.Invalidation) { d.res.OnInvalidate(inv
 // fields, the proxy's limits and timeouts); the pinboard serves its public
 // listener with it, routing /registry/* and /healthz to the registry.
 func (d *ProxyPlane) NewServer() *fasthttp.Server { return d.px.NewServer() }
-
-// Listener wraps the public listener for the proxy (proxy.Proxy.Listener:
-// a buffered response's last write waits for the next read).
-func (d *ProxyPlane) Listener(ln net.Listener) net.Listener { return d.px.Listener(ln) }
 
 // Guard wraps the registry's handler in the proxy's request-head rules
 // (proxy.Proxy.Guard).

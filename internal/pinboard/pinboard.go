@@ -356,11 +356,6 @@ func (p *Pinboard) Run(ctx context.Context) error {
 			}
 		})
 	}
-	if l, ok := p.dp.(interface {
-		Listener(net.Listener) net.Listener
-	}); ok {
-		publicLn = l.Listener(publicLn) // the proxy's client connections (proxy.Proxy.Listener)
-	}
 	serve("public", p.public, publicLn)
 	serve("admin", p.admin, adminLn)
 	if p.redis != nil {
