@@ -199,8 +199,9 @@
 //   - Per request, the proxy's own code allocates nothing, starts no
 //     goroutine, and takes no lock shared by all requests: exchanges come
 //     from a sync.Pool, replies are prebuilt, counters are atomics on the
-//     endpoint (one cache line per worker). The only shared locks are the
-//     endpoint HostClient's pool lock and the upstream histogram's mutex.
+//     endpoint (one cache line per worker), the upstream histogram is
+//     atomic adds on one of 8 stripes (metrics.go). The only shared lock is
+//     the endpoint HostClient's pool lock (per worker).
 //     (fasthttp's Server allocates once per request that has a body, when it
 //     discards what the handler left of it; see alloc_external_test.go.)
 //   - An exchange belongs to the client connection's goroutine; once handed

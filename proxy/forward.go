@@ -55,6 +55,8 @@ type exchange struct {
 	awaitFn    func(uintptr) bool
 	awaitWrote bool
 	awaitErr   error
+	// stripe is the upstream histogram stripe this exchange records into.
+	stripe uint8
 
 	// Streamed response state.
 	aux       fasthttp.Response // holds the worker body stream and trailers
@@ -284,7 +286,7 @@ func (x *exchange) roundTrip(attempt int) outcome {
 	if out := x.readHead(reused, attempt); out != outOK {
 		return out
 	}
-	p.m.upstream.Update(time.Since(start).Seconds())
+	p.m.upstream.observe(x.stripe, time.Since(start))
 
 	rh := &ctx.Response.Header
 	if rh.StatusCode() == fasthttp.StatusServiceUnavailable {
