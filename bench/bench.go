@@ -131,6 +131,9 @@ type Sample struct {
 	ProxyRSSKiB      int64              `json:"proxyRssKiB,omitempty"`
 	ProxyPeakRSSKiB  int64              `json:"proxyPeakRssKiB,omitempty"`
 	ScheduleLagMaxMs float64            `json:"scheduleLagMaxMs,omitempty"`
+	// OtherBusy is the fraction of all cores busy during the run outside
+	// the suite's processes (other work on the machine, kernel threads).
+	OtherBusy float64 `json:"otherBusy"`
 }
 
 // SuiteResult is what one suite measured.
@@ -273,6 +276,31 @@ func median(xs []float64) float64 {
 	return (c[n/2-1] + c[n/2]) / 2
 }
 
+// dropNaN removes values that could not be measured (NaN, ±Inf: perf
+// missing, no samples), which JSON cannot carry.
+func (r *Results) dropNaN() {
+	bad := func(v float64) bool { return math.IsNaN(v) || math.IsInf(v, 0) }
+	clean := func(m map[string]float64) {
+		for k, v := range m {
+			if bad(v) {
+				delete(m, k)
+			}
+		}
+	}
+	for _, s := range r.Suites {
+		clean(s.Values)
+		for i := range s.Samples {
+			x := &s.Samples[i]
+			clean(x.CPUus)
+			clean(x.Syscalls)
+			clean(x.CSwitches)
+			if bad(x.OtherBusy) {
+				x.OtherBusy = -1
+			}
+		}
+	}
+}
+
 // gitDescribe names the tree the binaries were built from.
 func gitDescribe(dir string) string {
 	cmd := exec.Command("git", "describe", "--always", "--dirty", "--abbrev=12")
@@ -320,6 +348,19 @@ func (r *Results) write(o *Options) error {
 	fmt.Fprintf(&md, "\nPinning: load generator %s; proxies (pinboard, nginx, HAProxy) %s; backends (counter workers, redis-server) %s. "+
 		"Rounds %d, %v per measured run, %v warmup per target. Go processes run with the default GOMAXPROCS: the CPUs each may run on (%d unpinned).\n\n",
 		pin(o.PinGen), pin(o.PinProxy), pin(o.PinBackend), o.Rounds, o.Duration, o.Warmup, runtime.NumCPU())
+	var others []float64
+	for _, s := range r.Suites {
+		for _, x := range s.Samples {
+			if !math.IsNaN(x.OtherBusy) && x.Rate > 0 {
+				others = append(others, x.OtherBusy)
+			}
+		}
+	}
+	if len(others) > 0 {
+		sort.Float64s(others)
+		fmt.Fprintf(&md, "CPU outside the suites' processes during the measured runs (other work, kernel threads, perf): median %.1f%%, max %.1f%% of all cores.\n\n",
+			100*median(others), 100*others[len(others)-1])
+	}
 	for _, s := range r.Suites {
 		md.WriteString(s.Markdown)
 		if len(s.Notes) > 0 {
@@ -333,6 +374,7 @@ func (r *Results) write(o *Options) error {
 	if err := os.WriteFile(r.Report, []byte(md.String()), 0o644); err != nil {
 		return err
 	}
+	r.dropNaN()
 	js, err := jsonMarshal(r)
 	if err != nil {
 		return err

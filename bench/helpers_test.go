@@ -65,3 +65,16 @@ func TestParsePerf(t *testing.T) {
 		t.Error("an uncounted event was accepted")
 	}
 }
+
+func TestResultsJSONWithoutNaN(t *testing.T) {
+	r := &Results{Suites: []*SuiteResult{{Name: "x",
+		Values:  map[string]float64{"ok": 1, "missing": math.NaN()},
+		Samples: []Sample{{OtherBusy: math.NaN(), CPUus: map[string]float64{"proxy": math.Inf(1)}}}}}}
+	r.dropNaN()
+	if _, err := jsonMarshal(r); err != nil {
+		t.Fatalf("JSON after dropNaN: %v", err)
+	}
+	if _, ok := r.Suites[0].Values["missing"]; ok || r.Suites[0].Values["ok"] != 1 {
+		t.Errorf("Values = %v", r.Suites[0].Values)
+	}
+}

@@ -17,31 +17,35 @@ import (
 	"github.com/pinned-go/pinned/internal/loadgen"
 )
 
+// machineTicks returns busy and total CPU ticks of all cores so far
+// (/proc/stat; busy is everything but idle and iowait).
+func machineTicks() (busy, total uint64, err error) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, 0, err
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line)
+	if len(f) < 5 || f[0] != "cpu" {
+		return 0, 0, errors.New("/proc/stat: no cpu line")
+	}
+	for i, s := range f[1:] {
+		if i >= 8 { // guest times are already in user/nice
+			break
+		}
+		v, _ := strconv.ParseUint(s, 10, 64)
+		total += v
+		if i != 3 && i != 4 { // idle, iowait
+			busy += v
+		}
+	}
+	return busy, total, nil
+}
+
 // busyFraction samples /proc/stat over d and returns the fraction of CPU
 // time (all cores) that was not idle or iowait.
 func busyFraction(ctx context.Context, d time.Duration) (float64, error) {
-	read := func() (busy, total uint64, err error) {
-		b, err := os.ReadFile("/proc/stat")
-		if err != nil {
-			return 0, 0, err
-		}
-		line, _, _ := strings.Cut(string(b), "\n")
-		f := strings.Fields(line)
-		if len(f) < 5 || f[0] != "cpu" {
-			return 0, 0, errors.New("/proc/stat: no cpu line")
-		}
-		for i, s := range f[1:] {
-			if i >= 8 { // guest times are already in user/nice
-				break
-			}
-			v, _ := strconv.ParseUint(s, 10, 64)
-			total += v
-			if i != 3 && i != 4 { // idle, iowait
-				busy += v
-			}
-		}
-		return busy, total, nil
-	}
+	read := machineTicks
 	b0, t0, err := read()
 	if err != nil {
 		return 0, err

@@ -55,10 +55,24 @@ func (s *session) measure(ctx context.Context, r *rig, w workload, t target, rou
 			perfs[role] = pst
 		}
 	}
+	// Everything the rig runs, to tell the CPU of other processes apart.
+	all := snapshotCPU(r.procs...)
+	busy0, total0, _ := machineTicks()
 	win := snapshotCPU(ps...)
 	args := append([]string{"-url", t.url, "-duration", s.o.Duration.String(), "-requests", "0"}, w.args...)
 	rep, genCPU, err := r.runLoadgen(ctx, fmt.Sprintf("%s-%s-%d", w.name, t.name, round), args...)
 	cpu := win.since()
+	busy1, total1, _ := machineTicks()
+	var rigTicks float64
+	for _, v := range all.since() {
+		rigTicks += v * clkTck
+	}
+	other := math.NaN()
+	if total1 > total0 {
+		// Busy ticks not spent by the rig's processes or loadgen (perf's own
+		// CPU and softirq work in kernel threads land here too).
+		other = math.Max(0, float64(busy1-busy0)-rigTicks-genCPU*clkTck) / float64(total1-total0)
+	}
 	sys, cs := map[string]float64{}, map[string]float64{}
 	for role, p := range perfs {
 		if n, c, ok := p.stop(); ok && rep != nil && rep.Requests.Sent > 0 {
@@ -71,6 +85,7 @@ func (s *session) measure(ctx context.Context, r *rig, w workload, t target, rou
 	}
 	smp := sampleOf(rep)
 	smp.Workload, smp.Target, smp.Round = w.name, t.name, round
+	smp.OtherBusy = other
 	smp.CPUus = map[string]float64{}
 	if n := float64(rep.Requests.Sent); n > 0 {
 		for role, p := range roles {
