@@ -168,6 +168,17 @@ func medianOf(m map[int]Sample, f func(Sample) float64) float64 {
 	return median(xs)
 }
 
+// maxOf returns the largest f over rounds (NaN values skipped).
+func maxOf(m map[int]Sample, f func(Sample) float64) float64 {
+	out := math.NaN()
+	for _, x := range m {
+		if v := f(x); !math.IsNaN(v) && (math.IsNaN(out) || v > out) {
+			out = v
+		}
+	}
+	return out
+}
+
 // ratio is the median of per-round ratios f(num)/f(den).
 func ratio(num, den map[int]Sample, f func(Sample) float64) float64 {
 	var xs []float64
@@ -217,7 +228,7 @@ func table(b *strings.Builder, head []string, rows [][]string) {
 func (s *session) workloadTable(w workload, ts []target) {
 	b := &s.md
 	fmt.Fprintf(b, "#### %s — %s\n\n", w.name, w.desc)
-	head := []string{"target", "req/s (median)", "req/s min–max", "p50 ms", "p99 ms", "p99.9 ms", "errors", "proxy CPU µs/req", "backend CPU µs/req", "loadgen CPU µs/req"}
+	head := []string{"target", "req/s (median)", "req/s min–max", "p50 ms", "p99 ms", "p99.9 ms", "errors", "proxy CPU µs/req", "backend CPU µs/req", "loadgen CPU µs/req", "other CPU % (max)"}
 	if w.perf {
 		head = append(head, "proxy syscalls/req", "proxy cs/req", "backend syscalls/req", "backend cs/req")
 	}
@@ -249,6 +260,7 @@ func (s *session) workloadTable(w workload, ts []target) {
 			fmtNum(medianOf(m, role("proxy")), 1),
 			fmtNum(medianOf(m, role("backend")), 1),
 			fmtNum(medianOf(m, role("loadgen")), 1),
+			fmtNum(100*maxOf(m, func(x Sample) float64 { return x.OtherBusy }), 0),
 		}
 		if w.perf {
 			for _, rl := range []string{"proxy", "backend"} {
