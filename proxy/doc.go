@@ -57,7 +57,11 @@
 //     (forward.go). The proxy writes and reads the messages itself and uses
 //     the endpoint's fasthttp.HostClient only for its pool, which gives it
 //     what HostClient.Do hides: whether any byte left (a counting writer),
-//     whether the connection was reused, the raw response head.
+//     whether the connection was reused, the raw response head. A request
+//     held whole (no body, or a replayable one) is written and then awaited
+//     through the connection's RawConn (writeThenAwait): the first read of
+//     the response finds bytes, saving the read that would return EAGAIN,
+//     one syscall per request (profiles/README.md has the numbers).
 //  7. The response head is scanned raw like the request's (a worker's
 //     Content-Length with Transfer-Encoding, a bad coding, a blank in a name
 //     or an unparsable head: 502, nothing relayed), interim 1xx are dropped,
@@ -201,8 +205,9 @@
 //   - Per request, the proxy's own code allocates nothing, starts no
 //     goroutine, and takes no lock shared by all requests: exchanges come
 //     from a sync.Pool, replies are prebuilt, counters are atomics on the
-//     endpoint (one cache line per worker). The only shared locks are the
-//     endpoint HostClient's pool lock and the upstream histogram's mutex.
+//     endpoint (one cache line per worker), the upstream histogram is
+//     atomic adds on one of 8 stripes (metrics.go). The only shared lock is
+//     the endpoint HostClient's pool lock (per worker).
 //     (fasthttp's Server allocates once per request that has a body, when it
 //     discards what the handler left of it; see alloc_external_test.go.)
 //   - An exchange belongs to the client connection's goroutine; once handed

@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -216,7 +217,11 @@ func NewEndpoint(cfg EndpointConfig, session, secret, advertiseURL string) (*End
 			if timeout <= 0 || timeout > dialTimeout {
 				timeout = dialTimeout
 			}
-			return dial(addr, timeout)
+			c, err := dial(addr, timeout)
+			if err != nil {
+				return nil, err
+			}
+			return newWaitConn(c), nil
 		},
 		MaxConns:            cfg.MaxConns,
 		MaxConnWaitTimeout:  cfg.QueueTimeout,
@@ -336,6 +341,30 @@ func (e *Endpoint) spend() bool {
 		return false
 	}
 	return true
+}
+
+// waitConn is a pooled worker connection that exposes its descriptor, so
+// that an exchange can write a request and wait for the response without
+// the read that would find nothing yet (exchange.writeThenAwait). The
+// RawConn is made once per connection: asking for it per request would
+// allocate.
+type waitConn struct {
+	net.Conn
+	raw syscall.RawConn
+}
+
+// newWaitConn wraps c when it has a descriptor (a TCP connection); other
+// connections (in-memory pipes in tests) are returned as they are.
+func newWaitConn(c net.Conn) net.Conn {
+	sc, ok := c.(syscall.Conn)
+	if !ok {
+		return c
+	}
+	raw, err := sc.SyscallConn()
+	if err != nil {
+		return c
+	}
+	return &waitConn{Conn: c, raw: raw}
 }
 
 // pooledConn is what HostClient.AcquireConn returns: *fasthttp.clientConn, a

@@ -1,6 +1,8 @@
 package proxy
 
 import (
+	"fmt"
+	"io"
 	"sync/atomic"
 	"time"
 
@@ -9,8 +11,73 @@ import (
 
 // upstreamBuckets are the bounds of pinned_proxy_upstream_duration_seconds:
 // a worker on the same machine answers in tens of microseconds.
-var upstreamBuckets = []float64{
+var upstreamBuckets = [...]float64{
 	.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60,
+}
+
+// histStripes is the number of stripes of a histogram; an exchange always
+// records into the same one (exchange.stripe).
+const histStripes = 8
+
+// histogram is a Prometheus histogram of durations recorded with atomic adds,
+// without a lock: VictoriaMetrics' PrometheusHistogram takes a mutex on every
+// Update, a lock every proxied request would share. Stripes keep concurrent
+// requests off each other's cache lines. It writes the text
+// PrometheusHistogram writes (cumulative le buckets, +Inf, _sum in seconds,
+// _count), through metrics.Set.RegisterMetricsWriter: one Proxy per Set.
+type histogram struct {
+	name    string
+	stripes [histStripes]histStripe
+}
+
+type histStripe struct {
+	counts [len(upstreamBuckets) + 1]atomic.Uint64 // the last one is +Inf
+	sumNs  atomic.Uint64
+	_      [64]byte
+}
+
+// observe records d in stripe i.
+func (h *histogram) observe(i uint8, d time.Duration) {
+	if d < 0 {
+		return
+	}
+	v := d.Seconds()
+	b := len(upstreamBuckets)
+	for j, ub := range upstreamBuckets {
+		if v <= ub {
+			b = j
+			break
+		}
+	}
+	st := &h.stripes[i%histStripes]
+	st.counts[b].Add(1)
+	st.sumNs.Add(uint64(d))
+}
+
+// write renders the histogram in Prometheus text format.
+func (h *histogram) write(w io.Writer) {
+	var counts [len(upstreamBuckets) + 1]uint64
+	var sumNs uint64
+	for i := range h.stripes {
+		st := &h.stripes[i]
+		for j := range counts {
+			counts[j] += st.counts[j].Load()
+		}
+		sumNs += st.sumNs.Load()
+	}
+	var cum uint64
+	for j, ub := range upstreamBuckets {
+		cum += counts[j]
+		fmt.Fprintf(w, "%s_bucket{le=\"%v\"} %d\n", h.name, ub, cum)
+	}
+	total := cum + counts[len(upstreamBuckets)]
+	fmt.Fprintf(w, "%s_bucket{le=\"+Inf\"} %d\n", h.name, total)
+	if sum := float64(sumNs) / 1e9; float64(int64(sum)) == sum {
+		fmt.Fprintf(w, "%s_sum %d\n", h.name, int64(sum))
+	} else {
+		fmt.Fprintf(w, "%s_sum %g\n", h.name, sum)
+	}
+	fmt.Fprintf(w, "%s_count %d\n", h.name, total)
 }
 
 // proxyMetrics are the proxy's metrics, resolved once.
@@ -20,7 +87,7 @@ type proxyMetrics struct {
 	responses [6]*metrics.Counter
 	// upstream: from taking a worker connection to the worker's response
 	// head.
-	upstream        *metrics.PrometheusHistogram
+	upstream        histogram
 	reresolves      *metrics.Counter // re-resolved after a closing/draining/lease 503 or a closed endpoint
 	retries         *metrics.Counter // sent again after a stale pooled connection
 	unreachable     *metrics.Counter // 503 unreachable
@@ -38,7 +105,8 @@ func (m *proxyMetrics) register(p *Proxy) {
 	for i, class := range [...]string{"other", "1xx", "2xx", "3xx", "4xx", "5xx"} {
 		m.responses[i] = s.GetOrCreateCounter(`pinned_proxy_responses_total{class="` + class + `"}`)
 	}
-	m.upstream = s.GetOrCreatePrometheusHistogramExt("pinned_proxy_upstream_duration_seconds", upstreamBuckets)
+	m.upstream.name = "pinned_proxy_upstream_duration_seconds"
+	s.RegisterMetricsWriter(m.upstream.write)
 	m.reresolves = s.GetOrCreateCounter("pinned_proxy_reresolves_total")
 	m.retries = s.GetOrCreateCounter("pinned_proxy_retries_total")
 	m.unreachable = s.GetOrCreateCounter("pinned_proxy_unreachable_total")

@@ -32,6 +32,7 @@ type Proxy struct {
 	exchanges sync.Pool
 
 	tunnelsOpen atomic.Int64
+	stripes     atomic.Uint32 // hands out upstream histogram stripes to new exchanges
 	tunnelsMu   sync.Mutex
 	tunnels     map[*tunnel]struct{}
 	tunnelWG    sync.WaitGroup
@@ -54,6 +55,8 @@ func New(cfg Config) (*Proxy, error) {
 	p.m.register(p)
 	p.exchanges.New = func() any {
 		x := &exchange{p: p}
+		x.awaitFn = x.await // once per exchange: passing it per request does not allocate
+		x.stripe = uint8(p.stripes.Add(1) % histStripes)
 		x.br = bufio.NewReaderSize(nil, p.cfg.MaxResponseHeaderBytes)
 		x.bw = bufio.NewWriterSize(nil, 4096)
 		return x

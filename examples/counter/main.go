@@ -14,7 +14,8 @@
 //
 // Flags (and environment): -listen (PINNED_LISTEN), -idle-timeout,
 // -max-instances, -shutdown-timeout. PINNED_HISTORY=<file> appends a chaos
-// history (history.go; for test/chaos).
+// history (history.go; for test/chaos). PINNED_ADMIN_LISTEN (a loopback
+// host:port) adds an admin listener with /metrics and /debug/pprof/*.
 //
 // Fleet mode: when PINNED_PINBOARD_URL, PINNED_TOKEN and PINNED_ADVERTISE_URL
 // are all set, the counter runs a worker that registers with that pinboard
@@ -57,6 +58,7 @@ type options struct {
 	shutdownTimeout time.Duration
 	fleet           fleetOptions
 	history         string // PINNED_HISTORY (history.go)
+	adminListen     string // PINNED_ADMIN_LISTEN: loopback /metrics and /debug/pprof (admin.go); empty = none
 }
 
 // fleetOptions configure fleet mode; all empty means local mode.
@@ -109,6 +111,7 @@ func loadOptions(args []string, getenv func(string) string) (options, error) {
 	if fs.NArg() > 0 {
 		return o, fmt.Errorf("counter: unexpected arguments %q", fs.Args())
 	}
+	o.adminListen = getenv("PINNED_ADMIN_LISTEN")
 	o.fleet = fleetOptions{
 		pinboardURL:  getenv("PINNED_PINBOARD_URL"),
 		token:        getenv("PINNED_TOKEN"),
@@ -260,6 +263,15 @@ func run(ctx context.Context, opts options, logger *slog.Logger, ready func(net.
 	if err := h.Start(); err != nil {
 		ln.Close()
 		return err
+	}
+	var admin *adminServer
+	if opts.adminListen != "" {
+		if admin, err = startAdmin(opts.adminListen, set, logger); err != nil {
+			ln.Close()
+			_ = h.Close(context.Background())
+			return err
+		}
+		defer admin.stop()
 	}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()

@@ -3,31 +3,22 @@
 // captured log, a readiness line to wait for, and signals (TERM, KILL,
 // STOP/CONT) the test can send. Every process is killed when the test ends.
 //
-// Binaries are built once per test binary and package (go build into a
-// temporary directory removed by Cleanup), with optional build tags.
-// Readiness is awaited by matching a log line, never by sleeping.
+// It is a thin testing.TB wrapper around internal/procrun, which does the
+// work outside tests too (cmd/bench). Binaries are built once per test binary
+// and package (go build into a temporary directory removed by Cleanup), with
+// optional build tags. Readiness is awaited by matching a log line, never by
+// sleeping.
 package proctest
 
 import (
-	"bufio"
-	"bytes"
-	"fmt"
-	"os"
-	"os/exec"
-	"path/filepath"
-	"regexp"
-	"strings"
-	"sync"
-	"syscall"
 	"testing"
-	"time"
+
+	"github.com/pinned-go/pinned/internal/procrun"
 )
 
 // Builder builds binaries once and removes them with Cleanup.
 type Builder struct {
-	mu    sync.Mutex
-	dir   string
-	cache map[string]string
+	b procrun.Builder
 }
 
 // Build compiles the main package at pkg (an import path such as
@@ -35,75 +26,27 @@ type Builder struct {
 // per Builder, and returns the binary's path.
 func (b *Builder) Build(tb testing.TB, pkg string, tags ...string) string {
 	tb.Helper()
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	key := pkg + " " + strings.Join(tags, ",")
-	if p, ok := b.cache[key]; ok {
-		return p
+	p, err := b.b.Build(pkg, tags...)
+	if err != nil {
+		tb.Fatal(err)
 	}
-	if b.dir == "" {
-		dir, err := os.MkdirTemp("", "pinned-proctest-")
-		if err != nil {
-			tb.Fatal(err)
-		}
-		b.dir, b.cache = dir, map[string]string{}
-	}
-	out := filepath.Join(b.dir, fmt.Sprintf("%s-%d", filepath.Base(pkg), len(b.cache)))
-	args := []string{"build", "-o", out}
-	if len(tags) > 0 {
-		args = append(args, "-tags", strings.Join(tags, ","))
-	}
-	cmd := exec.Command("go", append(args, pkg)...)
-	if msg, err := cmd.CombinedOutput(); err != nil {
-		tb.Fatalf("go build %s: %v\n%s", pkg, err, msg)
-	}
-	b.cache[key] = out
-	return out
+	return p
 }
 
 // Cleanup removes every binary built. Call it from TestMain after m.Run.
-func (b *Builder) Cleanup() {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.dir != "" {
-		os.RemoveAll(b.dir)
-		b.dir, b.cache = "", nil
-	}
-}
+func (b *Builder) Cleanup() { b.b.Cleanup() }
 
-// Spec describes a process to start.
-type Spec struct {
-	Name string   // for messages and logs
-	Bin  string   // path to the binary
-	Args []string // command-line arguments
-	Env  []string // KEY=value; PATH and HOME are inherited, nothing else
-	// Ready, if set, is a log line pattern (stdout or stderr) that Start
-	// waits for; its submatches are returned by Proc.Ready.
-	Ready *regexp.Regexp
-	// ReadyTimeout bounds the wait for Ready. Default 30 s.
-	ReadyTimeout time.Duration
-}
+// Spec describes a process to start (see procrun.Spec).
+type Spec = procrun.Spec
 
-// Proc is a running process.
-type Proc struct {
-	Spec Spec
-	cmd  *exec.Cmd
-
-	readyWait func() error
-
-	mu     sync.Mutex
-	log    bytes.Buffer
-	ready  []string
-	exited chan struct{}
-}
-
-func (p *Proc) awaitReady() error { return p.readyWait() }
+// Proc is a running process (see procrun.Proc).
+type Proc = procrun.Proc
 
 // Start runs s and waits for its Ready line (if any). The process is killed
 // at the end of the test.
 func Start(tb testing.TB, s Spec) *Proc {
 	tb.Helper()
-	p, err := start(s)
+	p, err := procrun.StartNoWait(s)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -111,147 +54,8 @@ func Start(tb testing.TB, s Spec) *Proc {
 	if s.Ready == nil {
 		return p
 	}
-	if err := p.awaitReady(); err != nil {
+	if err := p.AwaitReady(); err != nil {
 		tb.Fatalf("%v\n%s", err, p.Log())
 	}
 	return p
-}
-
-func start(s Spec) (*Proc, error) {
-	if s.ReadyTimeout == 0 {
-		s.ReadyTimeout = 30 * time.Second
-	}
-	cmd := exec.Command(s.Bin, s.Args...)
-	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME")}, s.Env...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	r, w, err := os.Pipe()
-	if err != nil {
-		return nil, err
-	}
-	cmd.Stdout, cmd.Stderr = w, w
-	if err := cmd.Start(); err != nil {
-		r.Close()
-		w.Close()
-		return nil, fmt.Errorf("start %s: %w", s.Name, err)
-	}
-	w.Close()
-	p := &Proc{Spec: s, cmd: cmd, exited: make(chan struct{})}
-	readyCh := make(chan []string, 1)
-	go func() { // owned by the process: ends when it closes its output
-		sc := bufio.NewScanner(r)
-		sc.Buffer(make([]byte, 64<<10), 1<<20)
-		for sc.Scan() {
-			line := sc.Text()
-			p.mu.Lock()
-			p.log.WriteString(line)
-			p.log.WriteByte('\n')
-			p.mu.Unlock()
-			if s.Ready != nil {
-				if m := s.Ready.FindStringSubmatch(line); m != nil {
-					select {
-					case readyCh <- m:
-					default:
-					}
-				}
-			}
-		}
-		r.Close()
-		_ = cmd.Wait()
-		close(p.exited)
-	}()
-	p.readyWait = func() error {
-		select {
-		case m := <-readyCh:
-			p.mu.Lock()
-			p.ready = m
-			p.mu.Unlock()
-			return nil
-		case <-p.exited:
-			return fmt.Errorf("%s exited before it was ready: %v", s.Name, cmd.ProcessState)
-		case <-time.After(s.ReadyTimeout):
-			return fmt.Errorf("%s not ready within %v", s.Name, s.ReadyTimeout)
-		}
-	}
-	return p, nil
-}
-
-// Ready returns the submatches of the Ready line (index 0 is the whole match).
-func (p *Proc) Ready() []string {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.ready
-}
-
-// Log returns everything the process wrote so far.
-func (p *Proc) Log() string {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.log.String()
-}
-
-// Pid returns the process id.
-func (p *Proc) Pid() int { return p.cmd.Process.Pid }
-
-// Exited is closed when the process has exited.
-func (p *Proc) Exited() <-chan struct{} { return p.exited }
-
-// ExitCode is the exit status after Exited is closed (-1 if killed by a signal).
-func (p *Proc) ExitCode() int { return p.cmd.ProcessState.ExitCode() }
-
-// Signal sends sig to the process (not waiting).
-func (p *Proc) Signal(sig syscall.Signal) error {
-	select {
-	case <-p.exited:
-		return fmt.Errorf("%s already exited", p.Spec.Name)
-	default:
-	}
-	return p.cmd.Process.Signal(sig)
-}
-
-// Kill sends SIGKILL (and SIGCONT, in case it is stopped) and waits for the
-// exit. It is idempotent.
-func (p *Proc) Kill() {
-	select {
-	case <-p.exited:
-		return
-	default:
-	}
-	_ = p.cmd.Process.Signal(syscall.SIGKILL)
-	_ = p.cmd.Process.Signal(syscall.SIGCONT)
-	<-p.exited
-}
-
-// Terminate sends SIGTERM and waits up to within for the exit; it reports
-// whether the process exited in time.
-func (p *Proc) Terminate(within time.Duration) bool {
-	if p.Signal(syscall.SIGTERM) != nil {
-		return true
-	}
-	select {
-	case <-p.exited:
-		return true
-	case <-time.After(within):
-		return false
-	}
-}
-
-// WaitLog waits up to within for a log line matching re and returns its
-// submatches, or nil on timeout. Lines already written count.
-func (p *Proc) WaitLog(re *regexp.Regexp, within time.Duration) []string {
-	deadline := time.Now().Add(within)
-	for {
-		for _, line := range strings.Split(p.Log(), "\n") {
-			if m := re.FindStringSubmatch(line); m != nil {
-				return m
-			}
-		}
-		if time.Now().After(deadline) {
-			return nil
-		}
-		select {
-		case <-p.exited:
-			deadline = time.Now() // one last scan
-		case <-time.After(20 * time.Millisecond): // polling an external process's log
-		}
-	}
 }

@@ -1,0 +1,80 @@
+package bench
+
+import (
+	"math"
+	"os"
+	"strings"
+	"testing"
+)
+
+func TestParseCommandStats(t *testing.T) {
+	got := parseCommandStats("# Commandstats\r\ncmdstat_get:calls=5102,usec=25912,usec_per_call=5.08\r\ncmdstat_client|caching:calls=4,usec=6\r\nnoise\r\n")
+	if len(got) != 2 || got["get"] != 5102 || got["client|caching"] != 4 {
+		t.Fatalf("parseCommandStats = %v", got)
+	}
+	d := delta(map[string]int64{"get": 1, "info": 3}, map[string]int64{"get": 4, "info": 9, "set": 2})
+	if len(d) != 2 || d["get"] != 3 || d["set"] != 2 || sum(d) != 5 {
+		t.Fatalf("delta = %v; want get 3, set 2, info excluded", d)
+	}
+}
+
+func TestStatFields(t *testing.T) {
+	// A command name with spaces and parentheses must not shift the fields.
+	line := "1234 (a (b) c) S 1 2 3 4 5 6 7 8 9 10 111 222 0 0"
+	f := statFields(line)
+	if f[0] != "S" || f[1] != "1" || f[11] != "111" || f[12] != "222" {
+		t.Fatalf("statFields = %q", f)
+	}
+	self, err := cpuTicks(os.Getpid())
+	if err != nil || self < 0 {
+		t.Fatalf("cpuTicks(self) = %d, %v", self, err)
+	}
+}
+
+func TestMedianAndRatio(t *testing.T) {
+	if m := median([]float64{3, 1, 2}); m != 2 {
+		t.Errorf("median odd = %v", m)
+	}
+	if m := median([]float64{4, 1, 3, 2}); m != 2.5 {
+		t.Errorf("median even = %v", m)
+	}
+	if !math.IsNaN(median(nil)) {
+		t.Error("median of nothing is not NaN")
+	}
+	// Per-round ratios, then the median: a round missing on one side is
+	// left out, and a slow round on both sides does not skew the result.
+	num := map[int]Sample{1: {Rate: 50}, 2: {Rate: 10}, 3: {Rate: 60}, 4: {Rate: 1}}
+	den := map[int]Sample{1: {Rate: 100}, 2: {Rate: 20}, 3: {Rate: 100}}
+	if r := ratio(num, den, rateOf); r != 0.5 {
+		t.Errorf("ratio = %v; want 0.5 (median of 0.5, 0.5, 0.6)", r)
+	}
+	var b strings.Builder
+	table(&b, []string{"a", "b"}, [][]string{{"1", "2"}})
+	if b.String() != "| a | b |\n|---|---|\n| 1 | 2 |\n\n" {
+		t.Errorf("table = %q", b.String())
+	}
+}
+
+func TestParsePerf(t *testing.T) {
+	out := "# started on Wed Dec  2 18:04:51 2026\n\n142129,,raw_syscalls:sys_enter,2062604312,100.00,,\n26371,,context-switches,2062604312,100.00,,\n"
+	n, c, ok := parsePerf(out)
+	if !ok || n != 142129 || c != 26371 {
+		t.Fatalf("parsePerf = %v %v %v", n, c, ok)
+	}
+	if _, _, ok := parsePerf("<not counted>,,raw_syscalls:sys_enter,0,0,,\n"); ok {
+		t.Error("an uncounted event was accepted")
+	}
+}
+
+func TestResultsJSONWithoutNaN(t *testing.T) {
+	r := &Results{Suites: []*SuiteResult{{Name: "x",
+		Values:  map[string]float64{"ok": 1, "missing": math.NaN()},
+		Samples: []Sample{{OtherBusy: math.NaN(), CPUus: map[string]float64{"proxy": math.Inf(1)}}}}}}
+	r.dropNaN()
+	if _, err := jsonMarshal(r); err != nil {
+		t.Fatalf("JSON after dropNaN: %v", err)
+	}
+	if _, ok := r.Suites[0].Values["missing"]; ok || r.Suites[0].Values["ok"] != 1 {
+		t.Errorf("Values = %v", r.Suites[0].Values)
+	}
+}

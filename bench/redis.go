@@ -1,0 +1,63 @@
+package bench
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// redisCommandStats returns calls per command from INFO commandstats of the
+// redis-server at addr (one short connection; its own INFO is excluded by
+// the callers' deltas).
+func redisCommandStats(addr string) (map[string]int64, error) {
+	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+	if _, err := io.WriteString(c, "*2\r\n$4\r\nINFO\r\n$12\r\ncommandstats\r\n"); err != nil {
+		return nil, err
+	}
+	br := bufio.NewReader(c)
+	head, err := br.ReadString('\n')
+	if err != nil {
+		return nil, err
+	}
+	if !strings.HasPrefix(head, "$") {
+		return nil, fmt.Errorf("INFO commandstats: unexpected reply %q", head)
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(head[1:]))
+	if err != nil || n < 0 || n > 1<<20 {
+		return nil, fmt.Errorf("INFO commandstats: bad length %q", head)
+	}
+	body := make([]byte, n)
+	if _, err := io.ReadFull(br, body); err != nil {
+		return nil, err
+	}
+	return parseCommandStats(string(body)), nil
+}
+
+// parseCommandStats reads lines "cmdstat_get:calls=3,usec=…".
+func parseCommandStats(s string) map[string]int64 {
+	out := map[string]int64{}
+	for _, l := range strings.Split(s, "\n") {
+		name, rest, ok := strings.Cut(strings.TrimSpace(l), ":")
+		if !ok || !strings.HasPrefix(name, "cmdstat_") {
+			continue
+		}
+		for _, kv := range strings.Split(rest, ",") {
+			if v, ok := strings.CutPrefix(kv, "calls="); ok {
+				out[strings.TrimPrefix(name, "cmdstat_")], _ = strconv.ParseInt(v, 10, 64)
+			}
+		}
+	}
+	return out
+}
+
+func jsonMarshal(v any) ([]byte, error) { return json.MarshalIndent(v, "", "  ") }

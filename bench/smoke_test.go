@@ -1,0 +1,117 @@
+package bench
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestSmoke runs every suite in smoke mode (about a second per
+// measurement, one round) against real processes on 127.0.0.1 and checks
+// that the report is written and its numbers are sane: traffic flowed, no
+// request failed, steady-state Redis traffic is (about) zero while
+// activations do cost Redis commands, memory per instance is plausible, and
+// profiles were captured. nginx and HAProxy rows are checked when those
+// binaries are installed and must be noted as skipped otherwise.
+func TestSmoke(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: the smoke run starts real processes for ~30 s")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	out, prof := t.TempDir(), t.TempDir()
+	var log strings.Builder
+	res, err := Run(ctx, Options{
+		Suites:     append(append([]string(nil), Suites...), "profile"),
+		Smoke:      true,
+		ModuleDir:  "..",
+		OutDir:     out,
+		ProfileDir: prof,
+		Log:        &log,
+		Command:    "go test ./bench -run TestSmoke",
+	})
+	if err != nil {
+		t.Fatalf("Run: %v\n%s", err, log.String())
+	}
+	md, err := os.ReadFile(res.Report)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"## proxy", "## activation", "## streaming", "## websocket", "## redis", "## memory", "## profile", "| kernel |", "Pinning:"} {
+		if !strings.Contains(string(md), want) {
+			t.Errorf("report lacks %q", want)
+		}
+	}
+	if _, err := os.Stat(res.JSONPath); err != nil {
+		t.Errorf("JSON twin: %v", err)
+	}
+	suite := map[string]*SuiteResult{}
+	for _, s := range res.Suites {
+		suite[s.Name] = s
+	}
+	positive := func(s, key string) {
+		t.Helper()
+		if v, ok := suite[s].Values[key]; !ok || !(v > 0) {
+			t.Errorf("%s: %q = %v (present %v); want > 0", s, key, v, ok)
+		}
+	}
+	zero := func(s, key string) {
+		t.Helper()
+		if v, ok := suite[s].Values[key]; !ok || v != 0 {
+			t.Errorf("%s: %q = %v (present %v); want 0", s, key, v, ok)
+		}
+	}
+	for _, s := range res.Suites {
+		for _, x := range s.Samples {
+			if x.Sent == 0 || x.Rate <= 0 || x.Errors != 0 || x.Unsent != 0 {
+				t.Errorf("%s %s %s: sent %d rate %.0f errors %d unsent %d %s", s.Name, x.Workload, x.Target, x.Sent, x.Rate, x.Errors, x.Unsent, x.ErrorDetail)
+			}
+			if x.P50 <= 0 || x.P99 < x.P50 {
+				t.Errorf("%s %s %s: p50 %v p99 %v", s.Name, x.Workload, x.Target, x.P50, x.P99)
+			}
+		}
+	}
+
+	targets := []string{"direct", "pinboard"}
+	for _, peer := range []string{"nginx", "haproxy"} {
+		if _, err := exec.LookPath(peer); err == nil {
+			targets = append(targets, peer)
+			if strings.Contains(strings.Join(suite["proxy"].Notes, "\n"), peer) {
+				t.Errorf("%s installed but skipped: %q", peer, suite["proxy"].Notes)
+			}
+		} else if !strings.Contains(strings.Join(suite["proxy"].Notes, "\n"), peer+" rows skipped") {
+			t.Errorf("%s is not installed but the proxy suite does not say it skipped it: %q", peer, suite["proxy"].Notes)
+		}
+	}
+	for _, tg := range targets {
+		positive("proxy", "closed-64 "+tg+" rate")
+		zero("proxy", "closed-64 "+tg+" errors")
+		positive("streaming", "1MiB "+tg+" MB/s")
+		positive("streaming", "8MiB "+tg+" MB/s")
+	}
+	if v := suite["proxy"].Values["closed-64 pinboard/direct rate"]; !(v > 0.01 && v < 10) {
+		t.Errorf("pinboard/direct = %v; want a sane ratio", v)
+	}
+	positive("proxy", "closed-64 pinboard proxy cpu us/req")
+	positive("activation", "activations/s pinboard")
+	positive("activation", "redis commands/activation") // placing a new id costs Redis commands
+	positive("websocket", "ws pinboard round trips/s")
+	positive("websocket", "ws direct round trips/s")
+	positive("redis", "redis requests")
+	if v := suite["redis"].Values["redis commands/request"]; !(v >= 0 && v < 0.05) {
+		t.Errorf("steady-state Redis commands/request = %v; want ≈ 0 (placements are cached)", v)
+	}
+	for _, n := range []string{"1000", "2000"} {
+		if v := suite["memory"].Values["bytes/instance "+n+" heap"]; !(v > 100 && v < 1<<20) {
+			t.Errorf("memory: %v B/instance at %s; want a plausible figure", v, n)
+		}
+	}
+	for _, f := range []string{"pinboard-cpu.pb.gz", "pinboard-allocs.pb.gz", "worker-cpu.pb.gz", "worker-allocs.pb.gz"} {
+		if st, err := os.Stat(prof + "/" + f); err != nil || st.Size() == 0 {
+			t.Errorf("profile %s: %v", f, err)
+		}
+	}
+}

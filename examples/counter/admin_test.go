@@ -1,0 +1,118 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+)
+
+// TestAdminListener: PINNED_ADMIN_LISTEN adds a loopback listener with
+// pprof and metrics (the bench's profiles come from it), refuses a
+// non-loopback address, and GET /blob streams exactly size bytes.
+func TestAdminListener(t *testing.T) {
+	for _, bad := range []string{"0.0.0.0:0", "10.1.2.3:0", "nonsense"} {
+		if _, err := startAdmin(bad, nil, slog.New(slog.DiscardHandler)); err == nil {
+			t.Errorf("startAdmin(%q) accepted a non-loopback address", bad)
+		}
+	}
+
+	var logs syncBuffer
+	logger := slog.New(slog.NewTextHandler(&logs, nil))
+	opts, err := loadOptions([]string{"-listen", "127.0.0.1:0"}, func(k string) string {
+		if k == "PINNED_ADMIN_LISTEN" {
+			return "127.0.0.1:0"
+		}
+		return ""
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	addrs := make(chan net.Addr, 1)
+	done := make(chan error, 1)
+	go func() { done <- run(ctx, opts, logger, func(a net.Addr) { addrs <- a }) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("run: %v", err)
+		}
+	}()
+	var addr net.Addr
+	select {
+	case addr = <-addrs:
+	case err := <-done:
+		t.Fatalf("run returned early: %v", err)
+	}
+	m := regexp.MustCompile(`msg="counter admin listening" addr=(\S+)`).FindStringSubmatch(logs.String())
+	if m == nil {
+		t.Fatalf("no admin listening line in the log:\n%s", logs.String())
+	}
+	admin := m[1]
+	get := func(url string) (int, []byte) {
+		t.Helper()
+		resp, err := http.Get(url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.StatusCode, b
+	}
+	if code, body := get("http://" + admin + "/debug/pprof/"); code != 200 || !bytes.Contains(body, []byte("goroutine")) {
+		t.Errorf("admin /debug/pprof/ = %d %.80q", code, body)
+	}
+	if code, body := get("http://" + admin + "/metrics"); code != 200 || !bytes.Contains(body, []byte("go_goroutines")) {
+		t.Errorf("admin /metrics = %d without go_goroutines", code)
+	}
+	// The data plane is not on the admin listener, pprof not on the public one.
+	if code, _ := get("http://" + admin + "/counter/a/"); code != 404 {
+		t.Errorf("admin /counter/a/ = %d; want 404", code)
+	}
+	if code, _ := get("http://" + addr.String() + "/debug/pprof/"); code != 404 {
+		t.Errorf("public /debug/pprof/ = %d; want 404", code)
+	}
+
+	for _, size := range []int{0, 1, 100_000, 3 << 20} {
+		code, body := get("http://" + addr.String() + "/counter/b/blob?size=" + itoa(size))
+		if code != 200 || len(body) != size {
+			t.Fatalf("blob size=%d: %d, %d bytes", size, code, len(body))
+		}
+		if size > 0 && (body[0] != 'a' || body[size-1] != byte('a'+(size-1)%(32<<10)%26)) {
+			t.Fatalf("blob size=%d: pattern broken", size)
+		}
+	}
+	if code, body := get("http://" + addr.String() + "/counter/b/blob?size=-1"); code != 400 || !strings.Contains(string(body), "size") {
+		t.Errorf("blob size=-1 = %d %s; want 400 naming size", code, body)
+	}
+}
+
+func itoa(n int) string { return strconv.Itoa(n) }
+
+// syncBuffer is a log sink safe for the server's goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
