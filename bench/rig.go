@@ -141,6 +141,7 @@ func (r *rig) startPinboard(name, bin, redisAddr string) (*proc, error) {
 		Env: []string{
 			"PINBOARD_LISTEN=127.0.0.1:0", "PINBOARD_ADMIN_LISTEN=127.0.0.1:0",
 			"PINBOARD_REDIS_URL=redis://" + redisAddr + "/0", "PINBOARD_TOKEN=" + token,
+			"PINBOARD_RESTART_FENCE=0s", // the rig's Redis has just started; nothing to fence
 		},
 		Ready: pinboardReady,
 	})

@@ -193,7 +193,7 @@ func (p *proc) terminate(t *testing.T) {
 
 func TestEndToEnd(t *testing.T) {
 	srv := redistest.Start(t)
-	p := startPinboard(t, nil, "PINBOARD_REDIS_URL="+srv.URL, "PINBOARD_TOKEN="+token, "PINBOARD_LEASE=3s")
+	p := startPinboard(t, nil, "PINBOARD_REDIS_URL="+srv.URL, "PINBOARD_TOKEN="+token, "PINBOARD_LEASE=3s", "PINBOARD_RESTART_FENCE=0s")
 	waitHealthy(t, p)
 	w := fakeworker.Start(t, "worker-secret")
 

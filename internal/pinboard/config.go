@@ -66,8 +66,11 @@ type Settings struct {
 	DevToken    bool   // the token was generated for -dev
 	Lease       time.Duration
 	// RestartFence is redisstore.Config.RestartFence: no placement is
-	// written while Redis has been up for less (0: off). Set it to the
-	// lease when Redis runs without persistence.
+	// written while Redis has been up for less (0: off). ParseSettings
+	// defaults it to the lease: a Redis that restarted without persistence
+	// has forgotten every placement while workers may still serve under
+	// leases granted before, so no id is placed anew until those leases
+	// have run out. Turn it off only when Redis persists every write.
 	RestartFence      time.Duration
 	AdvertiseNetworks []netip.Prefix
 	// The registry's hardening options (registry.Config fields of the same
@@ -109,7 +112,7 @@ func ParseSettings(args []string, getenv func(string) string, usage io.Writer) (
 	fs.StringVar(&s.RedisURL, "redis-url", env(EnvRedisURL, DefaultRedisURL), "Redis URL ("+EnvRedisURL+")")
 	fs.StringVar(&s.TokenFile, "token-file", getenv(EnvTokenFile), "file with the deployment token(s), one per line, reloaded on SIGHUP ("+EnvTokenFile+")")
 	lease := fs.String("lease", env(EnvLease, DefaultLease.String()), "lease granted to workers ("+EnvLease+")")
-	fence := fs.String("restart-fence", env(EnvRestartFence, "0s"), "refuse new placements (503 + Retry-After) while Redis has been up for less than this; set it to the lease when Redis runs without persistence, 0 = off ("+EnvRestartFence+")")
+	fence := fs.String("restart-fence", env(EnvRestartFence, "lease"), "refuse new placements (503 + Retry-After) while Redis has been up for less than this, so that a Redis restarted without persistence cannot get an id placed twice; \"lease\" = the lease, 0 = off (only when Redis persists every write) ("+EnvRestartFence+")")
 	nets := fs.String("advertise-networks", getenv(EnvAdvertiseNetworks), "comma-separated CIDRs advertise URLs must resolve into; empty = loopback, private and public addresses, no special-purpose ranges ("+EnvAdvertiseNetworks+")")
 	ports := fs.String("advertise-ports", getenv(EnvAdvertisePorts), "comma-separated ports advertise URLs may use; empty = any ("+EnvAdvertisePorts+")")
 	nonceTTL := fs.String("nonce-ttl", env(EnvNonceTTL, registry.DefaultNonceTTL.String()), "how long a used challenge is remembered, at most 30s ("+EnvNonceTTL+")")
@@ -145,7 +148,11 @@ func ParseSettings(args []string, getenv func(string) string, usage io.Writer) (
 		return d
 	}
 	s.Lease = dur(EnvLease, *lease, MinLease)
-	s.RestartFence = dur(EnvRestartFence, *fence, 0)
+	if *fence == "lease" {
+		s.RestartFence = s.Lease
+	} else {
+		s.RestartFence = dur(EnvRestartFence, *fence, 0)
+	}
 	s.ShutdownTimeout = dur(EnvShutdownTimeout, *shutdown, time.Millisecond)
 	s.ShutdownDelay = dur(EnvShutdownDelay, *delay, 0)
 	s.NonceTTL = dur(EnvNonceTTL, *nonceTTL, time.Second)

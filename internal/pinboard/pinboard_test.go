@@ -48,6 +48,18 @@ func TestParseSettings(t *testing.T) {
 		s.NonceTTL != registry.DefaultNonceTTL || s.MaxTrackedClients != registry.DefaultMaxTrackedClients || s.AdvertisePorts != nil {
 		t.Fatalf("hardening defaults = %+v", s)
 	}
+	if s.RestartFence != DefaultLease {
+		t.Fatalf("restart fence defaults to %v, want the lease %v", s.RestartFence, DefaultLease)
+	}
+	for _, c := range []struct {
+		args []string
+		want time.Duration
+	}{{[]string{"-lease", "4s"}, 4 * time.Second}, {[]string{"-lease", "4s", "-restart-fence", "lease"}, 4 * time.Second},
+		{[]string{"-restart-fence", "0"}, 0}, {[]string{"-restart-fence", "30s"}, 30 * time.Second}} {
+		if s, err := ParseSettings(c.args, envOf(map[string]string{EnvToken: token}), io.Discard); err != nil || s.RestartFence != c.want {
+			t.Errorf("ParseSettings(%q): restart fence %v, %v; want %v", c.args, s.RestartFence, err, c.want)
+		}
+	}
 	s, err = ParseSettings([]string{"-register-ip-rate", "2/s burst 4", "-max-sessions-per-token", "off"}, envOf(map[string]string{
 		EnvToken: token, EnvRegisterIPRate: "9/s", EnvRegisterTokenRate: "off", EnvAuthFailureRate: "3/10m",
 		EnvNonceTTL: "10s", EnvMaxTrackedClients: "50", EnvAdvertisePorts: "8080, 443",

@@ -50,6 +50,7 @@ func startPinboard(t *testing.T, redisURL string, env ...string) *pinboard {
 		Env: append([]string{
 			"PINBOARD_LISTEN=127.0.0.1:0", "PINBOARD_ADMIN_LISTEN=127.0.0.1:0",
 			"PINBOARD_REDIS_URL=" + redisURL, "PINBOARD_TOKEN=" + token,
+			"PINBOARD_RESTART_FENCE=0s", // the test's Redis has just started; nothing to fence
 		}, env...),
 		Ready: pinboardReady,
 	})

@@ -204,6 +204,7 @@ func startBinary(t *testing.T) string {
 		Env: []string{
 			"PINBOARD_LISTEN=127.0.0.1:0", "PINBOARD_ADMIN_LISTEN=127.0.0.1:0",
 			"PINBOARD_REDIS_URL=" + redis.URL, "PINBOARD_TOKEN=" + token,
+			"PINBOARD_RESTART_FENCE=0s", // the test's Redis has just started; nothing to fence
 		},
 		Ready: pinboardReady,
 	})
