@@ -1,7 +1,6 @@
 package placement_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
@@ -20,6 +19,7 @@ import (
 
 	"github.com/pinned-go/pinned/internal/clock"
 	"github.com/pinned-go/pinned/internal/leakcheck"
+	"github.com/pinned-go/pinned/internal/logtest"
 	"github.com/pinned-go/pinned/internal/redistest"
 	"github.com/pinned-go/pinned/internal/store"
 	"github.com/pinned-go/pinned/internal/store/memstore"
@@ -348,24 +348,7 @@ type pinboard struct {
 	addr   string
 	client *fasthttp.HostClient
 	st     store.Store
-	logs   *syncBuffer
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
+	logs   *logtest.Buffer
 }
 
 // pinboard starts a resolver and proxy on e. mutate adjusts the resolver's
@@ -373,7 +356,7 @@ func (s *syncBuffer) String() string {
 func (e *env) pinboard(mutate func(*placement.Config), wrap func(store.Store) store.Store) *pinboard {
 	t := e.t
 	t.Helper()
-	pb := &pinboard{logs: &syncBuffer{}}
+	pb := &pinboard{logs: &logtest.Buffer{}}
 	var res atomic.Pointer[placement.Resolver]
 	onInv := func(inv store.Invalidation) {
 		if r := res.Load(); r != nil {

@@ -13,6 +13,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/pinned-go/pinned/internal/clock"
+	"github.com/pinned-go/pinned/internal/logthrottle"
 	"github.com/pinned-go/pinned/internal/store"
 	"github.com/pinned-go/pinned/internal/wire"
 	"github.com/pinned-go/pinned/placecache"
@@ -30,7 +31,7 @@ type Resolver struct {
 	clock    clock.Clock
 	fastTime bool // no Clock configured: lookups use fasthttp's request time
 	log      *slog.Logger
-	errLog   throttle
+	errLog   logthrottle.Every
 	m        resolverMetrics
 
 	// ctx is the parent of every store call; Close cancels it.
@@ -101,7 +102,7 @@ func New(cfg Config) (*Resolver, error) {
 		clock:    clock.Or(cfg.Clock),
 		fastTime: cfg.Clock == nil,
 		log:      cfg.Logger.With("logger", "pinned.placement"),
-		errLog:   throttle{every: time.Second},
+		errLog:   logthrottle.Every{Interval: time.Second},
 		flights:  make(map[string]*flight),
 		sessions: make(map[string]*session),
 		unusable: make(map[string]struct{}),
@@ -441,7 +442,7 @@ func (r *Resolver) noWorker(ns string) error {
 
 func (r *Resolver) storeErr(key, what string, err error) error {
 	r.m.storeErrors.Inc()
-	if r.errLog.allow() {
+	if r.errLog.Allow() {
 		r.log.Warn("cannot resolve placement", "name", key, "err", fmt.Sprintf("%s: %v", what, err))
 	}
 	return fmt.Errorf("placement %s: %s: %w", key, what, err)
@@ -466,16 +467,4 @@ func (r *Resolver) Close() {
 	for _, ep := range eps {
 		ep.Close()
 	}
-}
-
-// throttle lets one event through per interval.
-type throttle struct {
-	every time.Duration
-	last  atomic.Int64
-}
-
-func (t *throttle) allow() bool {
-	now := time.Now().UnixNano()
-	last := t.last.Load()
-	return now-last >= int64(t.every) && t.last.CompareAndSwap(last, now)
 }

@@ -93,7 +93,7 @@ func (r *Resolver) checkTunnel(ctx context.Context, name string) {
 	if err != nil {
 		// Undecided: leave the tunnels; they end with their endpoint or by
 		// idleness.
-		if r.errLog.allow() {
+		if r.errLog.Allow() {
 			r.log.Warn("cannot check the tunnels of an invalidated placement", "name", name, "err", err)
 		}
 		return
@@ -130,7 +130,7 @@ func (r *Resolver) sweep(ctx context.Context) {
 		case errors.Is(err, store.ErrUnknownSession):
 			r.dropSession(sid, "expired")
 		case err != nil:
-			if r.errLog.allow() {
+			if r.errLog.Allow() {
 				r.log.Warn("cannot check a worker session", "session", sid, "err", err)
 			}
 			return

@@ -132,7 +132,7 @@ func (x *exchange) forward() bool {
 			if errors.Is(err, ErrNoWorker) {
 				p.reply(ctx, &p.replies.noWorker)
 			} else {
-				if p.errLog.allow() {
+				if p.errLog.Allow() {
 					p.log.Warn("cannot resolve placement", "name", string(x.name), "err", err)
 				}
 				p.reply(ctx, &p.replies.store)
@@ -243,7 +243,7 @@ func (x *exchange) roundTrip(attempt int) outcome {
 		if err == fasthttp.ErrNoFreeConns || err == fasthttp.ErrTimeout {
 			return outOverloaded
 		}
-		if p.errLog.allow() {
+		if p.errLog.Allow() {
 			p.log.Warn("cannot reach worker", "session", ep.Session, "addr", ep.Addr, "err", err)
 		}
 		return outUnreachable
@@ -276,7 +276,7 @@ func (x *exchange) roundTrip(attempt int) outcome {
 			}
 			return outUnreachable
 		}
-		if p.errLog.allow() {
+		if p.errLog.Allow() {
 			p.log.Warn("cannot send to worker", "session", ep.Session, "addr", ep.Addr, "err", err)
 		}
 		return outBadGateway
@@ -339,7 +339,7 @@ func (x *exchange) readHead(reused bool, attempt int) outcome {
 				// an idempotent request may go again (RFC 9110 §9.2.2).
 				return outResend
 			}
-			if p.errLog.allow() {
+			if p.errLog.Allow() {
 				p.log.Warn("no response from worker", "session", ep.Session, "addr", ep.Addr, "err", err)
 			}
 			return outBadGateway
@@ -349,7 +349,7 @@ func (x *exchange) readHead(reused bool, attempt int) outcome {
 		scanFields(skipLine(head), s, 0)
 		if err := rh.Read(x.br); err != nil {
 			x.drop()
-			if p.errLog.allow() {
+			if p.errLog.Allow() {
 				p.log.Warn("bad response head from worker", "session", ep.Session, "err", err)
 			}
 			return outBadGateway
@@ -361,7 +361,7 @@ func (x *exchange) readHead(reused bool, attempt int) outcome {
 		// bare LF: §5.2 lets a proxy answer 502).
 		if s.responseFault() {
 			x.drop()
-			if p.errLog.allow() {
+			if p.errLog.Allow() {
 				p.log.Warn("ambiguous response framing from worker", "session", ep.Session)
 			}
 			return outBadGateway
@@ -644,7 +644,7 @@ func (x *exchange) respond() bool {
 		if err := ctx.Response.ReadBody(x.br, 0); err != nil {
 			x.drop()
 			p.m.badGateway.Inc()
-			if p.errLog.allow() {
+			if p.errLog.Allow() {
 				p.log.Warn("cannot read response body from worker", "session", x.ep.Session, "err", err)
 			}
 			p.reply(ctx, &p.replies.badGateway)
@@ -804,7 +804,7 @@ func (x *exchange) atEOF() {
 func (x *exchange) CloseWithError(err error) error {
 	if err != nil || !x.eof {
 		x.drop()
-		if err != nil && !x.eof && x.p.errLog.allow() {
+		if err != nil && !x.eof && x.p.errLog.Allow() {
 			x.p.log.Debug("stream ended early", "session", x.ep.Session, "err", err)
 		}
 	} else {

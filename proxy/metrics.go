@@ -121,16 +121,3 @@ func (m *proxyMetrics) register(p *Proxy) {
 		return float64(p.tunnelsOpen.Load())
 	})
 }
-
-// throttle lets one event through per interval; hot-path errors are logged
-// through it so that a failing worker cannot flood the log.
-type throttle struct {
-	every time.Duration
-	next  atomic.Int64 // unix nanoseconds before which nothing passes
-}
-
-func (t *throttle) allow() bool {
-	now := time.Now().UnixNano()
-	n := t.next.Load()
-	return now >= n && t.next.CompareAndSwap(n, now+int64(t.every))
-}

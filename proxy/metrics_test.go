@@ -5,11 +5,11 @@ import (
 	"log/slog"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/VictoriaMetrics/metrics"
 
+	"github.com/pinned-go/pinned/internal/logtest"
 	"github.com/pinned-go/pinned/proxy"
 	"github.com/pinned-go/pinned/proxy/proxytest"
 )
@@ -20,7 +20,7 @@ func TestMetricsAndLogger(t *testing.T) {
 	res := proxytest.NewStatic()
 	res.PlaceNamespace("/counter", w.endpoint(t, "s", "k", proxy.EndpointConfig{}))
 	set := metrics.NewSet()
-	var logs syncBuffer
+	var logs logtest.Buffer
 	f := startProxy(t, res, func(c *proxy.Config) {
 		c.Metrics = set
 		c.Logger = slog.New(slog.NewTextHandler(&logs, nil))
@@ -81,23 +81,6 @@ func expectMetric(t *testing.T, f *front, series string, want float64) {
 	if got := metricValue(t, f, series); got != want {
 		t.Errorf("%s = %v; want %v", series, got, want)
 	}
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 var errFake = fakeErr("store unreachable")

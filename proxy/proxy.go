@@ -15,6 +15,8 @@ import (
 
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/valyala/fasthttp"
+
+	"github.com/pinned-go/pinned/internal/logthrottle"
 )
 
 // Proxy is the pinboard's data plane: a fasthttp.RequestHandler that routes
@@ -25,7 +27,7 @@ type Proxy struct {
 	cfg      Config
 	resolver Resolver
 	log      *slog.Logger
-	errLog   throttle
+	errLog   logthrottle.Every
 	m        proxyMetrics
 	replies  replies
 
@@ -48,7 +50,7 @@ func New(cfg Config) (*Proxy, error) {
 		cfg:      cfg,
 		resolver: cfg.Resolver,
 		log:      cfg.Logger.With("logger", "pinned.proxy"),
-		errLog:   throttle{every: time.Second},
+		errLog:   logthrottle.Every{Interval: time.Second},
 		tunnels:  make(map[*tunnel]struct{}),
 	}
 	p.replies.build(&p.cfg)

@@ -77,7 +77,7 @@ func (p *Proxy) serveUpgrade(x *exchange) {
 		// The resolver re-checks the placement on the next request.
 		p.resolver.Invalidate(x.name, ep)
 		p.m.unreachable.Inc()
-		if p.errLog.allow() {
+		if p.errLog.Allow() {
 			p.log.Warn("cannot reach worker", "session", ep.Session, "addr", ep.Addr, "err", err)
 		}
 		p.reply(ctx, &p.replies.unreachable)

@@ -91,7 +91,7 @@ func (r *Registry) heartbeatWhileLimited(ctx *fasthttp.RequestCtx, client netip.
 // tooMany answers 429 + Retry-After with a JSON error and counts it.
 func (r *Registry) tooMany(ctx *fasthttp.RequestCtx, limit string, wait time.Duration, msg string) int {
 	r.m.rateLimited[limit].Inc()
-	if r.limitLog.allow(10 * time.Second) {
+	if r.limitLog.Allow() {
 		r.log.Warn("registry call refused: limit reached", "limit", limit, "remote", ctx.RemoteIP().String(), "retryAfter", wait)
 	}
 	ctx.Response.Header.Set(wire.HeaderRetryAfter, retryAfter(wait))
@@ -115,7 +115,7 @@ func (r *Registry) authorized(ctx *fasthttp.RequestCtx) (string, bool) {
 		return id, true
 	}
 	r.m.authFailures.Inc()
-	if r.authLog.allow(10 * time.Second) {
+	if r.authLog.Allow() {
 		r.log.Warn("registry call refused: missing or invalid bearer token", "remote", ctx.RemoteIP().String(), "path", string(ctx.Path()))
 	}
 	ctx.Response.Header.Set(fasthttp.HeaderWWWAuthenticate, `Bearer realm="pinboard"`)
@@ -160,7 +160,7 @@ func writeNack(ctx *fasthttp.RequestCtx, nack string) int {
 // unavailable or slow, 500 otherwise. It logs at most every 10 s.
 func (r *Registry) storeFailed(ctx *fasthttp.RequestCtx, op string, err error) int {
 	r.m.storeErrors.Inc()
-	if r.storeLog.allow(10 * time.Second) {
+	if r.storeLog.Allow() {
 		r.log.Error("store call failed", "op", op, "err", err)
 	}
 	if errors.Is(err, store.ErrUnavailable) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, store.ErrClosed) {

@@ -3,7 +3,6 @@ package registry
 import (
 	"context"
 	"errors"
-	"time"
 
 	"github.com/pinned-go/pinned/internal/store"
 )
@@ -46,7 +45,7 @@ func (r *Registry) Sweep(ctx context.Context) {
 	if err := r.st.Ping(ctx); err != nil {
 		r.m.storeUp.Set(0)
 		r.m.sweepErrors.Inc()
-		if r.storeLog.allow(10 * time.Second) {
+		if r.storeLog.Allow() {
 			r.log.Error("store unreachable", "err", err)
 		}
 		return

@@ -18,6 +18,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/pinned-go/pinned/internal/clock"
+	"github.com/pinned-go/pinned/internal/logthrottle"
 	"github.com/pinned-go/pinned/internal/store"
 	"github.com/pinned-go/pinned/internal/wire"
 )
@@ -153,13 +154,17 @@ type Registry struct {
 	tokens   atomic.Pointer[tokenSet]
 	shutdown atomic.Bool
 
-	authLog  throttle
-	storeLog throttle
-	limitLog throttle
+	authLog  logthrottle.Every
+	storeLog logthrottle.Every
+	limitLog logthrottle.Every
 
 	runMu   sync.Mutex
 	running bool
 }
+
+// logEvery is how often a repeated error (failed auth, store failure, rate
+// limit) is logged.
+const logEvery = 10 * time.Second
 
 // New validates cfg and returns a Registry. It does no I/O and starts no
 // goroutine; mount it with Routes and run its janitor with Run.
@@ -232,6 +237,9 @@ func New(cfg Config) (*Registry, error) {
 		clock:     clk,
 		log:       cmp.Or(cfg.Logger, slog.Default()).With("logger", "pinned.registry"),
 		m:         newRegistryMetrics(set, cmp.Or(cfg.MaxNamespaceSeries, DefaultMaxNamespaceSeries)),
+		authLog:   logthrottle.Every{Interval: logEvery},
+		storeLog:  logthrottle.Every{Interval: logEvery},
+		limitLog:  logthrottle.Every{Interval: logEvery},
 	}
 	r.tokens.Store(ts)
 	return r, nil
@@ -296,15 +304,6 @@ func mintSessionID() string {
 	var b [wire.SessionIDLen * 3 / 4]byte
 	rand.Read(b[:]) // never fails (crypto/rand, Go ≥ 1.24)
 	return base64.RawURLEncoding.EncodeToString(b[:])
-}
-
-// throttle lets one event through per interval.
-type throttle struct{ last atomic.Int64 }
-
-func (t *throttle) allow(every time.Duration) bool {
-	now := time.Now().UnixNano()
-	last := t.last.Load()
-	return now-last >= int64(every) && t.last.CompareAndSwap(last, now)
 }
 
 // storeContext bounds the store calls of one request.

@@ -20,6 +20,7 @@ import (
 
 	"github.com/pinned-go/pinned/host"
 	"github.com/pinned-go/pinned/internal/clock"
+	"github.com/pinned-go/pinned/internal/logtest"
 	"github.com/pinned-go/pinned/internal/wire"
 )
 
@@ -453,23 +454,6 @@ func (p *fakePinboard) heldCount() int {
 	return p.held
 }
 
-// syncBuffer collects log output from several goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // harness runs one Worker against a fakePinboard on a fake clock, with its
 // challenge endpoint served on a real listener.
 type harness struct {
@@ -478,7 +462,7 @@ type harness struct {
 	pb   *fakePinboard
 	w    *Worker
 	host *fakeHost
-	logs *syncBuffer
+	logs *logtest.Buffer
 	adv  *fasthttp.Server
 	ln   net.Listener
 
@@ -507,7 +491,7 @@ func newHarness(t *testing.T, tweak ...func(*Config)) *harness {
 	h := &harness{
 		t:        t,
 		clk:      clk,
-		logs:     &syncBuffer{},
+		logs:     &logtest.Buffer{},
 		poke:     make(chan struct{}, 1),
 		isFrozen: make(chan struct{}, 1),
 		runDone:  make(chan struct{}),

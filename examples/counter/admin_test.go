@@ -10,8 +10,9 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
+
+	"github.com/pinned-go/pinned/internal/logtest"
 )
 
 // TestAdminListener: PINNED_ADMIN_LISTEN adds a loopback listener with
@@ -24,7 +25,7 @@ func TestAdminListener(t *testing.T) {
 		}
 	}
 
-	var logs syncBuffer
+	var logs logtest.Buffer
 	logger := slog.New(slog.NewTextHandler(&logs, nil))
 	opts, err := loadOptions([]string{"-listen", "127.0.0.1:0"}, func(k string) string {
 		if k == "PINNED_ADMIN_LISTEN" {
@@ -98,21 +99,3 @@ func TestAdminListener(t *testing.T) {
 }
 
 func itoa(n int) string { return strconv.Itoa(n) }
-
-// syncBuffer is a log sink safe for the server's goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}

@@ -22,6 +22,7 @@ import (
 
 	"github.com/pinned-go/pinned/internal/fakeworker"
 	"github.com/pinned-go/pinned/internal/leakcheck"
+	"github.com/pinned-go/pinned/internal/logtest"
 	"github.com/pinned-go/pinned/internal/redistest"
 	"github.com/pinned-go/pinned/internal/store"
 	"github.com/pinned-go/pinned/internal/wire"
@@ -148,31 +149,14 @@ type running struct {
 	hc     *fasthttp.Client
 	cancel context.CancelFunc
 	done   chan error
-	logs   *syncBuffer
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
+	logs   *logtest.Buffer
 }
 
 func start(t *testing.T, s Settings, dp func(DataPlaneDeps) (DataPlane, error)) *running {
 	t.Helper()
 	pub, _ := net.Listen("tcp", "127.0.0.1:0")
 	adm, _ := net.Listen("tcp", "127.0.0.1:0")
-	logs := &syncBuffer{}
+	logs := &logtest.Buffer{}
 	if len(s.Tokens) == 0 {
 		s.Tokens = []string{token}
 	}
