@@ -24,6 +24,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/pinned-go/pinned/internal/fakeworker"
+	"github.com/pinned-go/pinned/internal/logtest"
 	"github.com/pinned-go/pinned/internal/redistest"
 	"github.com/pinned-go/pinned/internal/wire"
 )
@@ -71,26 +72,9 @@ type proc struct {
 	cmd    *exec.Cmd
 	public string
 	admin  string
-	stdout *lockedBuffer
-	logs   *lockedBuffer
+	stdout *logtest.Buffer
+	logs   *logtest.Buffer
 	exited chan struct{}
-}
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 var listening = regexp.MustCompile(`msg="pinboard listening".* public=(\S+) admin=(\S+)`)
@@ -101,7 +85,7 @@ func startPinboard(t *testing.T, args []string, env ...string) *proc {
 	t.Helper()
 	cmd := exec.Command(build(t), args...)
 	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "PINBOARD_LISTEN=127.0.0.1:0", "PINBOARD_ADMIN_LISTEN=127.0.0.1:0"}, env...)
-	p := &proc{cmd: cmd, stdout: &lockedBuffer{}, logs: &lockedBuffer{}, exited: make(chan struct{})}
+	p := &proc{cmd: cmd, stdout: &logtest.Buffer{}, logs: &logtest.Buffer{}, exited: make(chan struct{})}
 	cmd.Stdout = p.stdout
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
