@@ -57,6 +57,8 @@ const (
 // Off reports whether the limit is turned off.
 func (l Limit) Off() bool { return l.Events < 0 }
 
+// String formats the limit as the pinboard's flags take it: "N/PERIOD
+// burst B", or "off".
 func (l Limit) String() string {
 	if l.Off() {
 		return "off"
