@@ -160,11 +160,27 @@ func (c *Cache[V]) Begin(name []byte) Token {
 // Put caches v for name unless the shard was invalidated since t was taken
 // by Begin; it reports whether v was stored.
 func (c *Cache[V]) Put(name []byte, v V, t Token) bool {
+	return c.PutUntil(name, v, t, time.Time{})
+}
+
+// PutUntil is Put for a value that a cache below this one (the store's
+// client-side cache) serves only until the wall-clock time until: the entry
+// is then served until that time or for the TTL, whichever ends first. A
+// zero until is Put.
+func (c *Cache[V]) PutUntil(name []byte, v V, t Token, until time.Time) bool {
 	i, s := c.shardOf(name)
 	if i != t.shard {
 		panic("placecache: Put with a token from another name")
 	}
 	now := c.clock.Now()
+	at := now
+	if !until.IsZero() {
+		// Age the entry so that it expires at until: Get serves an entry
+		// while now - at < ttl.
+		if left := until.Sub(now.Wall()); left < c.ttl {
+			at = now.Add(max(left, 0) - c.ttl)
+		}
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.seq != t.seq {
@@ -174,7 +190,7 @@ func (c *Cache[V]) Put(name []byte, v V, t Token) bool {
 	if _, ok := s.m[string(name)]; !ok && len(s.m) >= c.perShard {
 		c.evictLocked(s, now)
 	}
-	s.m[string(name)] = entry[V]{v: v, at: now}
+	s.m[string(name)] = entry[V]{v: v, at: at}
 	return true
 }
 

@@ -119,6 +119,40 @@ func TestTTL(t *testing.T) {
 	}
 }
 
+// PutUntil serves an entry until the lower cache's until or the TTL,
+// whichever ends first; a zero until is the TTL.
+func TestPutUntil(t *testing.T) {
+	fc := clock.NewFake(time.Unix(1000, 0))
+	c := newCache(t, Config{TTL: 10 * time.Second, Clock: fc})
+	put := func(name string, until time.Time) []byte {
+		n := []byte(name)
+		if !c.PutUntil(n, "s", c.Begin(n), until) {
+			t.Fatalf("PutUntil(%s) refused", name)
+		}
+		return n
+	}
+	served := func(n []byte) bool { _, ok := c.Get(n, c.Now()); return ok }
+	early := put("/ns/early", fc.Now().Wall().Add(3*time.Second))
+	late := put("/ns/late", fc.Now().Wall().Add(time.Minute))
+	zero := put("/ns/zero", time.Time{})
+	past := put("/ns/past", fc.Now().Wall().Add(-time.Second))
+	if served(past) {
+		t.Error("an entry whose until had passed was served")
+	}
+	fc.Advance(2999 * time.Millisecond)
+	if !served(early) || !served(late) || !served(zero) {
+		t.Fatal("entries expired before their until and TTL")
+	}
+	fc.Advance(time.Millisecond)
+	if served(early) {
+		t.Error("entry served at its until, before its TTL")
+	}
+	fc.Advance(7 * time.Second)
+	if served(late) || served(zero) {
+		t.Error("entries served at their TTL")
+	}
+}
+
 func TestBoundedSize(t *testing.T) {
 	c := newCache(t, Config{Shards: 4, MaxEntries: 40})
 	for i := 0; i < 1000; i++ {

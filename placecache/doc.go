@@ -26,7 +26,8 @@
 //   - An entry is never returned after an Invalidate/InvalidateAll that
 //     completed before the Get started, and never returned once older than
 //     Config.TTL (the safety net when an invalidation is lost; keep it at or
-//     below the lease).
+//     below the lease), nor, for PutUntil, after its until: a value a cache
+//     below served from its own memory is not made younger here.
 //   - Put after an invalidation of the same shard that happened after the
 //     matching Begin is refused.
 //   - Size is bounded by Config.MaxEntries (rounded up to a multiple of the

@@ -116,7 +116,11 @@
 // The cache TTL (CacheTTL, at most the lease) is the safety net for a lost
 // invalidation; each hot placement is therefore re-read once per TTL (on
 // Redis usually a client-side cache hit for the sessions, one GET for the
-// placement).
+// placement). The TTL counts from the server's answer, not from the last
+// read of a cache: a placement the store served from its own client-side
+// cache (store.CachedPlacements) is kept only until that cache would ask the
+// server again, so the two caches together never serve a value longer than
+// one TTL after Redis last confirmed it.
 //
 // # Invariants
 //
@@ -126,7 +130,8 @@
 //     into the proxy that takes a lock (memstore calls OnInvalidate from the
 //     writer's goroutine).
 //   - A value is cached only from a store read that began after the last
-//     invalidation of its cache shard; no entry is served past CacheTTL.
+//     invalidation of its cache shard; no entry is served past CacheTTL
+//     after Redis (or memstore) last answered for it.
 //   - A placement is written only by Claim (SET NX) and Replace
 //     (compare-and-set from a session the store reported gone); the resolver
 //     never deletes or overwrites a live session's placement.

@@ -408,6 +408,9 @@ func (e *env) pinboard(mutate func(*placement.Config), wrap func(store.Store) st
 	t.Cleanup(func() {
 		pb.client.CloseIdleConnections()
 		_ = srv.Shutdown()
+		// Shutdown closes only the listeners Serve has taken up: a test
+		// that ends before the Serve goroutine started would wait forever.
+		_ = ln.Close()
 		stop()
 		wg.Wait()
 		_ = px.Close()

@@ -230,6 +230,7 @@ func TestSteadyStateCostsNoRedisCommands(t *testing.T) {
 		ids[i] = fmt.Sprintf("steady%d", i)
 	}
 	// The first round places every id: report what a placement costs.
+	placedAt := time.Now()
 	placeBefore := e.commandStats()
 	for _, id := range ids {
 		if ans := pb.get(t, id); ans.status != 200 {
@@ -270,8 +271,10 @@ func TestSteadyStateCostsNoRedisCommands(t *testing.T) {
 	}
 	elapsed := time.Since(start)
 	after := e.commandStats()
-	if elapsed >= e.lease {
-		t.Fatalf("the window took %v, longer than the cache TTL %v: entries may have expired", elapsed, e.lease)
+	// Entries live the cache TTL (the lease) less up to a fifth of it
+	// (redisstore spreads the expiries), counted from their first read.
+	if shortest := e.lease - e.lease/5; time.Since(placedAt) >= shortest {
+		t.Fatalf("placing, warming up and the window took %v, longer than the shortest cache lifetime %v: entries may have expired", time.Since(placedAt), shortest)
 	}
 	delta := map[string]int64{}
 	for name, n := range after {

@@ -244,6 +244,17 @@ func (r *Resolver) miss(name []byte) (*proxy.Endpoint, error) {
 	return f.ep, f.err
 }
 
+// readPlacement reads the holder of (ns, id) and, when the store answers
+// from a client-side cache of its own, until when that cache serves it: the
+// placecache keeps the value no longer (store.CachedPlacements).
+func (r *Resolver) readPlacement(ctx context.Context, ns, id string) (string, time.Time, error) {
+	if cp, ok := r.st.(store.CachedPlacements); ok {
+		return cp.PlacementUntil(ctx, ns, id)
+	}
+	h, err := r.st.Placement(ctx, ns, id)
+	return h, time.Time{}, err
+}
+
 // load decides where name lives: the live holder of its placement, or a
 // session it claims (no placement) or takes over (the holder's lease ran
 // out) for it. The result is cached unless an invalidation of the name's
@@ -269,7 +280,7 @@ func (r *Resolver) load(key string, name []byte) (*proxy.Endpoint, error) {
 		// nothing beyond the cached membership read.
 		return nil, r.noWorker(ns)
 	}
-	holder, err := r.st.Placement(ctx, ns, id)
+	holder, until, err := r.readPlacement(ctx, ns, id)
 	if err != nil {
 		return nil, r.storeErr(key, "cannot read the placement", err)
 	}
@@ -296,7 +307,7 @@ func (r *Resolver) load(key string, name []byte) (*proxy.Endpoint, error) {
 				return ep, nil
 			}
 			r.m.claimsLost.Inc()
-			holder = won
+			holder, until = won, time.Time{} // the script's reply: fresh
 			continue
 		}
 		ep, gone, err := r.holderEndpoint(ctx, key, holder, live)
@@ -304,7 +315,7 @@ func (r *Resolver) load(key string, name []byte) (*proxy.Endpoint, error) {
 			return nil, err
 		}
 		if !gone {
-			r.cache.Put(name, ep, tok)
+			r.cache.PutUntil(name, ep, tok, until)
 			return ep, nil
 		}
 		// The holder's lease ran out in the store: its process may no
@@ -329,7 +340,7 @@ func (r *Resolver) load(key string, name []byte) (*proxy.Endpoint, error) {
 			return ep, nil
 		}
 		r.m.replacesLost.Inc()
-		holder = got
+		holder, until = got, time.Time{}
 	}
 	return nil, r.storeErr(key, "placement kept changing", fmt.Errorf("%d rounds", maxRounds))
 }

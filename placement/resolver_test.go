@@ -321,6 +321,60 @@ func (c *countingStore) counts() (placements, claims int) {
 	return c.placements, c.claims
 }
 
+// untilStore answers placement reads as a store with a client-side cache
+// would: with the time that cache serves them until.
+type untilStore struct {
+	store.Store
+	until func() time.Time
+	mu    sync.Mutex
+	reads int
+}
+
+func (u *untilStore) PlacementUntil(ctx context.Context, ns, id string) (string, time.Time, error) {
+	u.mu.Lock()
+	u.reads++
+	u.mu.Unlock()
+	h, err := u.Store.Placement(ctx, ns, id)
+	return h, u.until(), err
+}
+
+func (u *untilStore) count() int {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.reads
+}
+
+// A placement the store served from its own cache, due to expire there in
+// one second, is cached for that second only, not for a whole TTL more.
+func TestCachedOnlyUntilTheStoreCacheExpires(t *testing.T) {
+	e := newEnv(t, "memory")
+	e.register(startHost(t, "a", e.fl), 100)
+	us := &untilStore{until: func() time.Time { return e.fake.Now().Wall().Add(time.Second) }}
+	pb := e.pinboard(nil, func(s store.Store) store.Store { us.Store = s; return us })
+	ctx := context.Background()
+	name := []byte("/counter/u")
+	resolve := func() {
+		t.Helper()
+		if _, err := pb.res.Resolve(ctx, name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	resolve() // placed by a claim
+	pb.res.OnInvalidate(store.Invalidation{Placement: "/counter/u"})
+	resolve() // re-read: held by a, store cache until now + 1 s
+	n := us.count()
+	e.fake.Advance(999 * time.Millisecond)
+	resolve()
+	if got := us.count(); got != n {
+		t.Fatalf("resolve within the store cache's second read the store (%d reads, had %d)", got, n)
+	}
+	e.fake.Advance(time.Millisecond)
+	resolve()
+	if got := us.count(); got != n+1 {
+		t.Fatalf("resolve once the store cache expired: %d reads, want %d (still served from the placecache)", got, n+1)
+	}
+}
+
 // Concurrent misses of one name share one store read.
 func TestConcurrentMissesShareOneRead(t *testing.T) {
 	forEachStore(t, func(t *testing.T, e *env) {

@@ -126,6 +126,18 @@ type Options struct {
 	OnInvalidate func(Invalidation)
 }
 
+// CachedPlacements is implemented by a Store whose Placement may be answered
+// from a client-side cache (redisstore: rueidis DoCache). PlacementUntil is
+// Placement plus the wall-clock time at which that cache stops serving the
+// value without asking the server again (zero: it came from no such cache).
+// A layer that caches the value on top must not keep it past until: else a
+// value the server last confirmed almost a cache lifetime ago would be kept
+// for a whole lifetime more, and a lost invalidation would outlive the
+// bound both caches promise.
+type CachedPlacements interface {
+	PlacementUntil(ctx context.Context, ns, id string) (holder string, until time.Time, err error)
+}
+
 // Store is the directory. All methods are safe for concurrent use and honour
 // ctx cancellation.
 type Store interface {

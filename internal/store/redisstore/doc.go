@@ -77,7 +77,10 @@
 // Cache entries live at most Config.CacheTTL and never past the key's own
 // PTTL (rueidis reads PTTL with the value), so a cached session never outlives
 // its lease. Placements have no TTL; their entries are bounded by CacheTTL
-// (default: the lease).
+// (default: the lease) less a random fifth at most, so that placements first
+// read together are not all re-read together at every later TTL.
+// PlacementUntil (store.CachedPlacements) tells the layer above when the
+// entry behind an answer expires, so that it does not keep the value longer.
 //
 // OnInvalidate receives: Invalidation{Placement: "/ns/id"} for a tracked
 // pinned:p: key, Invalidation{Session: sid} for a tracked pinned:s: key, and

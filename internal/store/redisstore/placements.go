@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"strconv"
 	"strings"
 	"time"
@@ -18,15 +19,31 @@ import (
 // so Redis tracks the key for this connection and a later change reaches
 // OnInvalidate.
 func (s *Store) Placement(ctx context.Context, ns, id string) (string, error) {
+	h, _, err := s.PlacementUntil(ctx, ns, id)
+	return h, err
+}
+
+// PlacementUntil implements store.CachedPlacements: Placement, and when the
+// client-side cache entry behind the answer expires. A fresh entry lives
+// CacheTTL less a random fifth at most, so that placements read together
+// (a pinboard's first second of traffic) do not all expire, and all get
+// re-read, in the same instant of every later TTL.
+func (s *Store) PlacementUntil(ctx context.Context, ns, id string) (string, time.Time, error) {
 	c, err := s.get(ctx)
 	if err != nil {
-		return "", err
+		return "", time.Time{}, err
 	}
-	v, err := c.DoCache(ctx, c.B().Get().Key(wire.KeyPlacement(ns, id)).Cache(), s.cacheTTL).ToString()
+	ttl := s.cacheTTL - rand.N(s.cacheTTL/5+1)
+	res := c.DoCache(ctx, c.B().Get().Key(wire.KeyPlacement(ns, id)).Cache(), ttl)
+	var until time.Time
+	if at := res.CachePXAT(); at > 0 {
+		until = time.UnixMilli(at)
+	}
+	v, err := res.ToString()
 	if rueidis.IsRedisNil(err) {
-		return "", nil
+		return "", until, nil
 	}
-	return v, s.wrap(ctx, "placement", err)
+	return v, until, s.wrap(ctx, "placement", err)
 }
 
 func (s *Store) indexAdd(ctx context.Context, c rueidis.Client, sid, ns, name string) error {

@@ -3,6 +3,7 @@ package redisstore
 import (
 	"context"
 	"errors"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -101,6 +102,47 @@ func TestPlacementReadsHitTheCache(t *testing.T) {
 	}
 	if p, err := s.Placement(ctx, "/a", "x"); p != "s1" || err != nil {
 		t.Fatalf("Placement = %q, %v; want s1", p, err)
+	}
+}
+
+// PlacementUntil reports when the client-side cache entry behind its answer
+// expires: within CacheTTL less a fifth and CacheTTL of the first read, the
+// same instant on a cache hit (a hit does not make the value younger), and
+// spread over that fifth across keys read together.
+func TestPlacementUntil(t *testing.T) {
+	srv := redistest.Start(t)
+	const ttl = 10 * time.Second
+	s := open(t, Config{URL: srv.URL, CacheTTL: ttl})
+	defer s.Close()
+	ctx := context.Background()
+	untils := map[time.Time]bool{}
+	for i := range 40 {
+		id := "x" + strconv.Itoa(i)
+		if _, err := s.Claim(ctx, "/a", id, "s1"); err != nil {
+			t.Fatal(err)
+		}
+		before := time.Now()
+		h, until, err := s.PlacementUntil(ctx, "/a", id)
+		after := time.Now()
+		if h != "s1" || err != nil {
+			t.Fatalf("PlacementUntil = %q, %v; want s1", h, err)
+		}
+		// CachePXAT has millisecond resolution.
+		if lo, hi := before.Add(ttl-ttl/5-time.Millisecond), after.Add(ttl+time.Millisecond); until.Before(lo) || until.After(hi) {
+			t.Fatalf("first read: until %v not within [%v, %v]", until, lo, hi)
+		}
+		h2, until2, err := s.PlacementUntil(ctx, "/a", id)
+		if h2 != "s1" || err != nil || !until2.Equal(until) {
+			t.Fatalf("cached read = %q %v %v; want s1 with the first read's until %v", h2, until2, err, until)
+		}
+		untils[until.Truncate(100*time.Millisecond)] = true
+	}
+	if len(untils) < 3 {
+		t.Errorf("40 placements read together expire in %d distinct 100 ms slots; want them spread", len(untils))
+	}
+	// No placement: still an until (rueidis caches the nil too).
+	if h, until, err := s.PlacementUntil(ctx, "/a", "none"); h != "" || err != nil || until.IsZero() {
+		t.Errorf("absent placement = %q, %v, %v; want \"\", a time, nil", h, until, err)
 	}
 }
 
