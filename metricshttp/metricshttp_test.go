@@ -29,7 +29,8 @@ func serve(t *testing.T, h fasthttp.RequestHandler) string {
 	s := &fasthttp.Server{Handler: h}
 	done := make(chan struct{})
 	go func() { defer close(done); _ = s.Serve(ln) }()
-	t.Cleanup(func() { _ = s.Shutdown(); <-done })
+	// ln is closed too, in case Shutdown runs before Serve registered it.
+	t.Cleanup(func() { _ = ln.Close(); _ = s.Shutdown(); <-done })
 	return ln.Addr().String()
 }
 

@@ -107,9 +107,13 @@ func newTCPRig(tb testing.TB, body []byte, count bool) *tcpRig {
 	r.client = &fasthttp.HostClient{Addr: fln.Addr().String(), MaxConns: 16, ReadTimeout: 10 * time.Second, WriteTimeout: 10 * time.Second}
 	r.close = func() {
 		r.client.CloseIdleConnections()
+		// The listeners are closed too, in case Shutdown runs before Serve
+		// registered them.
+		_ = fln.Close()
 		_ = front.Shutdown()
 		<-fdone
 		r.ep.Close()
+		_ = wln.Close()
 		_ = worker.Shutdown()
 		<-wdone
 		_ = r.p.Close()

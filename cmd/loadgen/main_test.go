@@ -43,6 +43,7 @@ func serve(t *testing.T, h fasthttp.RequestHandler) string {
 	var wg sync.WaitGroup
 	wg.Go(func() { _ = srv.Serve(ln) })
 	t.Cleanup(func() {
+		_ = ln.Close() // in case Shutdown runs before Serve registered ln
 		_ = srv.Shutdown()
 		wg.Wait()
 	})
