@@ -12,7 +12,7 @@
 // Runs:
 //
 //	go test ./test/chaos                                   # short mode (CI): 6 rounds, one of each nemesis, + the planted bugs
-//	go test ./test/chaos -run TestChaos -rounds 50 -timeout 60m -chaos-report ../../docs/chaos.md
+//	go test ./test/chaos -run TestChaos -rounds 50 -timeout 60m -chaos-report docs/chaos.md   (relative to the module root)
 //
 // Choices:
 //
