@@ -15,6 +15,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/pinned-go/pinned/internal/pinboard"
 )
 
 // fleetRig starts redis-server, the pinboard (and pinboard B when set),
@@ -466,7 +468,7 @@ func (s *session) redisSuite(ctx context.Context) error {
 	// Entries expired during the idle windows: one cache lifetime of load
 	// (the lease) refreshes them all before anything is measured, and the
 	// windows then see the steady re-read of each id once per lifetime.
-	settle := 10 * time.Second
+	settle := pinboard.DefaultLease // the rig's pinboards run with the default lease
 	if s.o.Smoke {
 		settle = time.Second
 	}
