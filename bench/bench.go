@@ -15,7 +15,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/pinned-go/pinned/internal/procrun"
+	"github.com/pinned-go/pinned/internal/testkit/procrun"
 )
 
 // Suite names, in the order "all" runs them.

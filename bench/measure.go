@@ -14,7 +14,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/pinned-go/pinned/internal/loadgen"
+	"github.com/pinned-go/pinned/loadgen"
 )
 
 // machineTicks returns busy and total CPU ticks of all cores so far

@@ -16,7 +16,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
-	"github.com/pinned-go/pinned/internal/procrun"
+	"github.com/pinned-go/pinned/internal/testkit/procrun"
 )
 
 // token is the deployment token of the bench's pinboard and workers.

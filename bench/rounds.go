@@ -8,7 +8,7 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/pinned-go/pinned/internal/loadgen"
+	"github.com/pinned-go/pinned/loadgen"
 )
 
 // target is one configuration a workload runs against.

@@ -8,7 +8,7 @@ import (
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/fasthttp/websocket"
 
-	"github.com/pinned-go/pinned/internal/clock"
+	"github.com/pinned-go/pinned/clock"
 	"github.com/pinned-go/pinned/internal/wire"
 )
 

@@ -8,7 +8,7 @@ import (
 
 	"github.com/VictoriaMetrics/metrics"
 
-	"github.com/pinned-go/pinned/internal/promcheck"
+	"github.com/pinned-go/pinned/internal/testkit/promcheck"
 )
 
 func TestConfigValidation(t *testing.T) {

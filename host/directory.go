@@ -4,7 +4,7 @@ import (
 	"hash/maphash"
 	"sync"
 
-	"github.com/pinned-go/pinned/internal/clock"
+	"github.com/pinned-go/pinned/clock"
 )
 
 // shard is one part of the in-memory directory. Each id hashes to one

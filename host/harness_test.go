@@ -22,7 +22,7 @@ import (
 	"github.com/valyala/fasthttp/fasthttputil"
 	"go.uber.org/goleak"
 
-	"github.com/pinned-go/pinned/internal/clock"
+	"github.com/pinned-go/pinned/clock"
 	"github.com/pinned-go/pinned/internal/wire"
 )
 

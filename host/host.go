@@ -16,7 +16,7 @@ import (
 	"github.com/fasthttp/websocket"
 	"github.com/valyala/fasthttp"
 
-	"github.com/pinned-go/pinned/internal/clock"
+	"github.com/pinned-go/pinned/clock"
 )
 
 // Type describes an object type T to New.

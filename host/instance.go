@@ -7,7 +7,7 @@ import (
 	"log/slog"
 	"runtime/debug"
 
-	"github.com/pinned-go/pinned/internal/clock"
+	"github.com/pinned-go/pinned/clock"
 )
 
 // Instance states. Transitions happen under the shard lock:

@@ -6,7 +6,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/pinned-go/pinned/internal/clock"
+	"github.com/pinned-go/pinned/clock"
 )
 
 // throttleBurst is how many hot-path error logs a host writes per

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pinned-go/pinned/internal/logtest"
+	"github.com/pinned-go/pinned/internal/testkit/logtest"
 )
 
 // expectLog fails unless rec holds a record msg at level with every

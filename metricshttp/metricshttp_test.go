@@ -12,8 +12,8 @@ import (
 	"github.com/valyala/fasthttp"
 	"go.uber.org/goleak"
 
-	"github.com/pinned-go/pinned/internal/leakcheck"
-	"github.com/pinned-go/pinned/internal/promcheck"
+	"github.com/pinned-go/pinned/internal/testkit/leakcheck"
+	"github.com/pinned-go/pinned/internal/testkit/promcheck"
 	"github.com/pinned-go/pinned/metricshttp"
 )
 

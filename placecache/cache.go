@@ -12,7 +12,7 @@ import (
 
 	"github.com/VictoriaMetrics/metrics"
 
-	"github.com/pinned-go/pinned/internal/clock"
+	"github.com/pinned-go/pinned/clock"
 )
 
 // Defaults for Config's zero values.

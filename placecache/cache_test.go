@@ -10,8 +10,8 @@ import (
 
 	"github.com/VictoriaMetrics/metrics"
 
-	"github.com/pinned-go/pinned/internal/clock"
-	"github.com/pinned-go/pinned/internal/promcheck"
+	"github.com/pinned-go/pinned/clock"
+	"github.com/pinned-go/pinned/internal/testkit/promcheck"
 )
 
 func newCache(t *testing.T, cfg Config) *Cache[string] {

@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pinned-go/pinned/internal/smuggle"
+	"github.com/pinned-go/pinned/internal/testkit/smuggle"
 	"github.com/pinned-go/pinned/proxy"
 )
 
@@ -34,7 +34,7 @@ import (
 //     client gets answers the i-th reference request: no request is
 //     smuggled, lost or answered out of order.
 //
-// Seeds: the smuggling tables (internal/smuggle) and
+// Seeds: the smuggling tables (internal/testkit/smuggle) and
 // testdata/fuzz/FuzzProxyDifferential.
 func FuzzProxyDifferential(f *testing.F) {
 	for _, c := range smuggle.Requests() {

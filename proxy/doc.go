@@ -78,7 +78,7 @@
 // The rule: a request whose framing or syntax two parsers could read
 // differently is refused and its connection closed; the worker receives not
 // one byte of it. The status says which limit or rule was hit; every
-// refusal is a JSON wire.Error. The table in internal/smuggle (run by
+// refusal is a JSON wire.Error. The table in internal/testkit/smuggle (run by
 // TestSmugglingTable, 130 cases) holds an example of every row.
 //
 //   - 400 + close: Content-Length with Transfer-Encoding; a coding other

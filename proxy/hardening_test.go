@@ -11,7 +11,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
-	"github.com/pinned-go/pinned/internal/smuggle"
+	"github.com/pinned-go/pinned/internal/testkit/smuggle"
 	"github.com/pinned-go/pinned/proxy"
 	"github.com/pinned-go/pinned/proxy/proxytest"
 )

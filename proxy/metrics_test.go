@@ -9,7 +9,7 @@ import (
 
 	"github.com/VictoriaMetrics/metrics"
 
-	"github.com/pinned-go/pinned/internal/logtest"
+	"github.com/pinned-go/pinned/internal/testkit/logtest"
 	"github.com/pinned-go/pinned/proxy"
 	"github.com/pinned-go/pinned/proxy/proxytest"
 )

@@ -11,12 +11,12 @@ import (
 
 	"github.com/valyala/fasthttp"
 
-	"github.com/pinned-go/pinned/internal/smuggle"
+	"github.com/pinned-go/pinned/internal/testkit/smuggle"
 	"github.com/pinned-go/pinned/proxy"
 	"github.com/pinned-go/pinned/proxy/proxytest"
 )
 
-// The smuggling and framing table (internal/smuggle, reliability §3 goal 1):
+// The smuggling and framing table (internal/testkit/smuggle, reliability §3 goal 1):
 // every ambiguous or malformed request gets its status (400, or 413/431),
 // exactly one response and a closed connection, and the worker receives
 // not one byte. Some cases fasthttp refuses before the handler runs, the

@@ -5,7 +5,7 @@ package worker
 import (
 	"testing"
 
-	"github.com/pinned-go/pinned/internal/clock"
+	"github.com/pinned-go/pinned/clock"
 )
 
 func TestAdmitDoesNotAllocate(t *testing.T) {

@@ -19,8 +19,8 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/pinned-go/pinned/host"
-	"github.com/pinned-go/pinned/internal/clock"
-	"github.com/pinned-go/pinned/internal/logtest"
+	"github.com/pinned-go/pinned/clock"
+	"github.com/pinned-go/pinned/internal/testkit/logtest"
 	"github.com/pinned-go/pinned/internal/wire"
 )
 

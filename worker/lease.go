@@ -6,7 +6,7 @@ import (
 	"errors"
 	"time"
 
-	"github.com/pinned-go/pinned/internal/clock"
+	"github.com/pinned-go/pinned/clock"
 	"github.com/pinned-go/pinned/internal/faults"
 	"github.com/pinned-go/pinned/internal/wire"
 )

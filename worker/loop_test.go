@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pinned-go/pinned/internal/clock"
+	"github.com/pinned-go/pinned/clock"
 	"github.com/pinned-go/pinned/internal/wire"
 )
 

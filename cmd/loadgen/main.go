@@ -9,7 +9,7 @@
 // Exit status: 0 the run completed (and the error rate is within
 // -max-error-rate, if set); 1 the error rate exceeded -max-error-rate;
 // 2 bad flags or configuration; 3 the run was interrupted or a report could
-// not be written. See internal/loadgen for the engine.
+// not be written. See loadgen for the engine.
 package main
 
 import (
@@ -24,7 +24,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/pinned-go/pinned/internal/loadgen"
+	"github.com/pinned-go/pinned/loadgen"
 )
 
 // Exit codes.

@@ -15,7 +15,7 @@ import (
 	"github.com/valyala/fasthttp"
 	"go.uber.org/goleak"
 
-	"github.com/pinned-go/pinned/internal/loadgen"
+	"github.com/pinned-go/pinned/loadgen"
 	"github.com/pinned-go/pinned/internal/wire"
 )
 

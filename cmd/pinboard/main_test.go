@@ -23,9 +23,9 @@ import (
 	"github.com/redis/rueidis"
 	"github.com/valyala/fasthttp"
 
-	"github.com/pinned-go/pinned/internal/fakeworker"
-	"github.com/pinned-go/pinned/internal/logtest"
-	"github.com/pinned-go/pinned/internal/redistest"
+	"github.com/pinned-go/pinned/internal/testkit/fakeworker"
+	"github.com/pinned-go/pinned/internal/testkit/logtest"
+	"github.com/pinned-go/pinned/internal/testkit/redistest"
 	"github.com/pinned-go/pinned/internal/wire"
 )
 

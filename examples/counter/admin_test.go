@@ -12,7 +12,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/pinned-go/pinned/internal/logtest"
+	"github.com/pinned-go/pinned/internal/testkit/logtest"
 )
 
 // TestAdminListener: PINNED_ADMIN_LISTEN adds a loopback listener with

@@ -15,7 +15,7 @@ import (
 	"github.com/fasthttp/websocket"
 	"go.uber.org/goleak"
 
-	"github.com/pinned-go/pinned/internal/promcheck"
+	"github.com/pinned-go/pinned/internal/testkit/promcheck"
 )
 
 func TestMain(m *testing.M) {

@@ -14,7 +14,7 @@ import (
 	"github.com/fasthttp/websocket"
 	"go.uber.org/goleak"
 
-	"github.com/pinned-go/pinned/internal/leakcheck"
+	"github.com/pinned-go/pinned/internal/testkit/leakcheck"
 	"github.com/pinned-go/pinned/internal/wire"
 )
 

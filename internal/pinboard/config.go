@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"github.com/pinned-go/pinned/proxy"
-	"github.com/pinned-go/pinned/registry"
+	"github.com/pinned-go/pinned/internal/registry"
 )
 
 // Defaults of the pinboard's settings.

@@ -16,7 +16,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/pinned-go/pinned/host"
-	"github.com/pinned-go/pinned/internal/redistest"
+	"github.com/pinned-go/pinned/internal/testkit/redistest"
 	"github.com/pinned-go/pinned/internal/wire"
 	"github.com/pinned-go/pinned/worker"
 )

@@ -20,13 +20,13 @@ import (
 	"github.com/valyala/fasthttp"
 	"go.uber.org/goleak"
 
-	"github.com/pinned-go/pinned/internal/fakeworker"
-	"github.com/pinned-go/pinned/internal/leakcheck"
-	"github.com/pinned-go/pinned/internal/logtest"
-	"github.com/pinned-go/pinned/internal/redistest"
+	"github.com/pinned-go/pinned/internal/testkit/fakeworker"
+	"github.com/pinned-go/pinned/internal/testkit/leakcheck"
+	"github.com/pinned-go/pinned/internal/testkit/logtest"
+	"github.com/pinned-go/pinned/internal/testkit/redistest"
 	"github.com/pinned-go/pinned/internal/store"
 	"github.com/pinned-go/pinned/internal/wire"
-	"github.com/pinned-go/pinned/registry"
+	"github.com/pinned-go/pinned/internal/registry"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m, leakcheck.Options()...) }

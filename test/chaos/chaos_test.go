@@ -15,9 +15,9 @@ import (
 
 	"github.com/valyala/fasthttp"
 
-	"github.com/pinned-go/pinned/internal/chaoscheck"
+	"github.com/pinned-go/pinned/internal/testkit/chaoscheck"
 	"github.com/pinned-go/pinned/internal/faults"
-	"github.com/pinned-go/pinned/internal/proctest"
+	"github.com/pinned-go/pinned/internal/testkit/proctest"
 )
 
 var (
@@ -203,7 +203,7 @@ func writeReport(t *testing.T, path string, sc scenario, res result) {
 	var b strings.Builder
 	fmt.Fprintf(&b, "# Chaos run %s\n\n", time.Now().UTC().Format("2006-01-02 15:04 UTC"))
 	fmt.Fprintf(&b, "Command: `go test ./test/chaos -run TestChaos -rounds %d -chaos-seed %d -timeout 60m -chaos-report <file>`\n\n", len(res.kinds), res.seed)
-	b.WriteString("Written by `TestChaos` in `test/chaos` (see its package doc and `internal/chaoscheck`'s for what is checked: no two live instances of one id, with lease ends recomputed from heartbeat send times; nothing served and no task effect under an ended lease; every instance aborted when its lease ends; every request answered 2xx, 4xx, 503 + Retry-After or 502/504, no hang).\n\n")
+	b.WriteString("Written by `TestChaos` in `test/chaos` (see its package doc and `internal/testkit/chaoscheck`'s for what is checked: no two live instances of one id, with lease ends recomputed from heartbeat send times; nothing served and no task effect under an ended lease; every instance aborted when its lease ends; every request answered 2xx, 4xx, 503 + Retry-After or 502/504, no hang).\n\n")
 	fmt.Fprintf(&b, "Cluster: redis-server (no persistence), 2 pinboards (lease 10 s, restart fence 10 s), 3 counter workers (heartbeat 3 s, buffer 5 s), %d closed-loop clients over %d ids through both pinboards.\n\n", clients, nIDs)
 	verdict := "PASS"
 	if !r.OK() {

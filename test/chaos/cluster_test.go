@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/pinned-go/pinned/internal/history"
-	"github.com/pinned-go/pinned/internal/proctest"
-	"github.com/pinned-go/pinned/internal/redistest"
+	"github.com/pinned-go/pinned/internal/testkit/proctest"
+	"github.com/pinned-go/pinned/internal/testkit/redistest"
 )
 
 const token = "chaos-deployment-token-0123456789"

@@ -5,7 +5,7 @@
 // writes its history (internal/history: activations, teardowns, requests
 // served, task effects, lease acks with their send times, lease losses),
 // the client logs every request with its outcome, the harness logs every
-// nemesis and process death, and internal/chaoscheck checks the whole
+// nemesis and process death, and internal/testkit/chaoscheck checks the whole
 // history: no two live instances of one id, nothing served or done under an
 // ended lease, every request answered as the proxy promises.
 //

@@ -8,7 +8,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
-	"github.com/pinned-go/pinned/internal/chaoscheck"
+	"github.com/pinned-go/pinned/internal/testkit/chaoscheck"
 	"github.com/pinned-go/pinned/internal/history"
 	"github.com/pinned-go/pinned/internal/wire"
 )

@@ -14,9 +14,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pinned-go/pinned/internal/proctest"
-	"github.com/pinned-go/pinned/internal/promcheck"
-	"github.com/pinned-go/pinned/internal/redistest"
+	"github.com/pinned-go/pinned/internal/testkit/proctest"
+	"github.com/pinned-go/pinned/internal/testkit/promcheck"
+	"github.com/pinned-go/pinned/internal/testkit/redistest"
 	"github.com/pinned-go/pinned/internal/wire"
 )
 

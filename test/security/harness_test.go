@@ -1,5 +1,5 @@
 // Package security runs pinned's smuggling and framing tables
-// (internal/smuggle) against the whole pinboard: in process, wired the way
+// (internal/testkit/smuggle) against the whole pinboard: in process, wired the way
 // internal/pinboard wires it (registry, dispatch and the proxy on the
 // placement resolver, on the proxy's server), and as the real binary with
 // Redis. The backend is a real worker.Worker (registration, challenge,
@@ -25,10 +25,10 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/pinned-go/pinned/host"
-	"github.com/pinned-go/pinned/internal/leakcheck"
+	"github.com/pinned-go/pinned/internal/testkit/leakcheck"
 	"github.com/pinned-go/pinned/internal/pinboard"
-	"github.com/pinned-go/pinned/internal/proctest"
-	"github.com/pinned-go/pinned/internal/redistest"
+	"github.com/pinned-go/pinned/internal/testkit/proctest"
+	"github.com/pinned-go/pinned/internal/testkit/redistest"
 	"github.com/pinned-go/pinned/internal/wire"
 	"github.com/pinned-go/pinned/worker"
 )

@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pinned-go/pinned/internal/smuggle"
+	"github.com/pinned-go/pinned/internal/testkit/smuggle"
 )
 
 // The public port also serves the registry and /healthz, which the proxy's

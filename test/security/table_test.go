@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pinned-go/pinned/internal/smuggle"
+	"github.com/pinned-go/pinned/internal/testkit/smuggle"
 )
 
 // runTables runs the smuggling tables against the pinboard at addr whose

@@ -15,7 +15,7 @@ import (
 
 	"github.com/redis/rueidis"
 
-	"github.com/pinned-go/pinned/internal/clock"
+	"github.com/pinned-go/pinned/clock"
 	"github.com/pinned-go/pinned/internal/store"
 )
 

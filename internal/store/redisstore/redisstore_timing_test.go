@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pinned-go/pinned/internal/redistest"
+	"github.com/pinned-go/pinned/internal/testkit/redistest"
 	"github.com/pinned-go/pinned/internal/store"
 )
 

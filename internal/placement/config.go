@@ -1,0 +1,123 @@
+package placement
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/VictoriaMetrics/metrics"
+
+	"github.com/pinned-go/pinned/clock"
+	"github.com/pinned-go/pinned/internal/store"
+	"github.com/pinned-go/pinned/internal/wire"
+	"github.com/pinned-go/pinned/proxy"
+)
+
+// Defaults for Config's zero values.
+const (
+	// DefaultLease is Config.Lease: the pinboard's default lease.
+	DefaultLease = wire.DefaultLeaseMs * time.Millisecond
+	// DefaultResolveTimeout bounds one miss: every store call of one
+	// placement decision together (the request's own context ends only when
+	// the server shuts down). A miss that runs out answers 503 store.
+	DefaultResolveTimeout = 2 * time.Second
+	// DefaultAvoidFor is how long a worker session that just refused or
+	// failed a request (Invalidate) is passed over for new placements while
+	// another eligible session has room.
+	DefaultAvoidFor = 2 * time.Second
+	// DefaultSweepInterval is how often Run checks that every session it
+	// holds an endpoint for is still live, closing the endpoints of sessions
+	// gone from the store (which also sends their cached placements back
+	// to the store on their next request).
+	DefaultSweepInterval = time.Minute
+	// DefaultMaxTunnelChecks bounds the placement names waiting for Run to
+	// check whether their WebSocket tunnels must close (above the proxy's
+	// default tunnel cap, so that a reconnect can re-check every one).
+	DefaultMaxTunnelChecks = 16 << 10
+)
+
+// maxRounds bounds the claim/replace rounds of one miss: each lost round
+// means another pinboard changed the placement in between, which it does at
+// most once per claim or replace of its own.
+const maxRounds = 4
+
+// Config configures a Resolver. Store is required; every other field has a
+// documented default for its zero value.
+type Config struct {
+	// Store is the directory: sessions and placements. Its OnInvalidate must
+	// be wired to Resolver.OnInvalidate (internal/pinboard does it through
+	// DataPlane.Invalidate).
+	Store store.Store
+	// Lease is the lease the registry grants (DataPlaneDeps.Lease); the
+	// cache TTL may not exceed it. Default DefaultLease.
+	Lease time.Duration
+	// CacheTTL is how long a cached placement is served without consulting
+	// the store: the safety net when an invalidation is lost. Each hot
+	// placement is re-read once per CacheTTL. At most Lease; default Lease.
+	CacheTTL time.Duration
+	// CacheShards and CacheMaxEntries size the placement cache (placecache
+	// defaults when zero).
+	CacheShards, CacheMaxEntries int
+	// Endpoint configures the connection pool of every worker endpoint.
+	Endpoint proxy.EndpointConfig
+	// ResolveTimeout bounds one miss. Default DefaultResolveTimeout.
+	ResolveTimeout time.Duration
+	// AvoidFor: DefaultAvoidFor; negative disables avoiding.
+	AvoidFor time.Duration
+	// SweepInterval: DefaultSweepInterval.
+	SweepInterval time.Duration
+	// MaxTunnelChecks: DefaultMaxTunnelChecks.
+	MaxTunnelChecks int
+	// Clock, when set, times cache entries and every lookup (tests use
+	// clock.Fake). Nil means the real clock, and a lookup made for a fasthttp
+	// request uses the request's time (RequestCtx.Time) instead of reading
+	// the clock again.
+	Clock clock.Clock
+	// Logger receives the resolver's events, tagged logger=pinned.placement.
+	// Nil means slog.Default().
+	Logger *slog.Logger
+	// Metrics receives the resolver's and its cache's metrics. Nil means a
+	// new set, exposed by Resolver.Metrics.
+	Metrics *metrics.Set
+}
+
+// ErrNoStore is returned by New when Config.Store is nil.
+var ErrNoStore = errors.New("placement: Config.Store is required")
+
+func (c *Config) setDefaults() error {
+	if c.Store == nil {
+		return ErrNoStore
+	}
+	if c.Lease < 0 || c.CacheTTL < 0 || c.ResolveTimeout < 0 || c.SweepInterval < 0 || c.MaxTunnelChecks < 0 {
+		return errors.New("placement: Config durations and limits must not be negative (zero means the default)")
+	}
+	if c.Lease == 0 {
+		c.Lease = DefaultLease
+	}
+	if c.CacheTTL == 0 {
+		c.CacheTTL = c.Lease
+	}
+	if c.CacheTTL > c.Lease {
+		return fmt.Errorf("placement: CacheTTL %v exceeds the lease %v; lower CacheTTL", c.CacheTTL, c.Lease)
+	}
+	if c.ResolveTimeout == 0 {
+		c.ResolveTimeout = DefaultResolveTimeout
+	}
+	if c.AvoidFor == 0 {
+		c.AvoidFor = DefaultAvoidFor
+	}
+	if c.SweepInterval == 0 {
+		c.SweepInterval = DefaultSweepInterval
+	}
+	if c.MaxTunnelChecks == 0 {
+		c.MaxTunnelChecks = DefaultMaxTunnelChecks
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.Metrics == nil {
+		c.Metrics = metrics.NewSet()
+	}
+	return nil
+}

@@ -1,0 +1,481 @@
+package placement
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/VictoriaMetrics/metrics"
+	"github.com/valyala/fasthttp"
+
+	"github.com/pinned-go/pinned/clock"
+	"github.com/pinned-go/pinned/internal/logthrottle"
+	"github.com/pinned-go/pinned/internal/store"
+	"github.com/pinned-go/pinned/internal/wire"
+	"github.com/pinned-go/pinned/placecache"
+	"github.com/pinned-go/pinned/proxy"
+)
+
+// Resolver is the pinboard's proxy.Resolver: placement names "/<ns>/<id>"
+// to worker endpoints, cached in process, placed on a miss. Make it with
+// New, wire the store's invalidations to OnInvalidate, run Run for its
+// background work, and Close it after the proxy's server has stopped.
+type Resolver struct {
+	cfg      Config
+	st       store.Store
+	cache    *placecache.Cache[*proxy.Endpoint]
+	clock    clock.Clock
+	fastTime bool // no Clock configured: lookups use fasthttp's request time
+	log      *slog.Logger
+	errLog   logthrottle.Every
+	m        resolverMetrics
+
+	// ctx is the parent of every store call; Close cancels it.
+	ctx    context.Context
+	cancel context.CancelFunc
+	ran    atomic.Bool
+
+	mu       sync.Mutex
+	closed   bool
+	flights  map[string]*flight  // misses in progress, by placement name
+	sessions map[string]*session // worker sessions with an endpoint, by id
+	unusable map[string]struct{} // sessions whose advertise URL the proxy cannot use
+	// eps is a copy-on-write snapshot of the sessions' endpoints, read
+	// without r.mu by OnInvalidate (tunnel checks) and the sweep.
+	eps atomic.Pointer[[]*proxy.Endpoint]
+
+	checksMu sync.Mutex
+	checks   map[string]struct{} // placement names whose tunnels Run must check
+	tunnels  map[string]int      // open tunnels by placement name (TunnelOpened/Closed)
+	wake     chan struct{}
+}
+
+// session is what the resolver keeps per worker session.
+type session struct {
+	ep *proxy.Endpoint
+	// placed counts the placements this resolver made on the session since
+	// the heartbeat whose headroom it last read (hb): the headroom it sees
+	// is that much too high until the next heartbeat reports it.
+	placed int
+	hb     int64
+	// refused is when a request to the session was last refused or failed
+	// (Invalidate); zero for never.
+	refused clock.Instant
+}
+
+// flight is one miss in progress; concurrent misses of a name share it.
+type flight struct {
+	done chan struct{}
+	ep   *proxy.Endpoint
+	err  error
+}
+
+var _ interface {
+	proxy.Resolver
+	proxy.TunnelObserver
+} = (*Resolver)(nil)
+
+// New makes a Resolver. It validates cfg, does no I/O and starts nothing.
+func New(cfg Config) (*Resolver, error) {
+	if err := cfg.setDefaults(); err != nil {
+		return nil, err
+	}
+	cache, err := placecache.New[*proxy.Endpoint](placecache.Config{
+		Name:       "placements",
+		Shards:     cfg.CacheShards,
+		MaxEntries: cfg.CacheMaxEntries,
+		TTL:        cfg.CacheTTL,
+		Clock:      cfg.Clock,
+		Metrics:    cfg.Metrics,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("placement: %w", err)
+	}
+	r := &Resolver{
+		cfg:      cfg,
+		st:       cfg.Store,
+		cache:    cache,
+		clock:    clock.Or(cfg.Clock),
+		fastTime: cfg.Clock == nil,
+		log:      cfg.Logger.With("logger", "pinned.placement"),
+		errLog:   logthrottle.Every{Interval: time.Second},
+		flights:  make(map[string]*flight),
+		sessions: make(map[string]*session),
+		unusable: make(map[string]struct{}),
+		checks:   make(map[string]struct{}),
+		tunnels:  make(map[string]int),
+		wake:     make(chan struct{}, 1),
+	}
+	r.ctx, r.cancel = context.WithCancel(context.Background())
+	r.eps.Store(&[]*proxy.Endpoint{})
+	r.m.register(cfg.Metrics, r)
+	return r, nil
+}
+
+// Metrics returns the set the resolver and its cache report on.
+func (r *Resolver) Metrics() *metrics.Set { return r.cfg.Metrics }
+
+// CacheStats returns the placement cache's counters.
+func (r *Resolver) CacheStats() placecache.Stats { return r.cache.Stats() }
+
+// Resolve implements proxy.Resolver. A cached placement is returned without
+// allocating, blocking or touching the store; a miss reads the store and
+// places the instance if needed (see the package doc), sharing the work with
+// concurrent misses of the same name. Errors wrap proxy.ErrNoWorker (503
+// no_worker) or describe a store failure (503 store).
+func (r *Resolver) Resolve(ctx context.Context, name []byte) (*proxy.Endpoint, error) {
+	var now clock.Instant
+	if rc, ok := ctx.(*fasthttp.RequestCtx); ok && r.fastTime {
+		now = clock.FromTime(rc.Time())
+	} else {
+		now = r.clock.Now()
+	}
+	if ep, ok := r.cache.Get(name, now); ok {
+		return ep, nil
+	}
+	return r.miss(name)
+}
+
+// Invalidate implements proxy.Resolver: the worker behind ep refused the
+// request for name (503 closing, draining or lease), could not be reached,
+// or ep was closed. The cached placement is dropped if it still points at
+// ep, so the next Resolve consults the store, which either confirms the
+// holder (the 503 reaches the client) or finds its session gone and places
+// the instance elsewhere. The session is also passed over for new
+// placements for AvoidFor. Invalidate does no I/O.
+func (r *Resolver) Invalidate(name []byte, ep *proxy.Endpoint) {
+	r.m.invalidates.Inc()
+	r.cache.InvalidateIf(name, func(v *proxy.Endpoint) bool { return v == ep })
+	if ep == nil {
+		return
+	}
+	now := r.clock.Now()
+	r.mu.Lock()
+	if s := r.sessions[ep.Session]; s != nil && s.ep == ep {
+		s.refused = now
+	}
+	r.mu.Unlock()
+}
+
+// OnInvalidate receives the store's invalidations (store.Options.OnInvalidate,
+// through the pinboard's DataPlane.Invalidate). It is fast and does no I/O:
+// it runs on a Redis connection's reader goroutine.
+//
+//   - {Placement: name}: the cached placement is dropped; if WebSocket
+//     tunnels of the name are open, Run is asked to re-read the placement
+//     and close them on every session that no longer holds it.
+//   - {All: true} (connection loss, FLUSHALL): every cached placement is
+//     dropped, and Run re-checks every name with open tunnels (a lost
+//     connection changes nothing in Redis, but ends its tracking: the
+//     re-read tracks the keys again).
+//   - {Session: id}: ignored. Every heartbeat rewrites the session hash, so
+//     this arrives every few seconds per worker; dropping that worker's
+//     placements would cost store reads for each of its ids each time. A
+//     session's death is learnt lazily (see the package doc).
+func (r *Resolver) OnInvalidate(inv store.Invalidation) {
+	switch {
+	case inv.All:
+		r.cache.InvalidateAll()
+		r.checksMu.Lock()
+		for name := range r.tunnels {
+			r.queueCheckLocked(name)
+		}
+		r.checksMu.Unlock()
+		r.wakeRun()
+	case inv.Placement != "":
+		r.cache.Invalidate(inv.Placement)
+		r.checksMu.Lock()
+		if r.tunnels[inv.Placement] > 0 {
+			r.queueCheckLocked(inv.Placement)
+		}
+		r.checksMu.Unlock()
+		r.wakeRun()
+	}
+}
+
+// TunnelOpened implements proxy.TunnelObserver: Run checks the placement of
+// a new tunnel at once. The check's read also makes Redis track the
+// placement key for this pinboard again (an invalidation ends tracking until
+// the next read, and the claim that placed the id was such an invalidation),
+// so that a later move reaches OnInvalidate.
+func (r *Resolver) TunnelOpened(name string, _ *proxy.Endpoint) {
+	r.checksMu.Lock()
+	r.tunnels[name]++
+	r.queueCheckLocked(name)
+	r.checksMu.Unlock()
+	r.wakeRun()
+}
+
+// TunnelClosed implements proxy.TunnelObserver.
+func (r *Resolver) TunnelClosed(name string, _ *proxy.Endpoint) {
+	r.checksMu.Lock()
+	if r.tunnels[name]--; r.tunnels[name] <= 0 {
+		delete(r.tunnels, name)
+	}
+	r.checksMu.Unlock()
+}
+
+// miss resolves name through the store, single-flighted per name.
+func (r *Resolver) miss(name []byte) (*proxy.Endpoint, error) {
+	key := string(name)
+	r.mu.Lock()
+	if f := r.flights[key]; f != nil {
+		r.mu.Unlock()
+		r.m.sharedMisses.Inc()
+		<-f.done // bounded: the leader's load is bounded by ResolveTimeout
+		return f.ep, f.err
+	}
+	f := &flight{done: make(chan struct{})}
+	r.flights[key] = f
+	r.mu.Unlock()
+
+	start := time.Now()
+	f.ep, f.err = r.load(key, name)
+	r.m.missDuration.UpdateDuration(start)
+
+	r.mu.Lock()
+	delete(r.flights, key)
+	r.mu.Unlock()
+	close(f.done)
+	return f.ep, f.err
+}
+
+// readPlacement reads the holder of (ns, id) and, when the store answers
+// from a client-side cache of its own, until when that cache serves it: the
+// placecache keeps the value no longer (store.CachedPlacements).
+func (r *Resolver) readPlacement(ctx context.Context, ns, id string) (string, time.Time, error) {
+	if cp, ok := r.st.(store.CachedPlacements); ok {
+		return cp.PlacementUntil(ctx, ns, id)
+	}
+	h, err := r.st.Placement(ctx, ns, id)
+	return h, time.Time{}, err
+}
+
+// load decides where name lives: the live holder of its placement, or a
+// session it claims (no placement) or takes over (the holder's lease ran
+// out) for it. The result is cached unless an invalidation of the name's
+// cache shard happened since before the first store read.
+func (r *Resolver) load(key string, name []byte) (*proxy.Endpoint, error) {
+	ns, id, ok := wire.SplitPlacementName(key)
+	if !ok {
+		return nil, fmt.Errorf("placement: %q is not a placement name /<namespace>/<id>", key)
+	}
+	ctx, cancel := context.WithTimeout(r.ctx, r.cfg.ResolveTimeout)
+	defer cancel()
+
+	// The token is taken before any store read: an invalidation processed
+	// after it refuses the Put below (the second-level-cache race).
+	tok := r.cache.Begin(name)
+	live, err := r.st.NamespaceSessions(ctx, ns)
+	if err != nil {
+		return nil, r.storeErr(key, "cannot list the namespace's sessions", err)
+	}
+	if len(live) == 0 {
+		// Any holder would be dead (a live holder serves ns): no
+		// placement read, so requests for unserved namespaces cost Redis
+		// nothing beyond the cached membership read.
+		return nil, r.noWorker(ns)
+	}
+	holder, until, err := r.readPlacement(ctx, ns, id)
+	if err != nil {
+		return nil, r.storeErr(key, "cannot read the placement", err)
+	}
+	for range maxRounds {
+		if holder == "" {
+			c, ep, err := r.pick(ns, live)
+			if err != nil {
+				return nil, err
+			}
+			// SET NX: the first claim wins; a loser learns the winner from
+			// the reply and never re-reads (a cached read right after a
+			// write can be stale: rueidis#534).
+			won, err := r.st.Claim(ctx, ns, id, c)
+			if err != nil {
+				return nil, r.storeErr(key, "cannot claim the placement", err)
+			}
+			if won == c {
+				// Won, or another pinboard claimed for the same session
+				// first: either way c holds it.
+				r.m.claimsWon.Inc()
+				r.placed(c)
+				r.log.Debug("instance placed", "namespace", ns, "instance", id, "session", c)
+				r.cache.Put(name, ep, tok)
+				return ep, nil
+			}
+			r.m.claimsLost.Inc()
+			holder, until = won, time.Time{} // the script's reply: fresh
+			continue
+		}
+		ep, gone, err := r.holderEndpoint(ctx, key, holder, live)
+		if err != nil {
+			return nil, err
+		}
+		if !gone {
+			r.cache.PutUntil(name, ep, tok, until)
+			return ep, nil
+		}
+		// The holder's lease ran out in the store: its process may no
+		// longer serve the instance (it fenced itself before its lease
+		// ended), so the placement is taken over, compare-and-set from the
+		// dead session.
+		r.dropSession(holder, "expired")
+		c, ep, err := r.pick(ns, live)
+		if err != nil {
+			return nil, err
+		}
+		got, err := r.st.Replace(ctx, ns, id, holder, c)
+		if err != nil {
+			return nil, r.storeErr(key, "cannot replace the placement", err)
+		}
+		if got == c {
+			r.m.replacesWon.Inc()
+			r.placed(c)
+			r.log.Debug("instance re-placed: its session expired", "namespace", ns, "instance", id,
+				"session", c, "previous", holder)
+			r.cache.Put(name, ep, tok)
+			return ep, nil
+		}
+		r.m.replacesLost.Inc()
+		holder, until = got, time.Time{}
+	}
+	return nil, r.storeErr(key, "placement kept changing", fmt.Errorf("%d rounds", maxRounds))
+}
+
+// holderEndpoint returns the endpoint of the holder session, or gone when
+// the store no longer has it.
+func (r *Resolver) holderEndpoint(ctx context.Context, key, holder string, live []store.Session) (ep *proxy.Endpoint, gone bool, err error) {
+	for i := range live {
+		if live[i].ID == holder {
+			ep, err := r.endpointFor(&live[i])
+			return ep, false, err
+		}
+	}
+	// Not in the namespace's live list, which may lag a registration:
+	// ask for the session itself.
+	s, err := r.st.Session(ctx, holder)
+	if errors.Is(err, store.ErrUnknownSession) {
+		return nil, true, nil
+	}
+	if err != nil {
+		return nil, false, r.storeErr(key, "cannot read the holder's session", err)
+	}
+	ep, err = r.endpointFor(&s)
+	return ep, false, err
+}
+
+// pick chooses a session for a new placement among live and returns its id
+// and endpoint.
+func (r *Resolver) pick(ns string, live []store.Session) (string, *proxy.Endpoint, error) {
+	for range len(live) {
+		i := r.choose(live)
+		if i < 0 {
+			break
+		}
+		ep, err := r.endpointFor(&live[i])
+		if err == nil {
+			return live[i].ID, ep, nil
+		}
+	}
+	return "", nil, r.noWorker(ns)
+}
+
+// endpointFor returns the session's endpoint, making it on first use.
+func (r *Resolver) endpointFor(s *store.Session) (*proxy.Endpoint, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return nil, fmt.Errorf("placement: %w", store.ErrClosed)
+	}
+	if e := r.sessions[s.ID]; e != nil {
+		return e.ep, nil
+	}
+	ep, err := proxy.NewEndpoint(r.cfg.Endpoint, s.ID, s.Secret, s.AdvertiseURL)
+	if err != nil {
+		if _, seen := r.unusable[s.ID]; !seen {
+			r.unusable[s.ID] = struct{}{}
+			r.log.Warn("worker session cannot be proxied to", "session", s.ID, "err", err)
+		}
+		return nil, fmt.Errorf("worker session %s: %w (%w)", s.ID, proxy.ErrNoWorker, err)
+	}
+	r.sessions[s.ID] = &session{ep: ep, hb: s.LastHeartbeat}
+	r.publishLocked()
+	return ep, nil
+}
+
+// placed counts a placement this resolver made on sid.
+func (r *Resolver) placed(sid string) {
+	r.mu.Lock()
+	if s := r.sessions[sid]; s != nil {
+		s.placed++
+	}
+	r.mu.Unlock()
+}
+
+// dropSession forgets a session that is gone from the store and closes its
+// endpoint: its tunnels end, and every cached placement pointing at it is
+// re-resolved by the proxy on its next request (a closed endpoint).
+func (r *Resolver) dropSession(sid, reason string) {
+	r.mu.Lock()
+	s := r.sessions[sid]
+	if s != nil {
+		delete(r.sessions, sid)
+		r.publishLocked()
+	}
+	delete(r.unusable, sid)
+	r.mu.Unlock()
+	if s != nil {
+		s.ep.Close()
+		r.m.sessionsClosed.Inc()
+		r.log.Info("worker session gone; endpoint closed", "session", sid, "reason", reason)
+	}
+}
+
+// publishLocked refreshes the endpoint snapshot. r.mu is held.
+func (r *Resolver) publishLocked() {
+	eps := make([]*proxy.Endpoint, 0, len(r.sessions))
+	for _, s := range r.sessions {
+		eps = append(eps, s.ep)
+	}
+	r.eps.Store(&eps)
+}
+
+// Endpoints returns the number of worker endpoints the resolver holds.
+func (r *Resolver) Endpoints() int { return len(*r.eps.Load()) }
+
+func (r *Resolver) noWorker(ns string) error {
+	r.m.noWorker.Inc()
+	return fmt.Errorf("no eligible worker for %s: %w", ns, proxy.ErrNoWorker)
+}
+
+func (r *Resolver) storeErr(key, what string, err error) error {
+	r.m.storeErrors.Inc()
+	if r.errLog.Allow() {
+		r.log.Warn("cannot resolve placement", "name", key, "err", fmt.Sprintf("%s: %v", what, err))
+	}
+	return fmt.Errorf("placement %s: %s: %w", key, what, err)
+}
+
+// Close closes every endpoint the resolver made and cancels store calls in
+// progress. Call it after the proxy's server has stopped (and after
+// Proxy.Close); a Resolve after Close fails. Close is idempotent.
+func (r *Resolver) Close() {
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		return
+	}
+	r.closed = true
+	eps := *r.eps.Load()
+	clear(r.sessions)
+	r.publishLocked()
+	r.mu.Unlock()
+	r.cancel()
+	r.cache.InvalidateAll()
+	for _, ep := range eps {
+		ep.Close()
+	}
+}

@@ -1,0 +1,488 @@
+package placement_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/pinned-go/pinned/internal/store"
+	"github.com/pinned-go/pinned/internal/store/memstore"
+	"github.com/pinned-go/pinned/internal/wire"
+	"github.com/pinned-go/pinned/internal/placement"
+	"github.com/pinned-go/pinned/proxy"
+)
+
+// A placement, once made, sticks: every request for the id reaches the same
+// host (its instance counts up), the store names that host's session, and
+// new ids spread over the hosts.
+func TestPlacementSticks(t *testing.T) {
+	forEachStore(t, func(t *testing.T, e *env) {
+		hosts := []*fakeHost{startHost(t, "a", e.fl), startHost(t, "b", e.fl), startHost(t, "c", e.fl)}
+		sids := map[string]string{}
+		for _, h := range hosts {
+			sids[h.name] = e.register(h, 100)
+		}
+		pb := e.pinboard(nil, nil)
+		used := map[string]int{}
+		for i := range 30 {
+			id := fmt.Sprintf("id%d", i)
+			first := pb.get(t, id)
+			if first.status != 200 {
+				t.Fatalf("GET %s = %d %q; want 200", id, first.status, first.body)
+			}
+			used[first.host()]++
+			for n := 2; n <= 4; n++ {
+				a := pb.get(t, id)
+				if want := fmt.Sprintf("%s %s %d", first.host(), id, n); a.body != want {
+					t.Fatalf("GET %s #%d = %q; want %q (the same instance)", id, n, a.body, want)
+				}
+			}
+			if got, want := e.holder(id), sids[first.host()]; got != want {
+				t.Errorf("store placement of %s = %q; want %q", id, got, want)
+			}
+		}
+		if len(used) != 3 {
+			t.Errorf("30 new ids went to %v; want all three hosts used", used)
+		}
+		if d := e.fl.duplicates(); len(d) > 0 {
+			t.Errorf("duplicate instances: %v", d)
+		}
+		st := pb.res.CacheStats()
+		if st.Hits < 60 {
+			t.Errorf("cache hits = %d after 90 repeat requests; want ≥ 60", st.Hits)
+		}
+	})
+}
+
+// No live worker serves the namespace: 503 no_worker with Retry-After, and
+// the resolver's error wraps proxy.ErrNoWorker.
+func TestNoWorker(t *testing.T) {
+	forEachStore(t, func(t *testing.T, e *env) {
+		pb := e.pinboard(nil, nil)
+		a := pb.get(t, "x")
+		if a.status != 503 || a.reason != wire.ReasonNoWorker || a.retryAfter == "" {
+			t.Errorf("GET = %d reason %q Retry-After %q; want 503 no_worker with Retry-After", a.status, a.reason, a.retryAfter)
+		}
+		if _, err := pb.res.Resolve(context.Background(), []byte("/other/x")); !errors.Is(err, proxy.ErrNoWorker) {
+			t.Errorf("Resolve(/other/x) = %v; want ErrNoWorker", err)
+		}
+		// Only draining (or unverified, or superseded) workers: still none.
+		h := startHost(t, "a", e.fl)
+		sid := e.register(h, 10)
+		e.heartbeat(sid, 10, true)
+		pb.res.OnInvalidate(store.Invalidation{All: true})
+		if a := pb.get(t, "y"); a.status != 503 || a.reason != wire.ReasonNoWorker {
+			t.Errorf("GET with only a draining worker = %d %q; want 503 no_worker", a.status, a.reason)
+		}
+		if h := e.holder("y"); h != "" {
+			t.Errorf("placement of y = %q; want none", h)
+		}
+	})
+}
+
+// A worker reporting headroom 0 gets no new placement while another has
+// room; when none has room, placements still happen (the hosts decide).
+func TestHeadroomZeroGetsNothing(t *testing.T) {
+	forEachStore(t, func(t *testing.T, e *env) {
+		full, roomy := startHost(t, "full", e.fl), startHost(t, "roomy", e.fl)
+		sFull := e.register(full, 0)
+		sRoomy := e.register(roomy, 1000)
+		pb := e.pinboard(nil, nil)
+		for i := range 40 {
+			id := fmt.Sprintf("n%d", i)
+			if a := pb.get(t, id); a.host() != "roomy" {
+				t.Fatalf("GET %s served by %q (%d); want roomy", id, a.host(), a.status)
+			}
+		}
+		if full.served.Load() != 0 {
+			t.Errorf("the full worker served %d requests; want 0", full.served.Load())
+		}
+		// Nobody has room: both are eligible again.
+		e.heartbeat(sFull, 0, false)
+		e.heartbeat(sRoomy, 0, false)
+		pb.res.OnInvalidate(store.Invalidation{All: true}) // fresh session reads
+		got := map[string]int{}
+		for i := range 40 {
+			a := pb.get(t, fmt.Sprintf("z%d", i))
+			got[a.host()]++
+		}
+		if got["full"] == 0 || got["roomy"] == 0 {
+			t.Errorf("with no room anywhere, 40 new ids went to %v; want both used", got)
+		}
+	})
+}
+
+// Drain: new ids go elsewhere at once; ids already on the draining worker
+// keep being served there, even after the cache forgot them.
+func TestDrainMovesNewIDsAway(t *testing.T) {
+	forEachStore(t, func(t *testing.T, e *env) {
+		a, b := startHost(t, "a", e.fl), startHost(t, "b", e.fl)
+		sa := e.register(a, 100)
+		pb := e.pinboard(nil, nil)
+		var old []string
+		for i := range 5 {
+			id := fmt.Sprintf("old%d", i)
+			if ans := pb.get(t, id); ans.host() != "a" {
+				t.Fatalf("GET %s = %d %q; want a (the only worker)", id, ans.status, ans.body)
+			}
+			old = append(old, id)
+		}
+		e.register(b, 100)
+		e.heartbeat(sa, 100, true)
+		a.mode.Store(modeDraining)
+		for i := range 20 {
+			id := fmt.Sprintf("new%d", i)
+			if ans := pb.get(t, id); ans.host() != "b" {
+				t.Fatalf("GET %s after the drain = %d %q; want b", id, ans.status, ans.body)
+			}
+		}
+		pb.res.OnInvalidate(store.Invalidation{All: true})
+		for _, id := range old {
+			if ans := pb.get(t, id); ans.host() != "a" {
+				t.Errorf("GET %s (placed before the drain) = %d %q; want a", id, ans.status, ans.body)
+			}
+		}
+		if d := e.fl.duplicates(); len(d) > 0 {
+			t.Errorf("duplicate instances: %v", d)
+		}
+	})
+}
+
+// A host that fenced itself (503 lease) while its session is live in the
+// store: the proxy re-resolves, the store confirms the holder, and the
+// client gets 503 lease with Retry-After; the placement does not move.
+func TestLiveHolderRefusingKeepsPlacement(t *testing.T) {
+	forEachStore(t, func(t *testing.T, e *env) {
+		a, b := startHost(t, "a", e.fl), startHost(t, "b", e.fl)
+		sa := e.register(a, 100)
+		pb := e.pinboard(nil, nil)
+		if ans := pb.get(t, "x"); ans.host() != "a" {
+			t.Fatalf("GET x = %q", ans.body)
+		}
+		e.register(b, 100)
+		a.mode.Store(modeLease)
+		ans := pb.get(t, "x")
+		if ans.status != 503 || ans.reason != wire.ReasonLease || ans.retryAfter == "" {
+			t.Errorf("GET x = %d %q Retry-After %q; want 503 lease with Retry-After", ans.status, ans.reason, ans.retryAfter)
+		}
+		if h := e.holder("x"); h != sa {
+			t.Errorf("placement of x = %q; want %q (a's lease has not run out)", h, sa)
+		}
+		if b.served.Load() != 0 {
+			t.Errorf("b served %d requests; want 0", b.served.Load())
+		}
+		// New ids avoid the refusing worker for a while.
+		if ans := pb.get(t, "fresh"); ans.host() != "b" {
+			t.Errorf("GET fresh = %d %q; want b (a just refused)", ans.status, ans.body)
+		}
+		if n := pb.counter("pinned_placement_invalidates_total"); n < 1 {
+			t.Errorf("pinned_placement_invalidates_total = %d; want ≥ 1 (the lease 503)", n)
+		}
+		if n := pb.counter(`pinned_placement_replaces_total{result="won"}`); n != 0 {
+			t.Errorf("replaces = %d; want 0 (a live holder keeps its ids)", n)
+		}
+	})
+}
+
+// Concurrent first requests for one id through two pinboards (two store
+// clients; on Redis two tracking connections) activate exactly one
+// instance, and both pinboards route the id to it.
+func TestTwoPinboardsOneInstance(t *testing.T) {
+	forEachStore(t, func(t *testing.T, e *env) {
+		sids := map[string]string{}
+		for _, n := range []string{"a", "b", "c"} {
+			sids[n] = e.register(startHost(t, n, e.fl), 1000)
+		}
+		pbs := []*pinboard{e.pinboard(nil, nil), e.pinboard(nil, nil)}
+		const ids, perPinboard = 40, 4
+		for i := range ids {
+			id := fmt.Sprintf("race%d", i)
+			var wg sync.WaitGroup
+			answers := make([]answer, 2*perPinboard)
+			start := make(chan struct{})
+			for j := range answers {
+				wg.Go(func() {
+					<-start
+					answers[j] = pbs[j%2].get(t, id)
+				})
+			}
+			close(start)
+			wg.Wait()
+			for j, a := range answers {
+				if a.status != 200 || a.host() != answers[0].host() {
+					t.Fatalf("%s: answer %d = %d %q; answer 0 = %q; want one host for all", id, j, a.status, a.body, answers[0].body)
+				}
+			}
+			if h := e.holder(id); h != sids[answers[0].host()] {
+				t.Fatalf("%s: store holder %q; answers came from %s (%s)", id, h, answers[0].host(), sids[answers[0].host()])
+			}
+		}
+		if d := e.fl.duplicates(); len(d) > 0 {
+			t.Fatalf("duplicate instances: %v", d)
+		}
+		claims := 0
+		for _, pb := range pbs {
+			m := pb.res.Metrics()
+			claims += int(m.GetOrCreateCounter(`pinned_placement_claims_total{result="won"}`).Get() +
+				m.GetOrCreateCounter(`pinned_placement_claims_total{result="lost"}`).Get())
+		}
+		if claims < ids {
+			t.Errorf("claims over both pinboards = %d; want ≥ %d (one per id at least)", claims, ids)
+		}
+	})
+}
+
+// A release (the instance closed on its worker) invalidates the cached
+// placement in every pinboard; the next request places the id anew.
+func TestReleaseInvalidatesEveryPinboard(t *testing.T) {
+	forEachStore(t, func(t *testing.T, e *env) {
+		a, b := startHost(t, "a", e.fl), startHost(t, "b", e.fl)
+		sa := e.register(a, 100)
+		pb1, pb2 := e.pinboard(nil, nil), e.pinboard(nil, nil)
+		for _, pb := range []*pinboard{pb1, pb2} {
+			if ans := pb.get(t, "x"); ans.host() != "a" {
+				t.Fatalf("GET x = %d %q; want a", ans.status, ans.body)
+			}
+		}
+		// Both serve x from their caches now.
+		for _, pb := range []*pinboard{pb1, pb2} {
+			waitFor(t, "x cached", func() bool {
+				before := pb.res.CacheStats().Hits
+				pb.get(t, "x")
+				return pb.res.CacheStats().Hits > before
+			})
+		}
+		// The instance closes on a, which releases its placement; a is
+		// draining, so the id must go to b next.
+		e.register(b, 100)
+		e.heartbeat(sa, 100, true)
+		a.mode.Store(modeDraining)
+		a.mu.Lock()
+		delete(a.instances, "x")
+		a.mu.Unlock()
+		e.fl.deactivate("x", "a")
+		before1, before2 := pb1.res.CacheStats().Invalidations, pb2.res.CacheStats().Invalidations
+		if ok, err := e.st.Release(ctxT(t), ns, "x", sa); err != nil || !ok {
+			t.Fatalf("Release = %v, %v", ok, err)
+		}
+		waitFor(t, "both caches invalidated", func() bool {
+			return pb1.res.CacheStats().Invalidations > before1 && pb2.res.CacheStats().Invalidations > before2
+		})
+		for i, pb := range []*pinboard{pb2, pb1} {
+			if ans := pb.get(t, "x"); ans.host() != "b" {
+				t.Errorf("pinboard %d: GET x after the release = %d %q; want b", 2-i, ans.status, ans.body)
+			}
+		}
+		if d := e.fl.duplicates(); len(d) > 0 {
+			t.Errorf("duplicate instances: %v", d)
+		}
+	})
+}
+
+// countingStore counts and can hold the reads a resolver makes.
+type countingStore struct {
+	store.Store
+	mu         sync.Mutex
+	placements int
+	claims     int
+	// hold, when set, runs inside Placement after the real read, before
+	// its result is returned.
+	hold func()
+}
+
+func (c *countingStore) Placement(ctx context.Context, ns, id string) (string, error) {
+	h, err := c.Store.Placement(ctx, ns, id)
+	c.mu.Lock()
+	c.placements++
+	hold := c.hold
+	c.mu.Unlock()
+	if hold != nil {
+		hold()
+	}
+	return h, err
+}
+
+func (c *countingStore) Claim(ctx context.Context, ns, id, sid string) (string, error) {
+	c.mu.Lock()
+	c.claims++
+	c.mu.Unlock()
+	return c.Store.Claim(ctx, ns, id, sid)
+}
+
+func (c *countingStore) counts() (placements, claims int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.placements, c.claims
+}
+
+// untilStore answers placement reads as a store with a client-side cache
+// would: with the time that cache serves them until.
+type untilStore struct {
+	store.Store
+	until func() time.Time
+	mu    sync.Mutex
+	reads int
+}
+
+func (u *untilStore) PlacementUntil(ctx context.Context, ns, id string) (string, time.Time, error) {
+	u.mu.Lock()
+	u.reads++
+	u.mu.Unlock()
+	h, err := u.Store.Placement(ctx, ns, id)
+	return h, u.until(), err
+}
+
+func (u *untilStore) count() int {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.reads
+}
+
+// A placement the store served from its own cache, due to expire there in
+// one second, is cached for that second only, not for a whole TTL more.
+func TestCachedOnlyUntilTheStoreCacheExpires(t *testing.T) {
+	e := newEnv(t, "memory")
+	e.register(startHost(t, "a", e.fl), 100)
+	us := &untilStore{until: func() time.Time { return e.fake.Now().Wall().Add(time.Second) }}
+	pb := e.pinboard(nil, func(s store.Store) store.Store { us.Store = s; return us })
+	ctx := context.Background()
+	name := []byte("/counter/u")
+	resolve := func() {
+		t.Helper()
+		if _, err := pb.res.Resolve(ctx, name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	resolve() // placed by a claim
+	pb.res.OnInvalidate(store.Invalidation{Placement: "/counter/u"})
+	resolve() // re-read: held by a, store cache until now + 1 s
+	n := us.count()
+	e.fake.Advance(999 * time.Millisecond)
+	resolve()
+	if got := us.count(); got != n {
+		t.Fatalf("resolve within the store cache's second read the store (%d reads, had %d)", got, n)
+	}
+	e.fake.Advance(time.Millisecond)
+	resolve()
+	if got := us.count(); got != n+1 {
+		t.Fatalf("resolve once the store cache expired: %d reads, want %d (still served from the placecache)", got, n+1)
+	}
+}
+
+// Concurrent misses of one name share one store read.
+func TestConcurrentMissesShareOneRead(t *testing.T) {
+	forEachStore(t, func(t *testing.T, e *env) {
+		e.register(startHost(t, "a", e.fl), 100)
+		cs := &countingStore{}
+		release := make(chan struct{})
+		cs.hold = func() { <-release }
+		pb := e.pinboard(nil, func(s store.Store) store.Store { cs.Store = s; return cs })
+		const n = 8
+		eps := make([]*proxy.Endpoint, n)
+		errs := make([]error, n)
+		var wg sync.WaitGroup
+		for i := range n {
+			wg.Go(func() { eps[i], errs[i] = pb.res.Resolve(context.Background(), []byte("/counter/shared")) })
+		}
+		shared := pb.res.Metrics().GetOrCreateCounter("pinned_placement_shared_misses_total")
+		waitFor(t, "the other misses to join the first", func() bool { return shared.Get() == n-1 })
+		close(release)
+		wg.Wait()
+		for i := range n {
+			if errs[i] != nil || eps[i] == nil || eps[i] != eps[0] {
+				t.Fatalf("Resolve %d = %v, %v; want endpoint %v", i, eps[i], errs[i], eps[0])
+			}
+		}
+		if p, c := cs.counts(); p != 1 || c != 1 {
+			t.Errorf("store reads: %d placement reads, %d claims; want 1 and 1", p, c)
+		}
+	})
+}
+
+// Config validation names what to change.
+func TestConfig(t *testing.T) {
+	if _, err := placement.New(placement.Config{}); !errors.Is(err, placement.ErrNoStore) {
+		t.Errorf("New without a store = %v; want ErrNoStore", err)
+	}
+	e := newEnv(t, "memory")
+	for _, cfg := range []placement.Config{
+		{Store: e.st, Lease: time.Second, CacheTTL: 2 * time.Second},
+		{Store: e.st, ResolveTimeout: -1},
+	} {
+		if _, err := placement.New(cfg); err == nil {
+			t.Errorf("New(%+v) accepted a bad config", cfg)
+		}
+	}
+}
+
+// Ids handed out stay in the namespace's grammar: names that are not
+// "/<ns>/<id>" never reach the store.
+func TestBadName(t *testing.T) {
+	e := newEnv(t, "memory")
+	cs := &countingStore{Store: e.st}
+	r, err := placement.New(placement.Config{Store: cs, Logger: discard()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	for _, name := range []string{"", "/", "/counter", "/counter/", "counter/x"} {
+		if _, err := r.Resolve(context.Background(), []byte(name)); err == nil || errors.Is(err, proxy.ErrNoWorker) {
+			t.Errorf("Resolve(%q) = %v; want a plain error", name, err)
+		}
+	}
+	if p, c := cs.counts(); p+c != 0 {
+		t.Errorf("bad names reached the store: %d reads, %d claims", p, c)
+	}
+}
+
+// The metric set carries the cache's and the resolver's series.
+func TestMetricsNames(t *testing.T) {
+	e := newEnv(t, "memory")
+	pb := e.pinboard(nil, nil)
+	pb.get(t, "x")
+	var b bytes.Buffer
+	pb.res.Metrics().WritePrometheus(&b)
+	lines := strings.Split(b.String(), "\n")
+	for _, want := range []string{
+		`pinned_placecache_misses_total{cache="placements"}`,
+		`pinned_placement_no_worker_total 1`,
+		`pinned_placement_miss_duration_seconds_bucket`,
+		`pinned_placement_endpoints 0`,
+	} {
+		if !slices.ContainsFunc(lines, func(l string) bool { return strings.HasPrefix(l, want) }) {
+			t.Errorf("metrics lack %q:\n%s", want, b.String())
+		}
+	}
+}
+
+// Tunnel checks beyond MaxTunnelChecks waiting for Run are dropped and
+// counted; a name already queued is not counted again.
+func TestTunnelChecksDroppedCounted(t *testing.T) {
+	st, err := memstore.New(memstore.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	r, err := placement.New(placement.Config{Store: st, MaxTunnelChecks: 1, Logger: discard()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	dropped := r.Metrics().GetOrCreateCounter("pinned_placement_tunnel_checks_dropped_total")
+	r.TunnelOpened(ns+"/a", nil) // queued: Run is not running
+	r.TunnelOpened(ns+"/a", nil) // already queued
+	if n := dropped.Get(); n != 0 {
+		t.Fatalf("dropped = %d after one name; want 0", n)
+	}
+	r.TunnelOpened(ns+"/b", nil)
+	r.OnInvalidate(store.Invalidation{Placement: ns + "/b"})
+	if n := dropped.Get(); n != 2 {
+		t.Errorf("dropped = %d; want 2 (b opened and invalidated beyond the bound)", n)
+	}
+}

@@ -1,0 +1,61 @@
+// Package proctest builds pinned's binaries and runs them as real processes
+// for end-to-end, chaos and benchmark tests: each process gets its own
+// captured log, a readiness line to wait for, and signals (TERM, KILL,
+// STOP/CONT) the test can send. Every process is killed when the test ends.
+//
+// It is a thin testing.TB wrapper around internal/testkit/procrun, which does the
+// work outside tests too (cmd/bench). Binaries are built once per test binary
+// and package (go build into a temporary directory removed by Cleanup), with
+// optional build tags. Readiness is awaited by matching a log line, never by
+// sleeping.
+package proctest
+
+import (
+	"testing"
+
+	"github.com/pinned-go/pinned/internal/testkit/procrun"
+)
+
+// Builder builds binaries once and removes them with Cleanup.
+type Builder struct {
+	b procrun.Builder
+}
+
+// Build compiles the main package at pkg (an import path such as
+// "github.com/pinned-go/pinned/cmd/pinboard") with the given build tags, once
+// per Builder, and returns the binary's path.
+func (b *Builder) Build(tb testing.TB, pkg string, tags ...string) string {
+	tb.Helper()
+	p, err := b.b.Build(pkg, tags...)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return p
+}
+
+// Cleanup removes every binary built. Call it from TestMain after m.Run.
+func (b *Builder) Cleanup() { b.b.Cleanup() }
+
+// Spec describes a process to start (see procrun.Spec).
+type Spec = procrun.Spec
+
+// Proc is a running process (see procrun.Proc).
+type Proc = procrun.Proc
+
+// Start runs s and waits for its Ready line (if any). The process is killed
+// at the end of the test.
+func Start(tb testing.TB, s Spec) *Proc {
+	tb.Helper()
+	p, err := procrun.StartNoWait(s)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(p.Kill)
+	if s.Ready == nil {
+		return p
+	}
+	if err := p.AwaitReady(); err != nil {
+		tb.Fatalf("%v\n%s", err, p.Log())
+	}
+	return p
+}

@@ -1,0 +1,519 @@
+package loadgen
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/pinned-go/pinned/clock"
+	"github.com/pinned-go/pinned/internal/wire"
+)
+
+// Defaults applied by New to zero-valued Config fields.
+const (
+	DefaultPath             = "/counter/{id}/"
+	DefaultConnections      = 64
+	DefaultDuration         = 10 * time.Second
+	DefaultRequests         = 1_000_000
+	DefaultTimeout          = 10 * time.Second
+	DefaultConnWaitTimeout  = 10 * time.Second
+	DefaultDrainTimeout     = 10 * time.Second
+	DefaultIdleConnTimeout  = 5 * time.Second
+	DefaultMaxLatency       = 60 * time.Second
+	DefaultProgressInterval = time.Second
+	DefaultKeys             = 1000
+	DefaultZipfS            = 1.1
+	DefaultIDPrefix         = "id"
+)
+
+// Limits on configuration values.
+const (
+	// MaxConnections bounds Connections and MaxWorkers. Each worker owns
+	// about 140 KB of histograms once it has recorded (160 KB in the open
+	// loop, plus 20 KB per scenario of a mix).
+	MaxConnections = 10_000
+	// MaxBodySize bounds Scenario.BodySize (request bodies and websocket
+	// messages are generated, never held in memory beyond one worker's
+	// 32 KiB pattern block, except small POST bodies and websocket messages,
+	// which are held whole; see MaxHeldBodySize).
+	MaxBodySize = 1 << 40
+	// MaxHeldBodySize bounds the body size of the kinds that keep the whole
+	// body in memory per worker (post and ws).
+	MaxHeldBodySize = 64 << 20
+	// MaxRate bounds Config.Rate (requests per second).
+	MaxRate = 10_000_000
+	// MaxWeight bounds Scenario.Weight, so that weights sum to a finite number.
+	MaxWeight = 1_000_000_000
+)
+
+// Unbounded, as Config.Duration or Config.Requests, removes that bound. At
+// least one of the two must stay bounded.
+const Unbounded = -1
+
+// Config configures a Runner. The zero value of every field means its
+// documented default; New validates the whole struct once.
+type Config struct {
+	// URL is the target's base URL, "http://host:port" (no path, query or
+	// fragment). Required. Only plain http is supported; websocket scenarios
+	// dial ws:// on the same host.
+	URL string
+
+	// Path is the path template used by scenarios that set none; every
+	// "{id}" is replaced by the request's id. Zero means DefaultPath.
+	Path string
+
+	// Scenarios is the workload: one scenario, or a weighted mix (see
+	// ParseScenarioFile). Empty means a single small GET.
+	Scenarios []Scenario
+
+	// Rate > 0 selects the open loop at Rate requests per second, measured
+	// from each request's intended send time. Zero selects the closed loop:
+	// Connections workers each send their next request when the previous
+	// one finishes.
+	Rate float64
+
+	// Connections bounds the HTTP connections to the target (fasthttp's
+	// MaxConns); in the closed loop it is also the number of workers. A
+	// websocket scenario holds one socket per worker that uses it, so at most
+	// Connections in the closed loop and MaxWorkers in the open loop. Zero
+	// means DefaultConnections.
+	Connections int
+
+	// MaxWorkers bounds the open loop's worker pool, which grows on demand;
+	// slots that find no idle worker wait in a queue (their latency still
+	// counts from their intended time). Zero means Connections.
+	MaxWorkers int
+
+	// Duration bounds the measured phase (after Warmup). Zero means
+	// DefaultDuration; Unbounded (or any negative value) removes the bound.
+	Duration time.Duration
+
+	// Requests bounds the number of measured requests (warmup requests do
+	// not count). Zero means DefaultRequests; Unbounded (or any negative
+	// value) removes the bound. The run stops at whichever bound comes first.
+	Requests int64
+
+	// Warmup runs load before the measured phase; its requests are sent and
+	// then discarded from every statistic. Zero means no warmup.
+	Warmup time.Duration
+
+	// IDs selects the ids substituted for "{id}".
+	IDs IDConfig
+
+	// Headers are added to every HTTP request and websocket handshake.
+	Headers []Header
+
+	// Timeout is the read and the write timeout of each request, including
+	// streamed bodies, and the websocket handshake and round-trip timeout.
+	// Zero means DefaultTimeout.
+	Timeout time.Duration
+
+	// ConnWaitTimeout is how long a request waits for a free connection
+	// when all Connections are busy (fasthttp's MaxConnWaitTimeout); past
+	// it the request fails with error class "pool". Zero means
+	// DefaultConnWaitTimeout.
+	ConnWaitTimeout time.Duration
+
+	// DrainTimeout bounds how long the open loop waits, after its schedule
+	// ends, for queued slots to be sent; slots still queued then are
+	// reported as unsent. Requests already in flight always finish (bounded
+	// by Timeout). Zero means DefaultDrainTimeout.
+	DrainTimeout time.Duration
+
+	// IdleConnTimeout closes keep-alive connections idle this long. Keep it
+	// below the target's idle timeout, or a connection the target closed
+	// shows up as a "connection" error (loadgen never retries). Zero means
+	// DefaultIdleConnTimeout.
+	IdleConnTimeout time.Duration
+
+	// MaxLatency is the highest latency the histograms track; larger values
+	// are clamped to it and counted in Latency.Clamped. Zero means
+	// DefaultMaxLatency.
+	MaxLatency time.Duration
+
+	// Dial, when set, replaces TCP dialing for HTTP and websocket
+	// connections (tests pass a fasthttputil.InmemoryListener's Dial).
+	Dial func(addr string) (net.Conn, error)
+
+	// Clock times requests and the open-loop schedule. Nil means clock.Real.
+	Clock clock.Clock
+
+	// Progress, when set, receives a one-line progress report every
+	// ProgressInterval.
+	Progress io.Writer
+
+	// ProgressInterval is the period of the progress line. Zero means
+	// DefaultProgressInterval.
+	ProgressInterval time.Duration
+
+	// Label names the run in reports and plots (for example "direct" or
+	// "pinboard"). Optional.
+	Label string
+}
+
+// Header is one extra request header.
+type Header struct {
+	Name, Value string
+}
+
+// Dist is an id distribution.
+type Dist string
+
+// Id distributions.
+const (
+	// DistUniform draws uniformly from Keys fixed ids.
+	DistUniform Dist = "uniform"
+	// DistZipf draws from Keys fixed ids with Zipf(ZipfS) popularity: the id
+	// of rank k (ids are numbered by rank from 0) is drawn with probability
+	// proportional to 1/(k+1)^s.
+	DistZipf Dist = "zipf"
+	// DistNew makes every request's id new: "<prefix><runID>-<n>", unique
+	// within the run and, through the random RunID, across runs. It turns a
+	// run into an activation storm.
+	DistNew Dist = "new"
+)
+
+// IDConfig selects the ids substituted for "{id}".
+type IDConfig struct {
+	// Dist is the distribution. Zero means DistUniform.
+	Dist Dist
+	// Keys is the number of fixed ids for DistUniform and DistZipf. Zero
+	// means DefaultKeys.
+	Keys int
+	// ZipfS is the Zipf exponent s > 0 for DistZipf (s = 1 is classic Zipf;
+	// larger is more skewed). Zero means DefaultZipfS.
+	ZipfS float64
+	// Prefix starts every id; together with the suffix it must satisfy
+	// pinned's id grammar (wire.CheckSegment). Zero means DefaultIDPrefix.
+	Prefix string
+	// RunID makes DistNew ids unique across runs. Empty means a random
+	// 8-character id drawn at New.
+	RunID string
+	// Seed seeds the id and scenario choices; runs with the same seed and
+	// the same worker interleaving draw the same ids. Zero means a random seed.
+	Seed uint64
+}
+
+// Kind is what a scenario does.
+type Kind string
+
+// Scenario kinds.
+const (
+	// KindGet sends a small request without a body (method GET unless set).
+	KindGet Kind = "get"
+	// KindPost sends a small request with a BodySize-byte body (method POST
+	// unless set).
+	KindPost Kind = "post"
+	// KindDownload sends a GET and streams the response body, reading and
+	// discarding it; latency runs to the last body byte.
+	KindDownload Kind = "download"
+	// KindUpload streams a generated BodySize-byte request body (method
+	// POST unless set).
+	KindUpload Kind = "upload"
+	// KindWS keeps one websocket per worker (dialled on first use, to an id
+	// drawn then) and measures round trips: send a unique BodySize-byte text
+	// message, wait for the same bytes to come back, skipping any other
+	// message the server pushes meanwhile.
+	KindWS Kind = "ws"
+)
+
+// Default body sizes by kind, used when Scenario.BodySize is zero.
+const (
+	DefaultPostBodySize   = 64
+	DefaultUploadBodySize = 1 << 20
+	DefaultWSMessageSize  = 32
+)
+
+// Scenario is one kind of request in a workload. In a scenario file it is a
+// JSON object with these camelCase fields.
+type Scenario struct {
+	// Name labels the scenario in reports. Empty means the kind's name.
+	Name string `json:"name"`
+	// Weight is the relative share of requests in a mix. Zero means 1.
+	Weight float64 `json:"weight"`
+	// Kind is what the scenario does. Empty means KindGet.
+	Kind Kind `json:"kind"`
+	// Method overrides the HTTP method (ignored for KindWS).
+	Method string `json:"method"`
+	// Path is the path template; every "{id}" is replaced by the id.
+	// Empty means Config.Path.
+	Path string `json:"path"`
+	// BodySize is the request body size for post and upload, the message
+	// size for ws. Zero means the kind's default.
+	BodySize int64 `json:"bodySize"`
+	// Headers are added to this scenario's requests, after Config.Headers.
+	Headers map[string]string `json:"headers"`
+}
+
+// IsOpenLoop reports whether c selects the open loop.
+func (c *Config) IsOpenLoop() bool { return c.Rate > 0 }
+
+// ErrConfig wraps every configuration error New returns; the message says
+// which field to change.
+var ErrConfig = errors.New("invalid loadgen config")
+
+func configErr(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", ErrConfig, fmt.Sprintf(format, args...))
+}
+
+// withDefaults returns a copy of c with defaults applied, validated.
+func (c Config) withDefaults() (Config, error) {
+	if c.URL == "" {
+		return c, configErr("URL is required (e.g. http://127.0.0.1:8080)")
+	}
+	u, err := url.Parse(c.URL)
+	if err != nil {
+		return c, configErr("URL %q: %v", c.URL, err)
+	}
+	if u.Scheme != "http" {
+		return c, configErr("URL %q: scheme must be http (https is not supported)", c.URL)
+	}
+	if u.Host == "" || u.User != nil || (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.Fragment != "" {
+		return c, configErr("URL %q: want http://host[:port] with no path, user, query or fragment (the path goes in Path)", c.URL)
+	}
+	if c.Path == "" {
+		c.Path = DefaultPath
+	}
+	if err := checkPath(c.Path); err != nil {
+		return c, configErr("Path: %v", err)
+	}
+	if math.IsNaN(c.Rate) || math.IsInf(c.Rate, 0) || c.Rate < 0 || c.Rate > MaxRate {
+		return c, configErr("Rate = %v; want 0 (closed loop) or a rate in (0, %d] requests per second", c.Rate, MaxRate)
+	}
+	if c.Connections == 0 {
+		c.Connections = DefaultConnections
+	}
+	if c.Connections < 0 || c.Connections > MaxConnections {
+		return c, configErr("Connections = %d; want 1..%d", c.Connections, MaxConnections)
+	}
+	if c.MaxWorkers == 0 {
+		c.MaxWorkers = c.Connections
+	}
+	if c.MaxWorkers < 0 || c.MaxWorkers > MaxConnections {
+		return c, configErr("MaxWorkers = %d; want 1..%d", c.MaxWorkers, MaxConnections)
+	}
+	if c.Duration == 0 {
+		c.Duration = DefaultDuration
+	}
+	if c.Requests == 0 {
+		c.Requests = DefaultRequests
+	}
+	if c.Duration < 0 {
+		c.Duration = Unbounded
+	}
+	if c.Requests < 0 {
+		c.Requests = Unbounded
+	}
+	if c.Duration == Unbounded && c.Requests == Unbounded {
+		return c, configErr("Duration and Requests are both unbounded; bound the run by at least one of them")
+	}
+	if c.Warmup < 0 {
+		return c, configErr("Warmup = %v; want ≥ 0", c.Warmup)
+	}
+	if err := c.IDs.withDefaults(); err != nil {
+		return c, err
+	}
+	for _, h := range c.Headers {
+		if err := checkHeader(h.Name, h.Value); err != nil {
+			return c, configErr("Headers: %v", err)
+		}
+	}
+	for _, d := range []struct {
+		name string
+		v    *time.Duration
+		def  time.Duration
+	}{
+		{"Timeout", &c.Timeout, DefaultTimeout},
+		{"ConnWaitTimeout", &c.ConnWaitTimeout, DefaultConnWaitTimeout},
+		{"DrainTimeout", &c.DrainTimeout, DefaultDrainTimeout},
+		{"IdleConnTimeout", &c.IdleConnTimeout, DefaultIdleConnTimeout},
+		{"MaxLatency", &c.MaxLatency, DefaultMaxLatency},
+		{"ProgressInterval", &c.ProgressInterval, DefaultProgressInterval},
+	} {
+		if *d.v == 0 {
+			*d.v = d.def
+		}
+		if *d.v < 0 {
+			return c, configErr("%s = %v; want > 0 (0 means %v)", d.name, *d.v, d.def)
+		}
+	}
+	if c.MaxLatency < time.Millisecond {
+		return c, configErr("MaxLatency = %v; want ≥ 1ms", c.MaxLatency)
+	}
+	if len(c.Scenarios) == 0 {
+		c.Scenarios = []Scenario{{Kind: KindGet}}
+	}
+	scs := make([]Scenario, len(c.Scenarios))
+	seen := make(map[string]bool, len(scs))
+	for i, s := range c.Scenarios {
+		if err := s.normalize(c.Path); err != nil {
+			return c, configErr("Scenarios[%d]: %v", i, err)
+		}
+		if seen[s.Name] {
+			return c, configErr("Scenarios[%d]: duplicate name %q", i, s.Name)
+		}
+		seen[s.Name] = true
+		scs[i] = s
+	}
+	c.Scenarios = scs
+	c.Clock = clock.Or(c.Clock)
+	return c, nil
+}
+
+func (ic *IDConfig) withDefaults() error {
+	if ic.Dist == "" {
+		ic.Dist = DistUniform
+	}
+	switch ic.Dist {
+	case DistUniform, DistZipf, DistNew:
+	default:
+		return configErr("IDs.Dist = %q; want %q, %q or %q", ic.Dist, DistUniform, DistZipf, DistNew)
+	}
+	if ic.Keys == 0 {
+		ic.Keys = DefaultKeys
+	}
+	if ic.Keys < 0 {
+		return configErr("IDs.Keys = %d; want > 0", ic.Keys)
+	}
+	if ic.ZipfS == 0 {
+		ic.ZipfS = DefaultZipfS
+	}
+	if !(ic.ZipfS > 0) || math.IsInf(ic.ZipfS, 0) || ic.ZipfS > 100 {
+		return configErr("IDs.ZipfS = %v; want an exponent in (0, 100]", ic.ZipfS)
+	}
+	if ic.Prefix == "" {
+		ic.Prefix = DefaultIDPrefix
+	}
+	if e := wire.CheckSegment([]byte(ic.Prefix), wire.MaxIDLen-48); e != wire.SegmentOK {
+		return configErr("IDs.Prefix %q: %v", ic.Prefix, e)
+	}
+	if ic.RunID != "" {
+		if e := wire.CheckSegment([]byte(ic.RunID), 32); e != wire.SegmentOK {
+			return configErr("IDs.RunID %q: %v (at most 32 bytes)", ic.RunID, e)
+		}
+	}
+	return nil
+}
+
+// normalize applies the scenario defaults and validates s.
+func (s *Scenario) normalize(defaultPath string) error {
+	if s.Kind == "" {
+		s.Kind = KindGet
+	}
+	switch s.Kind {
+	case KindGet, KindPost, KindDownload, KindUpload, KindWS:
+	default:
+		return fmt.Errorf("kind %q: want get, post, download, upload or ws", s.Kind)
+	}
+	if s.Name == "" {
+		s.Name = string(s.Kind)
+	}
+	if len(s.Name) > 64 || strings.ContainsFunc(s.Name, func(r rune) bool { return r < ' ' || r == 0x7f }) {
+		return fmt.Errorf("name %q: want at most 64 printable characters", s.Name)
+	}
+	if s.Weight == 0 {
+		s.Weight = 1
+	}
+	if !(s.Weight > 0) || s.Weight > MaxWeight {
+		return fmt.Errorf("%s: weight %v; want a number in (0, %g]", s.Name, s.Weight, float64(MaxWeight))
+	}
+	if s.Method == "" {
+		switch s.Kind {
+		case KindPost, KindUpload:
+			s.Method = "POST"
+		default:
+			s.Method = "GET"
+		}
+	}
+	if !isToken(s.Method) {
+		return fmt.Errorf("%s: method %q is not an HTTP token", s.Name, s.Method)
+	}
+	if s.Path == "" {
+		s.Path = defaultPath
+	}
+	if err := checkPath(s.Path); err != nil {
+		return fmt.Errorf("%s: path: %v", s.Name, err)
+	}
+	if s.BodySize == 0 {
+		switch s.Kind {
+		case KindPost:
+			s.BodySize = DefaultPostBodySize
+		case KindUpload:
+			s.BodySize = DefaultUploadBodySize
+		case KindWS:
+			s.BodySize = DefaultWSMessageSize
+		}
+	}
+	limit := int64(MaxBodySize)
+	if s.Kind == KindPost || s.Kind == KindWS {
+		limit = MaxHeldBodySize
+	}
+	if s.BodySize < 0 || s.BodySize > limit {
+		return fmt.Errorf("%s: bodySize %d; want 0..%d for kind %s", s.Name, s.BodySize, limit, s.Kind)
+	}
+	if s.Kind == KindWS && s.BodySize < minWSMessage {
+		return fmt.Errorf("%s: bodySize %d; a ws message needs at least %d bytes to carry its unique tag", s.Name, s.BodySize, minWSMessage)
+	}
+	if (s.Kind == KindGet || s.Kind == KindDownload) && s.BodySize != 0 {
+		return fmt.Errorf("%s: bodySize is only for post, upload and ws (kind %s sends no body)", s.Name, s.Kind)
+	}
+	for k, v := range s.Headers {
+		if err := checkHeader(k, v); err != nil {
+			return fmt.Errorf("%s: headers: %v", s.Name, err)
+		}
+	}
+	return nil
+}
+
+// checkPath validates a path template: it starts with '/', has no bytes
+// that would break the request line, and every '{' starts "{id}".
+func checkPath(p string) error {
+	if !strings.HasPrefix(p, "/") {
+		return fmt.Errorf("%q must start with '/'", p)
+	}
+	if len(p) > 4096 {
+		return fmt.Errorf("%q is longer than 4096 bytes", p[:32]+"...")
+	}
+	for i := 0; i < len(p); i++ {
+		c := p[i]
+		if c <= ' ' || c >= 0x7f || c == '#' {
+			return fmt.Errorf("%q has a byte (%q) not allowed in a request path", p, c)
+		}
+		if c == '{' && !strings.HasPrefix(p[i:], idPlaceholder) {
+			return fmt.Errorf("%q: '{' must start the placeholder %s", p, idPlaceholder)
+		}
+	}
+	return nil
+}
+
+func checkHeader(name, value string) error {
+	if !isToken(name) {
+		return fmt.Errorf("header name %q is not an HTTP token", name)
+	}
+	if strings.ContainsAny(value, "\r\n\x00") {
+		return fmt.Errorf("header %s: value contains CR, LF or NUL", name)
+	}
+	return nil
+}
+
+// isToken reports whether s is a non-empty RFC 9110 token.
+func isToken(s string) bool {
+	if s == "" || len(s) > 256 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
+		case strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0:
+		default:
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,139 @@
+package loadgen
+
+import (
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/pinned-go/pinned/clock"
+)
+
+// WriteText writes the human-readable summary table.
+func (rep *Report) WriteText(w io.Writer) error {
+	var b strings.Builder
+	c := &rep.Config
+	mode := fmt.Sprintf("closed loop, %d connections", c.Connections)
+	if c.Mode == "open" {
+		mode = fmt.Sprintf("open loop %.6g req/s, %d connections, ≤%d workers", c.Rate, c.Connections, c.MaxWorkers)
+	}
+	ids := string(c.IDs.Dist)
+	switch c.IDs.Dist {
+	case DistUniform:
+		ids = fmt.Sprintf("uniform over %d", c.IDs.Keys)
+	case DistZipf:
+		ids = fmt.Sprintf("zipf s=%g over %d", c.IDs.ZipfS, c.IDs.Keys)
+	case DistNew:
+		ids = "new every request (run " + rep.RunID + ")"
+	}
+	fmt.Fprintf(&b, "loadgen %s", c.URL)
+	if rep.Label != "" {
+		fmt.Fprintf(&b, " [%s]", rep.Label)
+	}
+	fmt.Fprintf(&b, ": %s; ids %s\n", mode, ids)
+	fmt.Fprintf(&b, "stopped by %s after %.2fs: %d sent, %d unsent, %.1f req/s achieved",
+		rep.StoppedBy, rep.ElapsedSeconds, rep.Requests.Sent, rep.Requests.Unsent, rep.AchievedRate)
+	if rep.TargetRate > 0 {
+		fmt.Fprintf(&b, " (target %.6g)", rep.TargetRate)
+	}
+	b.WriteString("\n\n")
+
+	from := "from actual send"
+	if c.Mode == "open" {
+		from = "from intended send time"
+	}
+	fmt.Fprintf(&b, "latency (%s)\n", from)
+	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "  scenario\tcount\terrors\tmean\tp50\tp90\tp99\tp99.9\tp99.99\tmax\t")
+	row := func(name string, errs string, l *Latency) {
+		fmt.Fprintf(tw, "  %s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", name, l.Count, errs,
+			fmtUs(l.Mean), fmtUs(float64(l.P50)), fmtUs(float64(l.P90)), fmtUs(float64(l.P99)),
+			fmtUs(float64(l.P999)), fmtUs(float64(l.P9999)), fmtUs(float64(l.Max)))
+	}
+	if len(rep.Scenarios) > 1 {
+		for i := range rep.Scenarios {
+			s := &rep.Scenarios[i]
+			row(s.Name, strconv.FormatInt(s.Errors, 10), &s.Latency)
+		}
+	}
+	row("all", strconv.FormatInt(rep.Errors.Total, 10), &rep.Latency)
+	if rep.Service != nil {
+		row("service time", "", rep.Service)
+	}
+	_ = tw.Flush()
+	if rep.Latency.Clamped > 0 {
+		fmt.Fprintf(&b, "  %d latencies above the histogram range were clamped to it (raise -max-latency)\n", rep.Latency.Clamped)
+	}
+	if l := rep.ScheduleLag; l != nil {
+		fmt.Fprintf(&b, "schedule lag   mean %s, max %s\n", fmtUs(l.Mean), fmtUs(float64(l.Max)))
+	}
+	fmt.Fprintf(&b, "bytes          sent %s, received %s\n", fmtBytes(rep.Bytes.Sent), fmtBytes(rep.Bytes.Received))
+	if len(rep.Statuses) > 0 {
+		b.WriteString("statuses      ")
+		for _, k := range sortedKeys(rep.Statuses) {
+			fmt.Fprintf(&b, " %s×%d", k, rep.Statuses[k])
+		}
+		b.WriteByte('\n')
+	}
+	e := &rep.Errors
+	fmt.Fprintf(&b, "errors         %d (%.3f%% of sent+unsent)", e.Total, 100*rep.ErrorRate)
+	if e.Total > 0 {
+		fmt.Fprintf(&b, ": timeout %d, connect %d, connection %d, pool %d, other %d", e.Timeout, e.Connect, e.Connection, e.Pool, e.Other)
+		if len(e.Status) > 0 {
+			b.WriteString("; status")
+			for _, k := range sortedKeys(e.Status) {
+				fmt.Fprintf(&b, " %s×%d", k, e.Status[k])
+			}
+		}
+		if len(e.Reason) > 0 {
+			b.WriteString("; reason")
+			for _, k := range sortedKeys(e.Reason) {
+				fmt.Fprintf(&b, " %s×%d", k, e.Reason[k])
+			}
+		}
+	}
+	b.WriteByte('\n')
+	for _, k := range sortedKeys(e.Samples) {
+		fmt.Fprintf(&b, "  first %s error: %s\n", k, e.Samples[k])
+	}
+	if rep.Requests.WSSkipped > 0 {
+		fmt.Fprintf(&b, "websocket      %d non-echo messages skipped\n", rep.Requests.WSSkipped)
+	}
+	g := &rep.Generator
+	fmt.Fprintf(&b, "generator      %d workers, GOMAXPROCS %d, %d GCs (pause total %s, max %s)\n",
+		g.Workers, g.GoMaxProcs, g.GCCount, fmtUs(float64(g.GCPauseTotalUs)), fmtUs(float64(g.GCPauseMaxUs)))
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// progress writes one line per ProgressInterval until stop is closed.
+func (r *Runner) progress(stop <-chan struct{}, t0 clock.Instant) {
+	clk := r.cfg.Clock
+	t := clk.NewTimer(r.cfg.ProgressInterval)
+	defer t.Stop()
+	var prevDone int64
+	prevAt := t0
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C():
+		}
+		now := clk.Now()
+		sent, done, errs := r.live.sent.Load(), r.live.done.Load(), r.live.errs.Load()
+		rate := 0.0
+		if d := now.Sub(prevAt); d > 0 {
+			rate = float64(done-prevDone) / d.Seconds()
+		}
+		phase := ""
+		if now.Sub(t0) < r.cfg.Warmup {
+			phase = " (warmup)"
+		}
+		fmt.Fprintf(r.cfg.Progress, "loadgen: %6.1fs%s sent %d done %d errors %d in-flight %d rate %.0f/s\n",
+			now.Sub(t0).Round(100*time.Millisecond).Seconds(), phase, sent, done, errs, sent-done, rate)
+		prevDone, prevAt = done, now
+		t.Reset(r.cfg.ProgressInterval)
+	}
+}
