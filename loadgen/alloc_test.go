@@ -19,7 +19,7 @@ func TestHotPathDoesNotAllocate(t *testing.T) {
 		r := mustNew(t, Config{URL: "http://127.0.0.1:1", IDs: ic,
 			Scenarios: []Scenario{{Name: "a"}, {Name: "b", Kind: KindPost}}})
 		withExec(r, func(_ []byte, o *outcome) { o.status = 200 })
-		w := r.newWorker(0)
+		w := r.newWorker(0, nil, clock.Instant{})
 		step := func() {
 			sc := w.send()
 			w.st.record(sc, time.Millisecond, &w.out, clock.Instant{})

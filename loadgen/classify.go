@@ -2,6 +2,7 @@ package loadgen
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"io"
 	"net"
@@ -21,7 +22,7 @@ const (
 	classNone       errClass = iota
 	classStatus              // a response with a non-2xx status
 	classTimeout             // read, write or round-trip timeout
-	classConnect             // the connection could not be established (refused, dial timeout, DNS)
+	classConnect             // the connection could not be established (refused, dial timeout, DNS, TLS handshake)
 	classConnection          // an established connection failed (reset, closed early, truncated body)
 	classPool                // no free connection within ConnWaitTimeout: the generator is short of connections
 	classOther               // anything else (protocol errors, websocket handshake refused, ...)
@@ -44,12 +45,16 @@ func (c errClass) String() string { return classNames[c] }
 func classify(err error) errClass {
 	var op *net.OpError
 	var ce *websocket.CloseError
+	var cv *tls.CertificateVerificationError
+	var ra tls.RecordHeaderError
+	var ae tls.AlertError
 	switch {
 	case errors.Is(err, fasthttp.ErrNoFreeConns):
 		return classPool
 	case errors.Is(err, fasthttp.ErrDialTimeout),
 		errors.Is(err, syscall.ECONNREFUSED),
-		errors.As(err, &op) && op.Op == "dial":
+		errors.As(err, &op) && op.Op == "dial",
+		errors.As(err, &cv), errors.As(err, &ra), errors.As(err, &ae):
 		return classConnect
 	case errors.Is(err, fasthttp.ErrTimeout),
 		errors.Is(err, os.ErrDeadlineExceeded),

@@ -1,12 +1,14 @@
 package loadgen
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
 	"math"
 	"net"
 	"net/url"
+	"runtime"
 	"strings"
 	"time"
 
@@ -49,6 +51,10 @@ const (
 	MaxRate = 10_000_000
 	// MaxWeight bounds Scenario.Weight, so that weights sum to a finite number.
 	MaxWeight = 1_000_000_000
+	// MaxStages bounds Config.Stages.
+	MaxStages = 1000
+	// MaxLoops bounds Config.Loops.
+	MaxLoops = 256
 )
 
 // Unbounded, as Config.Duration or Config.Requests, removes that bound. At
@@ -58,9 +64,9 @@ const Unbounded = -1
 // Config configures a Runner. The zero value of every field means its
 // documented default; New validates the whole struct once.
 type Config struct {
-	// URL is the target's base URL, "http://host:port" (no path, query or
-	// fragment). Required. Only plain http is supported; websocket scenarios
-	// dial ws:// on the same host.
+	// URL is the target's base URL, "http://host:port" or
+	// "https://host:port" (no path, query or fragment). Required. Websocket
+	// scenarios dial ws:// (wss://) on the same host.
 	URL string
 
 	// Path is the path template used by scenarios that set none; every
@@ -72,21 +78,43 @@ type Config struct {
 	Scenarios []Scenario
 
 	// Rate > 0 selects the open loop at Rate requests per second, measured
-	// from each request's intended send time. Zero selects the closed loop:
-	// Connections workers each send their next request when the previous
-	// one finishes.
+	// from each request's intended send time. Zero (and no Stages) selects
+	// the closed loop: every connection sends its next request when the
+	// previous one finishes.
 	Rate float64
 
-	// Connections bounds the HTTP connections to the target (fasthttp's
-	// MaxConns); in the closed loop it is also the number of workers. A
-	// websocket scenario holds one socket per worker that uses it, so at most
+	// Stages, instead of Rate, gives the open loop a rate schedule: each
+	// stage holds a rate or ramps it linearly, and the last stage's final
+	// rate holds until the run ends (the Duration and Requests bounds).
+	// Warmup runs at the first stage's starting rate.
+	Stages []Stage
+
+	// Engine selects the engine. Zero means EngineAuto.
+	Engine Engine
+
+	// Loops is the number of event loops of EngineLoop, each owning its
+	// share of the connections and of the schedule. Zero means
+	// GOMAXPROCS−1, at least 1 (one P stays free: see the package doc); at
+	// most Connections. The fasthttp engine ignores it.
+	Loops int
+
+	// TLS configures https (and wss) connections; its ServerName defaults
+	// to the URL's host. Nil means certificates are verified against the
+	// system roots.
+	TLS *tls.Config
+
+	// Connections bounds the HTTP connections to the target; in the closed
+	// loop every one of them carries requests back to back. In the open loop
+	// connections are opened as slots need them; a slot that finds none idle
+	// waits (its latency still counts from its intended time). A websocket
+	// scenario holds one socket per worker that uses it, so at most
 	// Connections in the closed loop and MaxWorkers in the open loop. Zero
 	// means DefaultConnections.
 	Connections int
 
-	// MaxWorkers bounds the open loop's worker pool, which grows on demand;
-	// slots that find no idle worker wait in a queue (their latency still
-	// counts from their intended time). Zero means Connections.
+	// MaxWorkers bounds the fasthttp engine's open-loop worker pool, which
+	// grows on demand; slots that find no idle worker wait in a queue. Zero
+	// means Connections. The loop engine has no workers and ignores it.
 	MaxWorkers int
 
 	// Duration bounds the measured phase (after Warmup). Zero means
@@ -113,10 +141,11 @@ type Config struct {
 	// Zero means DefaultTimeout.
 	Timeout time.Duration
 
-	// ConnWaitTimeout is how long a request waits for a free connection
-	// when all Connections are busy (fasthttp's MaxConnWaitTimeout); past
-	// it the request fails with error class "pool". Zero means
-	// DefaultConnWaitTimeout.
+	// ConnWaitTimeout is how long a request of the fasthttp engine waits
+	// for a free connection when all Connections are busy; past it the
+	// request fails with error class "pool". Zero means
+	// DefaultConnWaitTimeout. In the loop engine a slot waits for a
+	// connection as long as the schedule runs (plus DrainTimeout).
 	ConnWaitTimeout time.Duration
 
 	// DrainTimeout bounds how long the open loop waits, after its schedule
@@ -137,10 +166,14 @@ type Config struct {
 	MaxLatency time.Duration
 
 	// Dial, when set, replaces TCP dialing for HTTP and websocket
-	// connections (tests pass a fasthttputil.InmemoryListener's Dial).
+	// connections (tests pass a fasthttputil.InmemoryListener's Dial). It
+	// selects the fasthttp engine.
 	Dial func(addr string) (net.Conn, error)
 
-	// Clock times requests and the open-loop schedule. Nil means clock.Real.
+	// Clock times requests and the open-loop schedule of the fasthttp
+	// engine. Nil means clock.Real; any other clock selects the fasthttp
+	// engine (the event loops time themselves with the monotonic clock and
+	// the kernel's receive timestamps).
 	Clock clock.Clock
 
 	// Progress, when set, receives a one-line progress report every
@@ -160,6 +193,43 @@ type Config struct {
 type Header struct {
 	Name, Value string
 }
+
+// Stage is one part of an open-loop rate schedule (Config.Stages).
+type Stage struct {
+	// Duration of the stage. Only the last stage may have none: its rate
+	// then holds from its start.
+	Duration time.Duration `json:"durationNs"`
+	// Rate is the rate at the start of the stage, in requests per second.
+	Rate float64 `json:"rate"`
+	// EndRate, when set, makes the stage a linear ramp from Rate to
+	// EndRate over Duration; zero means Rate throughout.
+	EndRate float64 `json:"endRate,omitempty"`
+}
+
+func (s Stage) endRate() float64 {
+	if s.EndRate == 0 {
+		return s.Rate
+	}
+	return s.EndRate
+}
+
+// Engine names a load engine.
+type Engine string
+
+// Engines.
+const (
+	// EngineAuto picks EngineLoop when it can run the workload (Linux,
+	// plain http, no websocket scenario, no Dial or Clock set) and
+	// EngineFastHTTP otherwise.
+	EngineAuto Engine = "auto"
+	// EngineLoop runs Loops event loops over non-blocking sockets and
+	// epoll, each owning its connections, its share of the schedule and its
+	// statistics: no goroutine, channel or allocation per request.
+	EngineLoop Engine = "loop"
+	// EngineFastHTTP runs workers (goroutines) on fasthttp's client: https,
+	// websockets, custom dialers and injected clocks.
+	EngineFastHTTP Engine = "fasthttp"
+)
 
 // Dist is an id distribution.
 type Dist string
@@ -206,8 +276,8 @@ type Kind string
 const (
 	// KindGet sends a small request without a body (method GET unless set).
 	KindGet Kind = "get"
-	// KindPost sends a small request with a BodySize-byte body (method POST
-	// unless set).
+	// KindPost sends a small request with Body, or a generated
+	// BodySize-byte body (method POST unless set).
 	KindPost Kind = "post"
 	// KindDownload sends a GET and streams the response body, reading and
 	// discarding it; latency runs to the last body byte.
@@ -238,20 +308,32 @@ type Scenario struct {
 	Weight float64 `json:"weight"`
 	// Kind is what the scenario does. Empty means KindGet.
 	Kind Kind `json:"kind"`
-	// Method overrides the HTTP method (ignored for KindWS).
+	// Method overrides the HTTP method (ignored for KindWS); every "{id}"
+	// is replaced by the id.
 	Method string `json:"method"`
 	// Path is the path template; every "{id}" is replaced by the id.
 	// Empty means Config.Path.
 	Path string `json:"path"`
-	// BodySize is the request body size for post and upload, the message
-	// size for ws. Zero means the kind's default.
+	// Body is the request body template of a post scenario; every "{id}" is
+	// replaced by the id. Empty means a generated BodySize-byte body.
+	Body string `json:"body,omitempty"`
+	// BodySize is the generated request body size for post and upload, the
+	// message size for ws. Zero means the kind's default.
 	BodySize int64 `json:"bodySize"`
 	// Headers are added to this scenario's requests, after Config.Headers.
 	Headers map[string]string `json:"headers"`
 }
 
 // IsOpenLoop reports whether c selects the open loop.
-func (c *Config) IsOpenLoop() bool { return c.Rate > 0 }
+func (c *Config) IsOpenLoop() bool { return c.Rate > 0 || len(c.Stages) > 0 }
+
+// stages returns the open loop's rate schedule: Stages, or Rate held.
+func (c *Config) stages() []Stage {
+	if len(c.Stages) > 0 {
+		return c.Stages
+	}
+	return []Stage{{Rate: c.Rate}}
+}
 
 // ErrConfig wraps every configuration error New returns; the message says
 // which field to change.
@@ -270,11 +352,11 @@ func (c Config) withDefaults() (Config, error) {
 	if err != nil {
 		return c, configErr("URL %q: %v", c.URL, err)
 	}
-	if u.Scheme != "http" {
-		return c, configErr("URL %q: scheme must be http (https is not supported)", c.URL)
+	if u.Scheme != "http" && u.Scheme != "https" {
+		return c, configErr("URL %q: scheme must be http or https", c.URL)
 	}
 	if u.Host == "" || u.User != nil || (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.Fragment != "" {
-		return c, configErr("URL %q: want http://host[:port] with no path, user, query or fragment (the path goes in Path)", c.URL)
+		return c, configErr("URL %q: want http[s]://host[:port] with no path, user, query or fragment (the path goes in Path)", c.URL)
 	}
 	if c.Path == "" {
 		c.Path = DefaultPath
@@ -284,6 +366,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if math.IsNaN(c.Rate) || math.IsInf(c.Rate, 0) || c.Rate < 0 || c.Rate > MaxRate {
 		return c, configErr("Rate = %v; want 0 (closed loop) or a rate in (0, %d] requests per second", c.Rate, MaxRate)
+	}
+	if err := checkStages(c.Rate, c.Stages); err != nil {
+		return c, err
 	}
 	if c.Connections == 0 {
 		c.Connections = DefaultConnections
@@ -361,8 +446,78 @@ func (c Config) withDefaults() (Config, error) {
 		scs[i] = s
 	}
 	c.Scenarios = scs
+	if err := c.pickEngine(); err != nil {
+		return c, err
+	}
+	if c.Loops < 0 || c.Loops > MaxLoops {
+		return c, configErr("Loops = %d; want 0 (GOMAXPROCS) or 1..%d", c.Loops, MaxLoops)
+	}
+	if c.Loops == 0 {
+		// One P stays free for the rest of the process (see Config.Loops).
+		c.Loops = max(1, runtime.GOMAXPROCS(0)-1)
+	}
+	c.Loops = min(c.Loops, c.Connections)
 	c.Clock = clock.Or(c.Clock)
 	return c, nil
+}
+
+// checkStages validates a rate schedule.
+func checkStages(rate float64, stages []Stage) error {
+	if len(stages) == 0 {
+		return nil
+	}
+	if rate != 0 {
+		return configErr("Rate = %v and Stages are both set; Stages replace Rate", rate)
+	}
+	if len(stages) > MaxStages {
+		return configErr("%d Stages; at most %d", len(stages), MaxStages)
+	}
+	okRate := func(r float64) bool { return r > 0 && r <= MaxRate }
+	for i, st := range stages {
+		if !okRate(st.Rate) || (st.EndRate != 0 && !okRate(st.EndRate)) {
+			return configErr("Stages[%d]: rates %v → %v; want rates in (0, %d] requests per second", i, st.Rate, st.EndRate, MaxRate)
+		}
+		if st.Duration < 0 || (st.Duration == 0 && i < len(stages)-1) {
+			return configErr("Stages[%d]: Duration = %v; want > 0 (only the last stage may be open-ended)", i, st.Duration)
+		}
+	}
+	return nil
+}
+
+// pickEngine resolves EngineAuto and checks that an explicit engine can run
+// the workload.
+func (c *Config) pickEngine() error {
+	var why string // why the loop engine cannot run this workload
+	switch {
+	case !loopEngineSupported:
+		why = "it needs Linux (epoll)"
+	case strings.HasPrefix(c.URL, "https:"):
+		why = "it speaks plain http only"
+	case c.Dial != nil:
+		why = "it dials TCP itself (Dial is set)"
+	case c.Clock != nil && c.Clock != clock.Clock(clock.Real{}):
+		why = "it times with the monotonic clock (Clock is set)"
+	}
+	for _, s := range c.Scenarios {
+		if s.Kind == KindWS && why == "" {
+			why = "it has no websocket client (scenario " + s.Name + ")"
+		}
+	}
+	switch c.Engine {
+	case "", EngineAuto:
+		c.Engine = EngineLoop
+		if why != "" {
+			c.Engine = EngineFastHTTP
+		}
+	case EngineLoop:
+		if why != "" {
+			return configErr("Engine %q cannot run this workload: %s", c.Engine, why)
+		}
+	case EngineFastHTTP:
+	default:
+		return configErr("Engine = %q; want %q, %q or %q", c.Engine, EngineAuto, EngineLoop, EngineFastHTTP)
+	}
+	return nil
 }
 
 func (ic *IDConfig) withDefaults() error {
@@ -430,8 +585,19 @@ func (s *Scenario) normalize(defaultPath string) error {
 			s.Method = "GET"
 		}
 	}
-	if !isToken(s.Method) {
-		return fmt.Errorf("%s: method %q is not an HTTP token", s.Name, s.Method)
+	if !isToken(strings.ReplaceAll(s.Method, idPlaceholder, "id")) {
+		return fmt.Errorf("%s: method %q is not an HTTP token (with {id} placeholders)", s.Name, s.Method)
+	}
+	if s.Body != "" {
+		if s.Kind != KindPost {
+			return fmt.Errorf("%s: body is only for kind post (kind %s)", s.Name, s.Kind)
+		}
+		if s.BodySize != 0 {
+			return fmt.Errorf("%s: body and bodySize are both set; a body's size is its length", s.Name)
+		}
+		if len(s.Body) > MaxHeldBodySize {
+			return fmt.Errorf("%s: body of %d bytes; at most %d", s.Name, len(s.Body), MaxHeldBodySize)
+		}
 	}
 	if s.Path == "" {
 		s.Path = defaultPath
@@ -439,7 +605,7 @@ func (s *Scenario) normalize(defaultPath string) error {
 	if err := checkPath(s.Path); err != nil {
 		return fmt.Errorf("%s: path: %v", s.Name, err)
 	}
-	if s.BodySize == 0 {
+	if s.BodySize == 0 && s.Body == "" {
 		switch s.Kind {
 		case KindPost:
 			s.BodySize = DefaultPostBodySize

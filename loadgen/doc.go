@@ -1,84 +1,136 @@
-// Package loadgen is the engine of cmd/loadgen, pinned's HTTP and WebSocket
-// load generator built on fasthttp. A Runner runs one bounded load test
-// against one target and returns a Report (human table, JSON, percentile
-// plot). Benchmarks in bench/ drive it through the command.
+// Package loadgen is pinned's HTTP and WebSocket load generator as a
+// library: cmd/loadgen is its command line, bench/ drives that command, and
+// any Go program can run a load test in a few lines (see the example):
+//
+//	r, err := loadgen.New(loadgen.Config{URL: "http://127.0.0.1:8080", Path: "/counter/{id}/", Rate: 12000, Duration: 30 * time.Second})
+//	rep, err := r.Run(ctx) // rep.Latency.P99, rep.WriteText, rep.WriteJSON, rep.WriteHgrm, WritePlotHTML
+//
+// A Runner runs one bounded load test against one target and returns a
+// Report: HdrHistogram percentiles, a per-second series, errors by class,
+// and the generator's own accuracy (schedule lag, CPU per request).
+//
+// # Engines
+//
+// EngineLoop (the default wherever it can run: Linux, plain http, no
+// websocket) is built like wrk and wrk2: Config.Loops event loops, each a
+// goroutine locked to its OS thread that owns a share of the connections,
+// of the schedule and of the statistics, over non-blocking sockets and
+// epoll. No request costs a goroutine, a channel operation or an
+// allocation (alloc_linux_test.go), and no two loops share anything on the
+// hot path but the per-loop progress counters. Requests are rendered from
+// templates into each connection's buffer; responses are framed by an
+// incremental HTTP/1.1 parser (status line, Content-Length, chunked,
+// Connection: close, 1xx skipped) that never buffers a body. Framing is
+// strict: a malformed or truncated response, data after a response, or a
+// connection closed before the end of the response is an error, never a
+// success.
+//
+// EngineFastHTTP runs worker goroutines on fasthttp's HostClient and its
+// websocket dialer: https (Config.TLS), websocket scenarios, a custom Dial
+// and an injected Clock (the synctest tests). Both engines feed the same
+// statistics and the same Report; Report.Generator.Engine says which ran.
 //
 // # Loops
 //
-// Open loop (Config.Rate > 0), coordinated-omission free like wrk2: slot i
-// is intended to be sent at t0 + i/rate. A scheduler goroutine sleeps on the
-// injected clock until the next slot is due and then releases every due slot
-// into a FIFO queue; at high rates timer slop makes it release several slots
-// per wake-up. Workers take slots from the queue; when slots wait and no
-// worker is idle the pool grows, up to MaxWorkers; beyond that slots queue.
-// Latency is done − intended, so a stalled target inflates the latency of
-// every slot that fell due during the stall, not only of the requests in
-// flight. Guarantees:
+// Open loop (Config.Rate or Config.Stages), coordinated-omission free like
+// wrk2: slot i is intended to be sent at t0 + offset(i), where the rate
+// schedule may hold, ramp linearly and step (schedule.go). Latency is done −
+// intended, so a stalled target inflates the latency of every slot that
+// fell due during the stall, not only of the requests in flight. In the
+// loop engine, loop k of n owns the slots k, k+n, k+2n, …: it sleeps until
+// its next slot is due (epoll_pwait2's nanosecond timeout, clock_nanosleep
+// for short sleeps, timer slack of 1ns on its thread), sends every due
+// slot on an idle connection, dials when none is idle (up to its share of
+// Connections), and keeps due slots waiting, in order, when all are busy.
+// Guarantees:
 //
-//   - no slot is skipped: the number of measured slots is ⌈Rate·Duration⌉
-//     (capped at Requests) whatever the target does; a slot that cannot be
-//     sent by DrainTimeout after the schedule ends is reported as unsent and
-//     counts as failed in ErrorRate, never silently dropped;
+//   - no slot is skipped: the number of measured slots is fixed by the
+//     schedule (capped at Requests) whatever the target does; a slot that
+//     cannot be sent by DrainTimeout after the schedule ends is reported as
+//     unsent and counts as failed in ErrorRate, never silently dropped;
 //   - schedule lag (actual send − intended) and service time (done − actual
-//     send) are reported separately from latency, so generator slop and
-//     queueing can be told from the target's own time.
+//     send) are reported separately from latency, with percentiles, so that
+//     generator slop and queueing can be told from the target's own time.
 //
-// Timer resolution: Go's timers wake up to about 1ms late on Linux when the
-// process is otherwise idle (netpoll waits in whole milliseconds), so the
-// scheduler releases slots in batches and every open-loop latency includes
-// the schedule lag of its slot. The lag is generator slop that applies
-// equally to every target at a given rate; the report's mean lag bounds it
-// and the service time excludes it. Spinning instead would cost a core.
+// Completion times in the loop engine are the kernel's receive timestamps
+// of the response's last bytes (SO_TIMESTAMPNS), not the time the loop got
+// round to reading them. That lets a loop whose next slot is at most
+// 500µs away sleep on its timer alone and collect ready responses when it
+// wakes: one wake-up per slot instead of two, without making responses
+// look slower. A wake-up is the largest cost of an open-loop request.
 //
-// Closed loop (Rate = 0): Connections workers each send their next request
-// when the previous completes, and latency is done − actual send. This
-// measures throughput; its latencies suffer coordinated omission by
-// construction (a stall delays the requests that would have measured it).
+// Closed loop (no rate): every connection sends its next request when the
+// previous one completes, and latency is done − actual send. This measures
+// throughput; its latencies suffer coordinated omission by construction (a
+// stall delays the requests that would have measured it).
+//
+// Config.Loops defaults to GOMAXPROCS−1 (at least 1): a loop blocks in
+// system calls, and while it does the Go runtime keeps its P for it only
+// when another P is idle; without one, the runtime's monitor takes the P
+// back and hands it around on every wait, which costs more than the
+// request. The spare P also runs the rest of the process (the caller's
+// goroutines, an in-process target, the garbage collector). cmd/loadgen
+// raises GOMAXPROCS to one more than the CPUs, so it runs one loop per CPU.
 //
 // # Bounds
 //
 // Every run is bounded by Duration and by Requests, whichever comes first
-// (New refuses a config with both unbounded), plus the per-request Timeout,
-// ConnWaitTimeout and DrainTimeout. Warmup requests run before the measured
-// phase and are excluded from every statistic.
+// (New refuses a config with both unbounded), plus the per-request Timeout
+// and DrainTimeout. Warmup requests run before the measured phase and are
+// excluded from every statistic.
 //
 // # Statistics
 //
-// Each worker owns its HdrHistograms (µs, 1µs..MaxLatency): one of every
-// latency at 3 significant digits (the headline numbers), and at 2 digits
-// one per scenario of a mix and one of open-loop service times; plus its
-// counters. Nothing is shared on the hot path except three atomic counters
-// feeding the progress line.
-// Histograms are not goroutine-safe and are only read after every worker
-// has exited, when Run merges them. Values above MaxLatency are clamped to it
-// and counted (RecordValue would otherwise drop them with an error).
-// hdrhistogram's ValueAtQuantile takes a percentile in 0..100, not a
-// quantile; this package only calls ValueAtPercentiles.
+// Each recorder (event loop, or worker) owns its HdrHistograms (µs,
+// 1µs..MaxLatency): one of every latency at 3 significant digits (the
+// headline numbers), and at 2 digits one per scenario of a mix, one of
+// open-loop service times, one of schedule lags, and this second's share
+// of the series; plus its counters. Histograms are read only after every
+// recorder has exited, when Run merges them, except the per-second shares,
+// which a recorder flushes into the shared series (one lock per recorder
+// and second, never per request) when a request completes in a later
+// second, before it waits, and at the end. A second of the series settles
+// once no recorder can still hold data for it (Timeout plus a margin), so
+// its memory is a few seconds of histograms whatever the run's length.
+// Values above MaxLatency are clamped to it and counted (RecordValue would
+// otherwise drop them with an error). hdrhistogram's ValueAtQuantile takes
+// a percentile in 0..100, not a quantile; this package only calls
+// ValueAtPercentile(s).
+//
+// Report.Generator states the instrument's own cost: process CPU time
+// (utime+stime of all threads, getrusage) per request completed during
+// Run, warmup included.
 //
 // Errors are classified once per request: a non-2xx status (with its
 // X-Pinned-Reason, if any) or a transport class (timeout, connect,
-// connection, pool, other). Requests are never retried (HostClient
-// MaxIdemponentCallAttempts = 1): a retry would hide an error and its
-// latency. Transport errors carry no latency; every response, whatever its
-// status, does.
+// connection, pool, other; "other" includes malformed responses). Requests
+// are never retried: a retry would hide an error and its latency.
+// Transport errors carry no latency; every response, whatever its status,
+// does.
 //
 // # Ids
 //
-// "{id}" in a path template is replaced per request by an id drawn from a
-// uniform or Zipf distribution over Keys fixed ids ("<prefix><k>"), or by a
-// new id for every request ("<prefix><runID>-<n>", an activation storm).
-// The Zipf sampler is rejection inversion (Hörmann–Derflinger) for any
-// exponent s > 0; math/rand/v2's Zipf only allows s > 1. Each worker has
-// its own PCG generator seeded from (Seed, worker index).
+// "{id}" in a method, path or body template is replaced per request by an
+// id drawn from a uniform or Zipf distribution over Keys fixed ids
+// ("<prefix><k>"), or by a new id for every request ("<prefix><runID>-<n>",
+// an activation storm). The Zipf sampler is rejection inversion
+// (Hörmann–Derflinger) for any exponent s > 0; math/rand/v2's Zipf only
+// allows s > 1. Each recorder has its own PCG generator seeded from (Seed,
+// recorder index).
 //
 // # Ownership
 //
 // New does no I/O and starts no goroutines. Run may be called once; it
-// starts the scheduler's helpers, the workers and the progress goroutine,
-// and returns only after all of them have exited. Each worker owns its
-// fasthttp Request/Response (reused, not pooled), its websocket connection
-// and its stats. The HostClient is shared by the workers (it is safe for
-// concurrent use); its idle connections are closed when Run returns, but
-// fasthttp's connection-cleaner goroutine may outlive Run by up to
-// IdleConnTimeout.
+// starts the engine's goroutines (the loops and a stopper that wakes them
+// on cancellation, or the scheduler's workers) and the progress goroutine,
+// and returns only after all of them have exited. A loop goroutine ends
+// still locked to its thread, so the thread (with its timer slack) exits
+// with it. Each loop owns its sockets, closed before Run returns. In the
+// fasthttp engine each worker owns its Request/Response and websocket; the
+// HostClient is shared (it is safe for concurrent use), its idle
+// connections are closed when Run returns, but fasthttp's
+// connection-cleaner goroutine may outlive Run by up to IdleConnTimeout.
+//
+// loadgen imports nothing of pinned but internal/wire (the id grammar and
+// the X-Pinned-Reason header name) and clock.
 package loadgen

@@ -1,7 +1,13 @@
 package loadgen
 
 import (
+	"bufio"
+	"fmt"
+	"io"
 	"net"
+	"os"
+	"os/exec"
+	"strings"
 	"sync"
 	"testing"
 
@@ -11,6 +17,10 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	if os.Getenv(targetProcessEnv) != "" {
+		serveTargetProcess()
+		return
+	}
 	goleak.VerifyTestMain(m,
 		// fasthttp's HostClient closes idle connections from a goroutine that
 		// sleeps up to MaxIdleConnDuration before noticing it has none left.
@@ -33,8 +43,10 @@ type fakeExec func(id []byte, o *outcome)
 func (f fakeExec) exec(id []byte, o *outcome) { f(id, o) }
 func (fakeExec) close()                       {}
 
-// withExec installs f as every worker's executor.
+// withExec installs f as every worker's executor, on the fasthttp engine
+// (the only one with executors).
 func withExec(r *Runner, f func(id []byte, o *outcome)) {
+	r.cfg.Engine = EngineFastHTTP
 	r.newExec = func(*worker, int) executor { return fakeExec(f) }
 }
 
@@ -99,3 +111,51 @@ func startTCPTarget(t testing.TB, srv *fasthttp.Server) string {
 type quiet struct{}
 
 func (quiet) Printf(string, ...any) {}
+
+// targetProcessEnv makes the test binary serve a tiny target instead of
+// running tests: a target in its own process shares no Go scheduler with
+// the generator under test.
+const targetProcessEnv = "LOADGEN_TEST_TARGET_PROCESS"
+
+// serveTargetProcess serves {"count":1} on a 127.0.0.1 port, prints the
+// port's address on stdout and exits when stdin closes.
+func serveTargetProcess() {
+	ln, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		fmt.Println("error:", err)
+		os.Exit(1)
+	}
+	fmt.Println(ln.Addr().String())
+	srv := &fasthttp.Server{Handler: func(ctx *fasthttp.RequestCtx) { ctx.SetBodyString(`{"count":1}`) }, Logger: quiet{}}
+	go func() { _ = srv.Serve(ln) }()
+	_, _ = io.Copy(io.Discard, os.Stdin)
+	os.Exit(0)
+}
+
+// startProcessTarget runs serveTargetProcess in a child process until the
+// test ends and returns its base URL.
+func startProcessTarget(t testing.TB) string {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), targetProcessEnv+"=1")
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		stdin.Close()
+		_ = cmd.Wait()
+	})
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	if err != nil || strings.HasPrefix(line, "error") {
+		t.Fatalf("target process: %q, %v", line, err)
+	}
+	return "http://" + strings.TrimSpace(line)
+}

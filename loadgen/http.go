@@ -2,40 +2,11 @@ package loadgen
 
 import (
 	"io"
-	"strings"
 
 	"github.com/valyala/fasthttp"
 
 	"github.com/pinned-go/pinned/internal/wire"
 )
-
-// idPlaceholder is replaced by the request's id in path templates.
-const idPlaceholder = "{id}"
-
-// pathTemplate is a path split at its "{id}" placeholders, with the base
-// URL (scheme and host) prepended to the first part.
-type pathTemplate struct {
-	parts []string // len = placeholders + 1
-}
-
-func newPathTemplate(prefix, path string) pathTemplate {
-	parts := strings.Split(path, idPlaceholder)
-	parts[0] = prefix + parts[0]
-	return pathTemplate{parts: parts}
-}
-
-// appendURI appends the template with id substituted.
-func (t *pathTemplate) appendURI(dst, id []byte) []byte {
-	dst = append(dst, t.parts[0]...)
-	for _, p := range t.parts[1:] {
-		dst = append(dst, id...)
-		dst = append(dst, p...)
-	}
-	return dst
-}
-
-// hasID reports whether the template uses the id at all.
-func (t *pathTemplate) hasID() bool { return len(t.parts) > 1 }
 
 // executor performs one scenario's requests for one worker. It is owned by
 // that worker: no method is called concurrently.
@@ -49,32 +20,40 @@ type executor interface {
 // httpExec runs get, post, download and upload scenarios on a shared
 // HostClient, reusing one Request and Response.
 type httpExec struct {
-	hc   *fasthttp.HostClient
-	kind Kind
-	size int64
-	tmpl pathTemplate
-	req  fasthttp.Request
-	resp fasthttp.Response
-	uri  []byte
-	body []byte    // post: the body, filled once
-	gen  genReader // upload: the streamed body
-	buf  []byte    // download: the read buffer
+	hc     *fasthttp.HostClient
+	kind   Kind
+	size   int64
+	method template
+	tmpl   template
+	req    fasthttp.Request
+	resp   fasthttp.Response
+	uri    []byte
+	meth   []byte    // the method rendered, when it has a placeholder
+	btmpl  template  // post: the body template
+	body   []byte    // post: the body (rendered per request when it has a placeholder)
+	gen    genReader // upload: the streamed body
+	buf    []byte    // download: the read buffer
 }
 
 // downloadBufSize is the read size for streamed responses.
 const downloadBufSize = 32 << 10
 
 func newHTTPExec(hc *fasthttp.HostClient, base string, s *Scenario, headers []Header) *httpExec {
-	e := &httpExec{hc: hc, kind: s.Kind, size: s.BodySize, tmpl: newPathTemplate(base, s.Path)}
+	e := &httpExec{hc: hc, kind: s.Kind, size: s.BodySize, method: newTemplate(s.Method), tmpl: newTemplate(s.Path).withPrefix(base)}
 	e.req.Header.SetMethod(s.Method)
 	for _, h := range headers {
 		e.req.Header.Add(h.Name, h.Value)
 	}
-	for k, v := range s.Headers {
-		e.req.Header.Add(k, v)
+	for _, k := range sortedHeaderNames(s.Headers) {
+		e.req.Header.Add(k, s.Headers[k])
 	}
 	switch s.Kind {
 	case KindPost:
+		if s.Body != "" {
+			e.btmpl = newTemplate(s.Body)
+			e.body = e.btmpl.appendTo(nil, nil)
+			break
+		}
 		e.body = make([]byte, s.BodySize)
 		fillPattern(e.body, 0)
 	case KindDownload:
@@ -84,10 +63,17 @@ func newHTTPExec(hc *fasthttp.HostClient, base string, s *Scenario, headers []He
 }
 
 func (e *httpExec) exec(id []byte, o *outcome) {
-	e.uri = e.tmpl.appendURI(e.uri[:0], id)
+	e.uri = e.tmpl.appendTo(e.uri[:0], id)
 	e.req.SetRequestURIBytes(e.uri)
+	if e.method.hasID() {
+		e.meth = e.method.appendTo(e.meth[:0], id)
+		e.req.Header.SetMethodBytes(e.meth)
+	}
 	switch e.kind {
 	case KindPost:
+		if e.btmpl.hasID() {
+			e.body = e.btmpl.appendTo(e.body[:0], id)
+		}
 		e.req.SetBodyRaw(e.body)
 	case KindUpload:
 		e.gen.reset(e.size)

@@ -49,7 +49,7 @@ func BenchmarkClosedLoopOverheadMix(b *testing.B) {
 }
 
 func BenchmarkRecord(b *testing.B) {
-	st := newStats(1, DefaultMaxLatency.Microseconds())
+	st := newStats(1, DefaultMaxLatency.Microseconds(), nil, clock.Instant{})
 	o := &outcome{status: 200, recv: 100}
 	var now clock.Instant
 	b.ReportAllocs()
@@ -113,7 +113,7 @@ func BenchmarkHTTPExecGet(b *testing.B) {
 	hc, stop := inmemoryTarget(b)
 	defer stop()
 	e := newHTTPExec(hc, "http://target.test", &Scenario{Kind: KindGet, Method: "GET", Path: "/counter/{id}/"}, nil)
-	st := newStats(1, DefaultMaxLatency.Microseconds())
+	st := newStats(1, DefaultMaxLatency.Microseconds(), nil, clock.Instant{})
 	id := []byte("id1")
 	b.ReportAllocs()
 	for b.Loop() {

@@ -17,7 +17,9 @@ import (
 
 // ReportVersion is the version of the JSON report schema. It changes only
 // when a field changes meaning or disappears; new fields may appear.
-const ReportVersion = 1
+// Version 2: histogram is HdrHistogram's standard compressed encoding
+// (version 1 wrapped it in base64 once more); scheduleLagUs has percentiles.
+const ReportVersion = 2
 
 // Report is the result of a run, and the -json output (field names are the
 // JSON keys). Latencies are in microseconds. Statistics cover the measured
@@ -36,7 +38,8 @@ type Report struct {
 	// loop) or possible (closed loop) send to the last completion.
 	ElapsedSeconds float64       `json:"elapsedSeconds"`
 	Requests       RequestCounts `json:"requests"`
-	// TargetRate is the open loop's rate; 0 in the closed loop.
+	// TargetRate is the open loop's constant rate; 0 in the closed loop
+	// and for a rate schedule (Config.Stages).
 	TargetRate float64 `json:"targetRate,omitempty"`
 	// AchievedRate is the rate requests actually went out. Open loop:
 	// Requests.Sent over the span from the first measured slot's intended
@@ -58,15 +61,20 @@ type Report struct {
 	// connection. Nil in the closed loop, where Latency is the service time.
 	Service *Latency `json:"serviceUs,omitempty"`
 	// ScheduleLag is how late the open loop sent requests relative to their
-	// intended times (generator timer slop and queueing). Nil in the closed loop.
+	// intended times (generator timer slop, and queueing when every
+	// connection was busy). Nil in the closed loop.
 	ScheduleLag *Lag `json:"scheduleLagUs,omitempty"`
 	// Distribution is Latency's percentile curve (HdrHistogram ticks, 5 per
 	// half distance), the data of the percentile plot.
 	Distribution []Point `json:"distribution"`
-	// Histogram is Latency's HdrHistogram in the standard V2 compressed
-	// encoding, base64: runs can be merged later without loss.
+	// Histogram is Latency's HdrHistogram in HdrHistogram's standard
+	// compressed encoding (V2, deflate, base64), the form its tools and
+	// hdrhistogram.Decode read: runs can be merged later without loss.
 	Histogram string `json:"histogram"`
-	Bytes     Bytes  `json:"bytes"`
+	// Series is the run second by second: requests completed in each
+	// second of the measured phase, their latency percentiles, errors.
+	Series []SeriesPoint `json:"series"`
+	Bytes  Bytes         `json:"bytes"`
 	// Statuses counts responses by HTTP status code.
 	Statuses  map[string]int64 `json:"statuses"`
 	Errors    Errors           `json:"errors"`
@@ -79,7 +87,9 @@ type ReportConfig struct {
 	Mode            string     `json:"mode"` // "open" or "closed"
 	URL             string     `json:"url"`
 	Rate            float64    `json:"rate,omitempty"`
+	Stages          []Stage    `json:"stages,omitempty"`
 	Connections     int        `json:"connections"`
+	Loops           int        `json:"loops,omitempty"`
 	MaxWorkers      int        `json:"maxWorkers,omitempty"`
 	DurationSeconds float64    `json:"durationSeconds"` // 0: unbounded
 	Requests        int64      `json:"requests"`        // 0: unbounded
@@ -130,9 +140,30 @@ type Latency struct {
 	Max     int64   `json:"max"`
 }
 
-// Lag summarises the open loop's schedule lag, in microseconds.
+// Lag summarises the open loop's schedule lag (actual send − intended send
+// time), in microseconds, at 2 significant digits (exact below 256µs).
 type Lag struct {
 	Mean float64 `json:"mean"`
+	P50  int64   `json:"p50"`
+	P90  int64   `json:"p90"`
+	P99  int64   `json:"p99"`
+	P999 int64   `json:"p99_9"`
+	Max  int64   `json:"max"`
+}
+
+// SeriesPoint is one second of the measured phase: the requests that
+// completed (or failed) in it. Latencies are in microseconds, at 2
+// significant digits, over the responses of that second (none: 0).
+type SeriesPoint struct {
+	// Second counts from the start of the measured phase (0 is the first).
+	Second   int64 `json:"second"`
+	Requests int64 `json:"requests"`
+	Errors   int64 `json:"errors"`
+	// Rate is Requests per second (the last second may be partial).
+	Rate float64 `json:"rate"`
+	P50  int64   `json:"p50"`
+	P99  int64   `json:"p99"`
+	P999 int64   `json:"p99_9"`
 	Max  int64   `json:"max"`
 }
 
@@ -161,7 +192,8 @@ type Errors struct {
 	Reason map[string]int64 `json:"reason"`
 	// Timeout: read, write or round-trip timeout.
 	Timeout int64 `json:"timeout"`
-	// Connect: no connection (refused, dial timeout, unresolvable).
+	// Connect: no connection (refused, dial timeout, unresolvable, TLS
+	// handshake failed).
 	Connect int64 `json:"connect"`
 	// Connection: an established connection failed (reset, closed before
 	// the response, truncated body).
@@ -185,16 +217,27 @@ type ScenarioReport struct {
 	Bytes   Bytes   `json:"bytes"`
 }
 
-// Generator describes the load generator process during the run, so a
-// generator-side stall (GC, too few workers) can be told from a target's.
+// Generator describes the load generator during the run, so that its own
+// cost and slop can be told from the target's: with ScheduleLag, it is the
+// instrument stating its accuracy.
 type Generator struct {
+	// Engine is the engine that ran: "loop" or "fasthttp".
+	Engine     Engine `json:"engine"`
 	GoVersion  string `json:"goVersion"`
 	GoMaxProcs int    `json:"gomaxprocs"`
-	// Workers is the number of worker goroutines the run used.
-	Workers        int    `json:"workers"`
-	GCCount        uint32 `json:"gcCount"`
-	GCPauseTotalUs int64  `json:"gcPauseTotalUs"`
-	GCPauseMaxUs   int64  `json:"gcPauseMaxUs"`
+	// Loops is the number of event loops (loop engine).
+	Loops int `json:"loops,omitempty"`
+	// Workers is the number of worker goroutines (fasthttp engine).
+	Workers int `json:"workers,omitempty"`
+	// CPUSeconds is the process's CPU time (user + system, all threads)
+	// during Run, warmup included.
+	CPUSeconds float64 `json:"cpuSeconds"`
+	// CPUPerRequestUs is CPUSeconds per request completed during Run,
+	// warmup requests included, in microseconds.
+	CPUPerRequestUs float64 `json:"cpuPerRequestUs"`
+	GCCount         uint32  `json:"gcCount"`
+	GCPauseTotalUs  int64   `json:"gcPauseTotalUs"`
+	GCPauseMaxUs    int64   `json:"gcPauseMaxUs"`
 }
 
 type reportTimes struct {
@@ -259,8 +302,14 @@ func (r *Runner) report(agg *stats, t reportTimes, stoppedBy string) *Report {
 		rep.Config.Requests = cfg.Requests
 	}
 	if cfg.IsOpenLoop() {
-		rep.Config.Mode, rep.Config.Rate, rep.Config.MaxWorkers = "open", cfg.Rate, cfg.MaxWorkers
+		rep.Config.Mode, rep.Config.Rate, rep.Config.Stages = "open", cfg.Rate, cfg.Stages
+		if cfg.Engine == EngineFastHTTP {
+			rep.Config.MaxWorkers = cfg.MaxWorkers
+		}
 		rep.TargetRate = cfg.Rate
+	}
+	if cfg.Engine == EngineLoop {
+		rep.Config.Loops = cfg.Loops
 	}
 
 	var rateSpan float64 // seconds over which Sent went out
@@ -269,7 +318,8 @@ func (r *Runner) report(agg *stats, t reportTimes, stoppedBy string) *Report {
 		rateSpan = rep.ElapsedSeconds
 	}
 	if cfg.IsOpenLoop() && !agg.lastStart.IsZero() {
-		rateSpan = max(0, agg.lastStart.Sub(t.measureStart).Seconds()) + 1/cfg.Rate
+		st := cfg.stages()
+		rateSpan = max(0, agg.lastStart.Sub(t.measureStart).Seconds()) + 1/st[len(st)-1].endRate()
 	}
 	total := agg.total()
 	rep.Latency = summarize(total, agg.clamped)
@@ -280,16 +330,13 @@ func (r *Runner) report(agg *stats, t reportTimes, stoppedBy string) *Report {
 		rep.Distribution = append(rep.Distribution, Point{Percentile: b.Quantile, Us: b.ValueAt, Count: b.Count})
 	}
 	if enc, err := total.Encode(hdrhistogram.V2CompressedEncodingCookieBase); err == nil {
-		rep.Histogram = base64.StdEncoding.EncodeToString(enc)
+		rep.Histogram = string(enc) // Encode's output is already the base64 text form
 	}
 	if cfg.IsOpenLoop() {
 		svc := summarize(agg.svc, 0)
 		rep.Service = &svc
-		lag := Lag{Max: agg.lagMax.Microseconds()}
-		if agg.lagN > 0 {
-			lag.Mean = float64(agg.lagSum.Microseconds()) / float64(agg.lagN)
-		}
-		rep.ScheduleLag = &lag
+		l := summarize(agg.lag, 0)
+		rep.ScheduleLag = &Lag{Mean: l.Mean, P50: l.P50, P90: l.P90, P99: l.P99, P999: l.P999, Max: l.Max}
 	}
 
 	for i := range agg.sc {
@@ -380,14 +427,23 @@ func (rep *Report) WriteJSON(w io.Writer) error {
 	return enc.Encode(rep)
 }
 
-// ReadReport decodes a report written by WriteJSON.
+// ReadReport decodes a report written by WriteJSON, of this version or of
+// version 1 (its histogram is unwrapped; it has no series).
 func ReadReport(r io.Reader) (*Report, error) {
 	var rep Report
 	if err := json.NewDecoder(r).Decode(&rep); err != nil {
 		return nil, fmt.Errorf("cannot read loadgen report: %w", err)
 	}
-	if rep.Version != ReportVersion {
-		return nil, fmt.Errorf("cannot read loadgen report: version %d; want %d", rep.Version, ReportVersion)
+	switch rep.Version {
+	case ReportVersion:
+	case 1:
+		enc, err := base64.StdEncoding.DecodeString(rep.Histogram)
+		if err != nil {
+			return nil, fmt.Errorf("cannot read loadgen report: version 1 histogram: %w", err)
+		}
+		rep.Histogram, rep.Version = string(enc), ReportVersion
+	default:
+		return nil, fmt.Errorf("cannot read loadgen report: version %d; want %d (or 1)", rep.Version, ReportVersion)
 	}
 	return &rep, nil
 }

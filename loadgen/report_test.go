@@ -3,7 +3,6 @@ package loadgen
 import (
 	"bytes"
 	"context"
-	"encoding/base64"
 	"encoding/json"
 	"reflect"
 	"strings"
@@ -77,8 +76,7 @@ func TestReportJSONRoundTrip(t *testing.T) {
 		t.Errorf("errors %+v bytes %+v; want 503×10 overloaded×10, 10000 bytes", rep.Errors, rep.Bytes)
 	}
 	// The encoded histogram decodes to the reported latencies.
-	enc, _ := base64.StdEncoding.DecodeString(rep.Histogram)
-	h, err := hdrhistogram.Decode(enc)
+	h, err := hdrhistogram.Decode([]byte(rep.Histogram))
 	if err != nil || h.TotalCount() != rep.Latency.Count || h.ValueAtPercentile(99) != rep.Latency.P99 {
 		t.Errorf("decoded histogram count %d p99 %d (err %v); want %d, %d", h.TotalCount(), h.ValueAtPercentile(99), err, rep.Latency.Count, rep.Latency.P99)
 	}
@@ -127,8 +125,19 @@ func TestWritePlotHTMLIsSelfContained(t *testing.T) {
 			t.Errorf("plot contains %q: it must be self-contained and escaped", bad)
 		}
 	}
-	if n := strings.Count(out, "<polyline"); n != 2 {
-		t.Errorf("%d curves; want 2", n)
+	percentiles, series, ok := strings.Cut(out, "second of the measured phase")
+	if !ok {
+		t.Fatal("no time-series chart")
+	}
+	if n := strings.Count(percentiles, "<polyline"); n != 2 {
+		t.Errorf("%d percentile curves; want 2", n)
+	}
+	// Per run: p50, p99 and p99.9 over time, and the rate.
+	if n := strings.Count(series, "<polyline"); n != 8 {
+		t.Errorf("%d time-series lines; want 8", n)
+	}
+	if n := strings.Count(series, "errors in second"); n == 0 {
+		t.Error("no error bars: the sample runs have 503s every second")
 	}
 }
 

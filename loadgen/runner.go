@@ -2,6 +2,7 @@ package loadgen
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"math/rand/v2"
 	"net"
@@ -24,11 +25,6 @@ const (
 	StopCanceled = "canceled" // Run's context was cancelled
 )
 
-// queueCap bounds the open loop's queue of released slots. When it is full
-// the scheduler waits for room; slots are delayed, never skipped, and their
-// latency still counts from their intended time.
-const queueCap = 1 << 16
-
 // ErrAlreadyRun is returned by a second call to Run: a Runner runs once.
 var ErrAlreadyRun = errors.New("loadgen: Runner already ran; make a new one with New")
 
@@ -43,9 +39,11 @@ type Runner struct {
 	wsd      *websocket.Dialer
 	httpBase string
 	wsBase   string
+	host     string // the Host field: the URL's host[:port]
+	hostPort string // host:port to dial
 	maxUs    int64
 	ran      atomic.Bool
-	live     liveCounters
+	live     []liveCounters // one per event loop; the fasthttp workers share the first
 
 	// Test hooks, set before Run.
 	newExec func(w *worker, sc int) executor               // replaces the real executors
@@ -53,8 +51,18 @@ type Runner struct {
 }
 
 // liveCounters feed the progress line; they count warmup requests too.
+// Padded to a cache line: each event loop writes its own.
 type liveCounters struct {
 	sent, done, errs atomic.Int64
+	_                [40]byte
+}
+
+// engineResult is what an engine hands back to Run.
+type engineResult struct {
+	stats        []*stats // one per recorder (event loop or worker)
+	recorders    int
+	stoppedBy    string
+	measureStart clock.Instant
 }
 
 // New validates cfg, applies its defaults and prepares a Runner. It does no
@@ -77,20 +85,34 @@ func New(cfg Config) (*Runner, error) {
 		sum += s.Weight
 		r.cum = append(r.cum, sum)
 	}
+	r.live = make([]liveCounters, max(1, c.Loops))
 	u, _ := url.Parse(c.URL) // validated by withDefaults
-	addr := u.Host
+	tlsOn := u.Scheme == "https"
+	r.host, r.hostPort = u.Host, u.Host
 	if u.Port() == "" {
-		addr = net.JoinHostPort(u.Hostname(), "80")
+		port := "80"
+		if tlsOn {
+			port = "443"
+		}
+		r.hostPort = net.JoinHostPort(u.Hostname(), port)
 	}
-	r.httpBase, r.wsBase = "http://"+u.Host, "ws://"+u.Host
+	r.httpBase, r.wsBase = u.Scheme+"://"+u.Host, "ws://"+u.Host
+	if tlsOn {
+		r.wsBase = "wss://" + u.Host
+	}
+	if c.Engine != EngineFastHTTP {
+		return r, nil
+	}
 	for _, s := range c.Scenarios {
 		if s.Kind == KindWS {
 			if r.wsd == nil {
-				r.wsd = newWSDialer(&r.cfg)
+				r.wsd = newWSDialer(&r.cfg, u.Hostname())
 			}
 		} else if r.hc == nil {
 			r.hc = &fasthttp.HostClient{
-				Addr:                      addr,
+				Addr:                      r.hostPort,
+				IsTLS:                     tlsOn,
+				TLSConfig:                 tlsConfig(c.TLS, u.Hostname()),
 				MaxConns:                  c.Connections,
 				MaxConnWaitTimeout:        c.ConnWaitTimeout,
 				MaxIdleConnDuration:       c.IdleConnTimeout,
@@ -110,8 +132,23 @@ func New(cfg Config) (*Runner, error) {
 	return r, nil
 }
 
+// tlsConfig returns a copy of cfg (nil: the defaults) naming the server.
+func tlsConfig(cfg *tls.Config, serverName string) *tls.Config {
+	if cfg == nil {
+		cfg = &tls.Config{}
+	}
+	c := cfg.Clone()
+	if c.ServerName == "" {
+		c.ServerName = serverName
+	}
+	return c
+}
+
 // RunID returns the run's id (the prefix of DistNew ids).
 func (r *Runner) RunID() string { return r.runID }
+
+// Engine returns the engine the run uses (EngineAuto resolved).
+func (r *Runner) Engine() Engine { return r.cfg.Engine }
 
 func randomRunID() string {
 	const alphabet = "abcdefghijklmnopqrstuvwxyz234567"
@@ -127,303 +164,123 @@ func randomRunID() string {
 // Run runs the load test and returns its report. Cancelling ctx ends the
 // run early (StoppedBy = "canceled") and still returns a report of what was
 // measured. Run returns only after every goroutine it started has exited
-// and every connection it opened is closed or idle in the HostClient (closed
-// before Run returns). Request failures are results, not errors: the error
-// is non-nil only for ErrAlreadyRun.
+// and every connection it opened is closed (or idle in the fasthttp
+// engine's HostClient, closed before Run returns). Request failures are
+// results, not errors: the error is non-nil only for ErrAlreadyRun and when
+// the event loops cannot be set up (epoll, eventfd).
 func (r *Runner) Run(ctx context.Context) (*Report, error) {
 	if r.ran.Swap(true) {
 		return nil, ErrAlreadyRun
 	}
 	var ms0 runtime.MemStats
 	runtime.ReadMemStats(&ms0)
+	cpu0 := processCPU()
 	clk := r.cfg.Clock
-	t0 := clk.Now()
 	wallStart := time.Now()
+	t0 := clk.Now()
+	if r.cfg.Engine == EngineLoop {
+		t0 = clock.FromTime(wallStart)
+	}
+
+	var (
+		sch          *schedule
+		stoppedBy    string
+		measureStart = t0.Add(r.cfg.Warmup)
+		window       = r.cfg.Duration
+	)
+	if r.cfg.IsOpenLoop() {
+		s, by := newSchedule(t0, &r.cfg)
+		sch, stoppedBy, measureStart = &s, by, s.intended(s.warmup)
+		if by == StopRequests {
+			window = s.offset(s.total) - s.offset(s.warmup)
+		}
+	}
+	ser := newSeries(r.maxUs, r.cfg.Timeout, window)
 
 	progStop := make(chan struct{})
 	var progDone sync.WaitGroup
 	if r.cfg.Progress != nil {
 		progDone.Go(func() { r.progress(progStop, t0) })
 	}
-
 	var (
-		workers      []*worker
-		stoppedBy    string
-		measureStart clock.Instant
+		res engineResult
+		err error
 	)
-	if r.cfg.IsOpenLoop() {
-		sch, by := newSchedule(t0, &r.cfg)
-		workers = r.runOpen(ctx, &sch)
-		stoppedBy, measureStart = by, sch.intended(sch.warmup)
+	if r.cfg.Engine == EngineLoop {
+		res, err = r.runLoops(ctx, wallStart, sch, ser, measureStart)
 	} else {
-		var limitHit bool
-		workers, limitHit = r.runClosed(ctx, t0)
-		stoppedBy, measureStart = StopDuration, t0.Add(r.cfg.Warmup)
-		if limitHit {
-			stoppedBy = StopRequests
-		}
-	}
-	if ctx.Err() != nil {
-		stoppedBy = StopCanceled
+		res = r.runFastHTTP(ctx, t0, sch, ser, measureStart)
 	}
 	close(progStop)
 	progDone.Wait()
+	if err != nil {
+		return nil, err
+	}
+	if sch != nil {
+		res.stoppedBy = stoppedBy
+	}
+	if ctx.Err() != nil {
+		res.stoppedBy = StopCanceled
+	}
 	if r.hc != nil {
 		r.hc.CloseIdleConnections()
 	}
-
+	cpu := processCPU() - cpu0
 	var ms1 runtime.MemStats
 	runtime.ReadMemStats(&ms1)
 
-	agg := newStats(len(r.cfg.Scenarios), r.maxUs)
-	for _, w := range workers {
-		agg.merge(&w.st)
+	agg := newStats(len(r.cfg.Scenarios), r.maxUs, nil, measureStart)
+	for _, st := range res.stats {
+		st.iv.flush()
+		agg.merge(st)
 	}
-	rep := r.report(&agg, reportTimes{wallStart: wallStart, measureStart: measureStart}, stoppedBy)
+	rep := r.report(&agg, reportTimes{wallStart: wallStart, measureStart: measureStart}, res.stoppedBy)
+	// The series ends with the schedule or the Duration when one ended the
+	// run (completions after it count in its last second), else with the
+	// last completion.
+	seriesEnd := time.Duration(rep.ElapsedSeconds * 1e9)
+	if window > 0 && (res.stoppedBy == StopDuration || (sch != nil && res.stoppedBy == StopRequests)) {
+		seriesEnd = window
+	}
+	rep.Series = ser.finish(seriesEnd)
 	rep.Generator = generatorStats(&ms0, &ms1)
-	rep.Generator.Workers = len(workers)
+	rep.Generator.Engine = r.cfg.Engine
+	if r.cfg.Engine == EngineLoop {
+		rep.Generator.Loops = res.recorders
+	} else {
+		rep.Generator.Workers = res.recorders
+	}
+	rep.Generator.CPUSeconds = cpu.Seconds()
+	var all int64
+	for i := range r.live {
+		all += r.live[i].done.Load()
+	}
+	if all > 0 {
+		rep.Generator.CPUPerRequestUs = float64(cpu.Nanoseconds()) / 1e3 / float64(all)
+	}
 	return rep, nil
 }
 
-// runOpen runs the open loop: a scheduler (this goroutine) releases slot
-// numbers into a queue as their intended times come, and a pool of workers,
-// grown up to MaxWorkers when slots wait and no worker is idle, sends them.
-func (r *Runner) runOpen(ctx context.Context, sch *schedule) []*worker {
-	clk := r.cfg.Clock
-	q := make(chan int64, queueCap)
-	var (
-		wg      sync.WaitGroup
-		idle    atomic.Int64 // workers waiting on q
-		abandon atomic.Bool  // set after DrainTimeout or cancel: count queued slots as unsent
-		workers []*worker
-	)
-	spawn := func() {
-		w := r.newWorker(len(workers))
-		workers = append(workers, w)
-		idle.Add(1) // idle from birth, so a worker still starting up is not replaced
-		wg.Go(func() { w.runOpen(q, sch, &idle, &abandon) })
-	}
-	grow := func() {
-		for waiting := int64(len(q)) - idle.Load(); waiting > 0 && len(workers) < r.cfg.MaxWorkers; waiting-- {
-			spawn()
-		}
-	}
-	spawn()
-
-	var timer clock.Timer
-	defer func() {
-		if timer != nil {
-			timer.Stop()
-		}
-	}()
-	next := int64(0)
-	canceled := false
-schedule:
-	for next < sch.total {
-		due := sch.due(clk.Now().Sub(sch.t0))
-		for ; next < due; next++ {
-			select {
-			case q <- next:
-				continue
-			default:
-			}
-			grow()
-			select {
-			case q <- next:
-			case <-ctx.Done():
-				canceled = true
-				break schedule
-			}
-		}
-		grow()
-		if next >= sch.total {
-			break
-		}
-		wait := sch.offset(next) - clk.Now().Sub(sch.t0)
-		if wait <= 0 {
-			continue
-		}
-		if timer == nil {
-			timer = clk.NewTimer(wait)
-		} else {
-			timer.Reset(wait)
-		}
-		select {
-		case <-timer.C():
-		case <-ctx.Done():
-			canceled = true
-			break schedule
-		}
-	}
-	close(q)
-
-	// Drain: let the workers send what is queued, for at most DrainTimeout.
-	done := make(chan struct{})
-	go func() { wg.Wait(); close(done) }()
-	if canceled {
-		abandon.Store(true)
-	} else {
-		drain := clk.NewTimer(r.cfg.DrainTimeout)
-		select {
-		case <-done:
-		case <-drain.C():
-			abandon.Store(true)
-		case <-ctx.Done():
-			abandon.Store(true)
-		}
-		drain.Stop()
-	}
-	<-done
-	return workers
+// picker chooses each request's scenario and id for one recorder.
+type picker struct {
+	r   *Runner
+	rng *rand.Rand
+	id  []byte
 }
 
-// runClosed runs Connections workers, each sending its next request as soon
-// as the previous one finished. It reports whether the Requests bound was
-// reached.
-func (r *Runner) runClosed(ctx context.Context, t0 clock.Instant) ([]*worker, bool) {
-	var (
-		wg      sync.WaitGroup
-		issued  atomic.Int64
-		workers = make([]*worker, r.cfg.Connections)
-	)
-	for i := range workers {
-		w := r.newWorker(i)
-		workers[i] = w
-		wg.Go(func() { w.runClosed(ctx, t0, &issued) })
-	}
-	wg.Wait()
-	return workers, r.cfg.Requests != Unbounded && issued.Load() >= r.cfg.Requests
+func (r *Runner) newPicker(idx int) picker {
+	return picker{r: r, rng: rand.New(rand.NewPCG(r.seed, uint64(idx))), id: make([]byte, 0, 64)}
 }
 
-// worker sends requests and tallies them. Everything in it is owned by its
-// goroutine until that goroutine exits.
-type worker struct {
-	r     *Runner
-	idx   int
-	rng   *rand.Rand
-	id    []byte
-	execs []executor
-	out   outcome
-	st    stats
-}
-
-func (r *Runner) newWorker(idx int) *worker {
-	return &worker{
-		r:     r,
-		idx:   idx,
-		rng:   rand.New(rand.NewPCG(r.seed, uint64(idx))),
-		id:    make([]byte, 0, 64),
-		execs: make([]executor, len(r.cfg.Scenarios)),
-		st:    newStats(len(r.cfg.Scenarios), r.maxUs),
-	}
-}
-
-func (w *worker) runOpen(q <-chan int64, sch *schedule, idle *atomic.Int64, abandon *atomic.Bool) {
-	defer w.closeExecs()
-	// idle counts this worker from its spawn until it takes a slot, and
-	// again from when it finishes one.
-	for i := range q {
-		idle.Add(-1)
-		w.openSlot(i, sch, abandon)
-		idle.Add(1)
-	}
-	idle.Add(-1)
-}
-
-func (w *worker) openSlot(i int64, sch *schedule, abandon *atomic.Bool) {
-	if abandon.Load() {
-		if i >= sch.warmup {
-			w.st.unsent++
-		}
-		return
-	}
-	clk := w.r.cfg.Clock
-	intended := sch.intended(i)
-	start := clk.Now()
-	sc := w.send()
-	done := clk.Now()
-	if obs := w.r.observe; obs != nil {
-		obs(i, intended, done)
-	}
-	if i < sch.warmup {
-		return
-	}
-	w.st.lastStart = start
-	w.st.recordLag(start.Sub(intended))
-	w.st.recordService(done.Sub(start))
-	w.st.record(sc, done.Sub(intended), &w.out, done)
-}
-
-func (w *worker) runClosed(ctx context.Context, t0 clock.Instant, issued *atomic.Int64) {
-	defer w.closeExecs()
-	clk := w.r.cfg.Clock
-	cfg := &w.r.cfg
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		default:
-		}
-		start := clk.Now()
-		elapsed := start.Sub(t0)
-		if cfg.Duration != Unbounded && elapsed >= cfg.Warmup+cfg.Duration {
-			return
-		}
-		warm := elapsed < cfg.Warmup
-		if !warm && cfg.Requests != Unbounded && issued.Add(1) > cfg.Requests {
-			return
-		}
-		sc := w.send()
-		if warm {
-			continue
-		}
-		done := clk.Now()
-		w.st.record(sc, done.Sub(start), &w.out, done)
-	}
-}
-
-// send picks a scenario and an id, performs the request into w.out and
-// returns the scenario index.
-func (w *worker) send() int {
-	sc := 0
-	if len(w.r.cum) > 1 {
-		u := w.rng.Float64() * w.r.cum[len(w.r.cum)-1]
-		for sc < len(w.r.cum)-1 && u >= w.r.cum[sc] {
+// next picks a scenario and an id; the id is valid until the next call.
+func (p *picker) next() (sc int, id []byte) {
+	cum := p.r.cum
+	if len(cum) > 1 {
+		u := p.rng.Float64() * cum[len(cum)-1]
+		for sc < len(cum)-1 && u >= cum[sc] {
 			sc++
 		}
 	}
-	e := w.execs[sc]
-	if e == nil {
-		e = w.r.makeExec(w, sc)
-		w.execs[sc] = e
-	}
-	w.id = w.r.ids.appendID(w.id[:0], w.rng)
-	w.out = outcome{}
-	live := &w.r.live
-	live.sent.Add(1)
-	e.exec(w.id, &w.out)
-	live.done.Add(1)
-	if w.out.err != nil || (w.out.status != 0 && (w.out.status < 200 || w.out.status > 299)) {
-		live.errs.Add(1)
-	}
-	return sc
-}
-
-func (w *worker) closeExecs() {
-	for _, e := range w.execs {
-		if e != nil {
-			e.close()
-		}
-	}
-}
-
-func (r *Runner) makeExec(w *worker, sc int) executor {
-	if r.newExec != nil {
-		return r.newExec(w, sc)
-	}
-	s := &r.cfg.Scenarios[sc]
-	if s.Kind == KindWS {
-		return newWSExec(r.wsd, r.wsBase, s, r.cfg.Headers, r.cfg.Timeout, w.idx)
-	}
-	return newHTTPExec(r.hc, r.httpBase, s, r.cfg.Headers)
+	p.id = p.r.ids.appendID(p.id[:0], p.rng)
+	return sc, p.id
 }

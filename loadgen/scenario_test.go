@@ -3,12 +3,15 @@ package loadgen
 import (
 	"errors"
 	"math"
+	"net"
 	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/pinned-go/pinned/clock"
 )
 
 func TestParseScenarioFile(t *testing.T) {
@@ -130,7 +133,21 @@ func TestConfigValidation(t *testing.T) {
 	}
 	f("defaults", func(*Config) {}, "")
 	f("no url", func(c *Config) { c.URL = "" }, "URL is required")
-	f("https", func(c *Config) { c.URL = "https://127.0.0.1" }, "scheme must be http")
+	f("https", func(c *Config) { c.URL = "https://127.0.0.1" }, "")
+	f("ftp", func(c *Config) { c.URL = "ftp://127.0.0.1" }, "scheme must be http or https")
+	f("stages", func(c *Config) { c.Stages = []Stage{{Duration: time.Second, Rate: 10, EndRate: 100}, {Rate: 100}} }, "")
+	f("stages and rate", func(c *Config) { c.Rate, c.Stages = 5, []Stage{{Rate: 10}} }, "Stages replace Rate")
+	f("stage without rate", func(c *Config) { c.Stages = []Stage{{Duration: time.Second}} }, "Stages[0]: rates")
+	f("open stage not last", func(c *Config) { c.Stages = []Stage{{Rate: 1}, {Rate: 2, Duration: time.Second}} }, "only the last stage may be open-ended")
+	f("loop engine over https", func(c *Config) { c.URL, c.Engine = "https://127.0.0.1", EngineLoop }, "speaks plain http only")
+	f("loop engine with ws", func(c *Config) { c.Engine, c.Scenarios = EngineLoop, []Scenario{{Kind: KindWS}} }, "no websocket client")
+	f("bad engine", func(c *Config) { c.Engine = "turbo" }, `Engine = "turbo"`)
+	f("negative loops", func(c *Config) { c.Loops = -1 }, "Loops = -1")
+	f("body template", func(c *Config) { c.Scenarios = []Scenario{{Kind: KindPost, Body: `{"id":"{id}"}`, Method: "PUT"}} }, "")
+	f("body on get", func(c *Config) { c.Scenarios = []Scenario{{Body: "x"}} }, "body is only for kind post")
+	f("body and size", func(c *Config) { c.Scenarios = []Scenario{{Kind: KindPost, Body: "x", BodySize: 3}} }, "both set")
+	f("method template", func(c *Config) { c.Scenarios = []Scenario{{Method: "M{id}"}} }, "")
+	f("bad method", func(c *Config) { c.Scenarios = []Scenario{{Method: "G T"}} }, "not an HTTP token")
 	f("url with path", func(c *Config) { c.URL = "http://127.0.0.1/x" }, "no path")
 	f("both unbounded", func(c *Config) { c.Duration, c.Requests = Unbounded, Unbounded }, "both unbounded")
 	f("duration unbounded ok", func(c *Config) { c.Duration = Unbounded }, "")
@@ -145,4 +162,25 @@ func TestConfigValidation(t *testing.T) {
 	f("bad header", func(c *Config) { c.Headers = []Header{{"Bad Name", "x"}} }, "not an HTTP token")
 	f("bad path", func(c *Config) { c.Path = "nope" }, "Path")
 	f("duplicate scenario", func(c *Config) { c.Scenarios = []Scenario{{Name: "a"}, {Name: "a"}} }, "duplicate name")
+}
+
+// TestEngineChoice: the auto engine is the event loops whenever they can run
+// the workload, fasthttp otherwise.
+func TestEngineChoice(t *testing.T) {
+	f := func(name string, c Config, want Engine) {
+		t.Helper()
+		r, err := New(c)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if r.Engine() != want {
+			t.Errorf("%s: engine %q; want %q", name, r.Engine(), want)
+		}
+	}
+	f("plain http", Config{URL: "http://127.0.0.1:1"}, EngineLoop)
+	f("https", Config{URL: "https://127.0.0.1:1"}, EngineFastHTTP)
+	f("ws in the mix", Config{URL: "http://127.0.0.1:1", Scenarios: []Scenario{{Name: "a"}, {Name: "w", Kind: KindWS}}}, EngineFastHTTP)
+	f("custom dial", Config{URL: "http://127.0.0.1:1", Dial: func(string) (net.Conn, error) { return nil, nil }}, EngineFastHTTP)
+	f("fake clock", Config{URL: "http://127.0.0.1:1", Clock: clock.NewFake(time.Unix(0, 0))}, EngineFastHTTP)
+	f("forced fasthttp", Config{URL: "http://127.0.0.1:1", Engine: EngineFastHTTP}, EngineFastHTTP)
 }

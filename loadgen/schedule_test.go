@@ -32,7 +32,7 @@ func TestSlotsIn(t *testing.T) {
 // and due(offset(i)-1) does not, for rates whose period is not an integer.
 func TestScheduleDueAgreesWithOffset(t *testing.T) {
 	for _, rate := range []float64{1, 3, 7, 333, 1000, 12000, 99999.7} {
-		s := schedule{rate: rate, total: 5000}
+		s, _ := newSchedule(clock.Instant{}, &Config{Rate: rate, Duration: Unbounded, Requests: 5000})
 		for i := int64(0); i < 5000; i += 7 {
 			off := s.offset(i)
 			if got := s.due(off); got != min(i+1, s.total) {
@@ -308,4 +308,44 @@ func TestProgressLine(t *testing.T) {
 func near(got, want int64) bool {
 	d := got - want
 	return d >= 0 && d <= want/1000+1
+}
+
+// TestStagesScheduleFollowsTheRateCurve: a ramp, steps and a held last
+// rate lay slots out by the integral of the rate, and due and offset agree
+// everywhere.
+func TestStagesScheduleFollowsTheRateCurve(t *testing.T) {
+	f := func(name string, cfg Config, checks map[time.Duration]int64, total int64) {
+		t.Run(name, func(t *testing.T) {
+			cfg.Requests = Unbounded
+			s, by := newSchedule(clock.Instant{}, &cfg)
+			if s.total != total || by != StopDuration {
+				t.Errorf("total %d stopped by %s; want %d, duration", s.total, by, total)
+			}
+			for at, want := range checks {
+				if got := s.due(at); got < want-1 || got > want+1 {
+					t.Errorf("due(%v) = %d; want %d ± 1", at, got, want)
+				}
+			}
+			for i := int64(0); i < s.total; i++ {
+				off := s.offset(i)
+				if i > 0 && off < s.offset(i-1) {
+					t.Fatalf("offset(%d) = %v before offset(%d) = %v", i, off, i-1, s.offset(i-1))
+				}
+				if got := s.due(off); got != i+1 {
+					t.Fatalf("due(offset(%d) = %v) = %d; want %d", i, off, got, i+1)
+				}
+			}
+		})
+	}
+	// Λ(t) = 1000t + 1000t² over the ramp (1000 → 3000 in 1s), then 3000/s.
+	f("ramp then hold", Config{Duration: 2 * time.Second, Stages: []Stage{{Duration: time.Second, Rate: 1000, EndRate: 3000}}},
+		map[time.Duration]int64{250 * time.Millisecond: 313, 500 * time.Millisecond: 751, time.Second: 2001, 1500 * time.Millisecond: 3501}, 5000)
+	f("ramp down", Config{Duration: time.Second, Stages: []Stage{{Duration: time.Second, Rate: 3000, EndRate: 1000}}},
+		map[time.Duration]int64{500 * time.Millisecond: 1251}, 2000)
+	f("steps", Config{Duration: 3 * time.Second, Stages: []Stage{{Duration: time.Second, Rate: 100}, {Duration: time.Second, Rate: 200}, {Rate: 300}}},
+		map[time.Duration]int64{time.Second - 1: 100, 2*time.Second - 1: 300, 2500 * time.Millisecond: 451}, 600)
+	// The warmup runs at the first stage's starting rate; measured slots
+	// follow the stages from the end of the warmup.
+	f("warmup first", Config{Duration: time.Second, Warmup: time.Second, Stages: []Stage{{Duration: time.Second, Rate: 100, EndRate: 300}}},
+		map[time.Duration]int64{time.Second - 1: 100, 2*time.Second - 1: 300}, 300)
 }

@@ -29,14 +29,21 @@ func newDetailHist(maxUs int64) *hdrhistogram.Histogram {
 	return hdrhistogram.New(1, maxUs, detailHistSigFigs)
 }
 
+// newLagHist returns a schedule-lag histogram in microseconds: exact below
+// 256µs, 1 % above.
+func newLagHist(maxUs int64) *hdrhistogram.Histogram {
+	return hdrhistogram.New(1, maxUs, detailHistSigFigs)
+}
+
 // outcome is what one request produced.
 type outcome struct {
-	status int    // HTTP status; 0 for a websocket round trip or when err != nil
-	reason []byte // X-Pinned-Reason of a non-2xx response; valid until the next request
-	err    error  // transport error
-	sent   int64  // body or message bytes written
-	recv   int64  // body or message bytes read
-	other  int64  // websocket messages skipped while waiting for the echo
+	status int      // HTTP status; 0 for a websocket round trip or when err != nil
+	reason []byte   // X-Pinned-Reason of a non-2xx response; valid until the next request
+	err    error    // transport error
+	class  errClass // class of err when the engine knows it (the event loops); 0: classify(err)
+	sent   int64    // body or message bytes written
+	recv   int64    // body or message bytes read
+	other  int64    // websocket messages skipped while waiting for the echo
 }
 
 // scenarioStats is one worker's tally for one scenario.
@@ -48,13 +55,18 @@ type scenarioStats struct {
 	bytesRecv int64
 }
 
-// stats is one worker's tally of the measured phase. It is owned by its
-// worker goroutine until the worker exits, then read by Run: no locking.
+// stats is one recorder's tally of the measured phase: an event loop's, or
+// a worker goroutine's in the fasthttp engine. It is owned by its recorder
+// until the recorder exits, then read by Run: no locking, except the
+// per-second flushes into the shared series (one lock per recorder and
+// second, never per request).
 type stats struct {
 	maxUs     int64
 	all       *hdrhistogram.Histogram // every response's latency, full precision; nil until the first
 	sc        []scenarioStats         // one per scenario; hist only when there are several
 	svc       *hdrhistogram.Histogram // open loop: service time, actual send to done, detail precision; nil until the first
+	lag       *hdrhistogram.Histogram // open loop: schedule lag, detail precision; nil until the first
+	iv        interval                // this second's share of the series
 	clamped   int64
 	statuses  map[int]int64
 	reasons   map[string]*int64
@@ -62,20 +74,24 @@ type stats struct {
 	samples   [numClasses]string // first error text per transport class
 	wsOther   int64
 	unsent    int64
-	lagMax    time.Duration
-	lagSum    time.Duration
-	lagN      int64
 	lastDone  clock.Instant // completion of the latest measured request
 	lastStart clock.Instant // open loop: actual send of the latest measured request
 }
 
-func newStats(scenarios int, maxUs int64) stats {
-	return stats{
+// newStats returns a tally for scenarios scenarios; ser, when set, receives
+// its per-second flushes, seconds counted from measureStart.
+func newStats(scenarios int, maxUs int64, ser *series, measureStart clock.Instant) stats {
+	st := stats{
 		maxUs:    maxUs,
 		sc:       make([]scenarioStats, scenarios),
 		statuses: make(map[int]int64, 4),
 		reasons:  make(map[string]*int64),
+		iv:       interval{sec: -1, last: -1},
 	}
+	if ser != nil {
+		st.iv = ser.interval(measureStart)
+	}
+	return st
 }
 
 // recordLatency adds one latency, clamped to [0, maxUs].
@@ -125,9 +141,14 @@ func (s *stats) record(sc int, lat time.Duration, o *outcome, done clock.Instant
 	st.bytesRecv += o.recv
 	s.wsOther += o.other
 	s.lastDone = done
+	iv := s.iv.at(done, s.maxUs)
 	if o.err != nil {
 		st.errors++
-		c := classify(o.err)
+		iv.errors++
+		c := o.class
+		if c == classNone {
+			c = classify(o.err)
+		}
 		s.classes[c]++
 		if s.samples[c] == "" {
 			s.samples[c] = o.err.Error()
@@ -135,12 +156,14 @@ func (s *stats) record(sc int, lat time.Duration, o *outcome, done clock.Instant
 		return
 	}
 	s.recordLatency(sc, lat)
+	recordClamped(iv.hist, lat, s.maxUs)
 	if o.status == 0 {
 		return // a websocket round trip: no HTTP status
 	}
 	s.statuses[o.status]++
 	if o.status < 200 || o.status > 299 {
 		st.errors++
+		iv.errors++
 		s.classes[classStatus]++
 		if len(o.reason) > 0 {
 			if p := s.reasons[string(o.reason)]; p != nil {
@@ -155,12 +178,10 @@ func (s *stats) record(sc int, lat time.Duration, o *outcome, done clock.Instant
 
 // recordLag tallies how late an open-loop request was sent.
 func (s *stats) recordLag(lag time.Duration) {
-	if lag < 0 {
-		lag = 0
+	if s.lag == nil {
+		s.lag = newLagHist(s.maxUs)
 	}
-	s.lagMax = max(s.lagMax, lag)
-	s.lagSum += lag
-	s.lagN++
+	recordClamped(s.lag, lag, s.maxUs)
 }
 
 // merge adds o into s. Histograms are merged with Merge; both sides have
@@ -176,6 +197,7 @@ func (s *stats) merge(o *stats) {
 	}
 	s.all = mergeHist(s.all, o.all, newHist, s.maxUs)
 	s.svc = mergeHist(s.svc, o.svc, newDetailHist, s.maxUs)
+	s.lag = mergeHist(s.lag, o.lag, newLagHist, s.maxUs)
 	s.clamped += o.clamped
 	for k, v := range o.statuses {
 		s.statuses[k] += v
@@ -196,9 +218,6 @@ func (s *stats) merge(o *stats) {
 	}
 	s.wsOther += o.wsOther
 	s.unsent += o.unsent
-	s.lagMax = max(s.lagMax, o.lagMax)
-	s.lagSum += o.lagSum
-	s.lagN += o.lagN
 	s.lastDone = later(s.lastDone, o.lastDone)
 	s.lastStart = later(s.lastStart, o.lastStart)
 }

@@ -2,6 +2,7 @@ package loadgen
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -21,7 +22,7 @@ import (
 // TestSummarizeKnownInputs: 1..1000µs once each, all below 2048 where the
 // histogram is exact, give exactly known percentiles.
 func TestSummarizeKnownInputs(t *testing.T) {
-	st := newStats(1, 60_000_000)
+	st := newStats(1, 60_000_000, nil, clock.Instant{})
 	for v := 1; v <= 1000; v++ {
 		st.recordLatency(0, time.Duration(v)*time.Microsecond)
 	}
@@ -53,8 +54,8 @@ func TestValueAtQuantileTakesPercent(t *testing.T) {
 // equal one histogram that saw every value.
 func TestMergeEqualsSingleHistogram(t *testing.T) {
 	const maxUs = 10_000_000
-	one := newStats(2, maxUs)
-	workers := []stats{newStats(2, maxUs), newStats(2, maxUs), newStats(2, maxUs)}
+	one := newStats(2, maxUs, nil, clock.Instant{})
+	workers := []stats{newStats(2, maxUs, nil, clock.Instant{}), newStats(2, maxUs, nil, clock.Instant{}), newStats(2, maxUs, nil, clock.Instant{})}
 	o := &outcome{status: 200, sent: 3, recv: 5}
 	for i := range 30_000 {
 		lat := time.Duration(1+(i*7919)%2_000_000) * time.Microsecond
@@ -62,7 +63,7 @@ func TestMergeEqualsSingleHistogram(t *testing.T) {
 		one.record(sc, lat, o, clock.Instant{})
 		workers[i%3].record(sc, lat, o, clock.Instant{})
 	}
-	agg := newStats(2, maxUs)
+	agg := newStats(2, maxUs, nil, clock.Instant{})
 	for i := range workers {
 		agg.merge(&workers[i])
 	}
@@ -83,7 +84,7 @@ func TestMergeEqualsSingleHistogram(t *testing.T) {
 }
 
 func TestRecordClamps(t *testing.T) {
-	st := newStats(1, 1000)
+	st := newStats(1, 1000, nil, clock.Instant{})
 	st.recordLatency(0, 5*time.Second)
 	st.recordLatency(0, -time.Millisecond)
 	st.recordLatency(0, 500*time.Microsecond)
@@ -98,7 +99,7 @@ func TestRecordClamps(t *testing.T) {
 }
 
 func TestRecordErrorsAndReasons(t *testing.T) {
-	st := newStats(1, 1_000_000)
+	st := newStats(1, 1_000_000, nil, clock.Instant{})
 	rec := func(o outcome) { st.record(0, time.Millisecond, &o, clock.Instant{}) }
 	rec(outcome{status: 200})
 	rec(outcome{status: 503, reason: []byte("capacity")})
@@ -142,6 +143,7 @@ func TestClassify(t *testing.T) {
 	f(fasthttp.ErrConnectionClosed, classConnection)
 	f(io.ErrUnexpectedEOF, classConnection)
 	f(&websocket.CloseError{Code: websocket.CloseGoingAway}, classConnection)
+	f(fmt.Errorf("handshake: %w", &tls.CertificateVerificationError{Err: errors.New("unknown authority")}), classConnect)
 	f(errors.New("something odd"), classOther)
 	f(websocket.ErrBadHandshake, classOther)
 }

@@ -17,7 +17,16 @@ func (rep *Report) WriteText(w io.Writer) error {
 	c := &rep.Config
 	mode := fmt.Sprintf("closed loop, %d connections", c.Connections)
 	if c.Mode == "open" {
-		mode = fmt.Sprintf("open loop %.6g req/s, %d connections, ≤%d workers", c.Rate, c.Connections, c.MaxWorkers)
+		mode = fmt.Sprintf("open loop %s, %d connections", rateText(c), c.Connections)
+	}
+	switch g := &rep.Generator; g.Engine {
+	case EngineLoop:
+		mode += fmt.Sprintf(", %d event loops", g.Loops)
+	case EngineFastHTTP:
+		mode += ", fasthttp engine"
+		if c.MaxWorkers > 0 {
+			mode += fmt.Sprintf(" (≤%d workers)", c.MaxWorkers)
+		}
 	}
 	ids := string(c.IDs.Dist)
 	switch c.IDs.Dist {
@@ -67,7 +76,8 @@ func (rep *Report) WriteText(w io.Writer) error {
 		fmt.Fprintf(&b, "  %d latencies above the histogram range were clamped to it (raise -max-latency)\n", rep.Latency.Clamped)
 	}
 	if l := rep.ScheduleLag; l != nil {
-		fmt.Fprintf(&b, "schedule lag   mean %s, max %s\n", fmtUs(l.Mean), fmtUs(float64(l.Max)))
+		fmt.Fprintf(&b, "schedule lag   p50 %s, p90 %s, p99 %s, p99.9 %s, max %s (mean %s): how late requests left\n",
+			fmtUs(float64(l.P50)), fmtUs(float64(l.P90)), fmtUs(float64(l.P99)), fmtUs(float64(l.P999)), fmtUs(float64(l.Max)), fmtUs(l.Mean))
 	}
 	fmt.Fprintf(&b, "bytes          sent %s, received %s\n", fmtBytes(rep.Bytes.Sent), fmtBytes(rep.Bytes.Received))
 	if len(rep.Statuses) > 0 {
@@ -102,10 +112,33 @@ func (rep *Report) WriteText(w io.Writer) error {
 		fmt.Fprintf(&b, "websocket      %d non-echo messages skipped\n", rep.Requests.WSSkipped)
 	}
 	g := &rep.Generator
-	fmt.Fprintf(&b, "generator      %d workers, GOMAXPROCS %d, %d GCs (pause total %s, max %s)\n",
-		g.Workers, g.GoMaxProcs, g.GCCount, fmtUs(float64(g.GCPauseTotalUs)), fmtUs(float64(g.GCPauseMaxUs)))
+	recorders := fmt.Sprintf("%d workers", g.Workers)
+	if g.Engine == EngineLoop {
+		recorders = fmt.Sprintf("%d loops", g.Loops)
+	}
+	fmt.Fprintf(&b, "generator      %s engine, %s, GOMAXPROCS %d, CPU %.2fs = %.1fµs/request, %d GCs (pause total %s, max %s)\n",
+		g.Engine, recorders, g.GoMaxProcs, g.CPUSeconds, g.CPUPerRequestUs, g.GCCount, fmtUs(float64(g.GCPauseTotalUs)), fmtUs(float64(g.GCPauseMaxUs)))
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// rateText describes the open loop's rate: constant, or its schedule.
+func rateText(c *ReportConfig) string {
+	if len(c.Stages) == 0 {
+		return fmt.Sprintf("%.6g req/s", c.Rate)
+	}
+	var parts []string
+	for _, st := range c.Stages {
+		r := fmt.Sprintf("%.6g", st.Rate)
+		if st.EndRate != 0 && st.EndRate != st.Rate {
+			r += "→" + fmt.Sprintf("%.6g", st.EndRate)
+		}
+		if st.Duration > 0 {
+			r += " for " + st.Duration.String()
+		}
+		parts = append(parts, r)
+	}
+	return "req/s " + strings.Join(parts, ", ") + " (the last rate holds)"
 }
 
 // progress writes one line per ProgressInterval until stop is closed.
@@ -122,7 +155,11 @@ func (r *Runner) progress(stop <-chan struct{}, t0 clock.Instant) {
 		case <-t.C():
 		}
 		now := clk.Now()
-		sent, done, errs := r.live.sent.Load(), r.live.done.Load(), r.live.errs.Load()
+		var sent, done, errs int64
+		for i := range r.live {
+			c := &r.live[i]
+			sent, done, errs = sent+c.sent.Load(), done+c.done.Load(), errs+c.errs.Load()
+		}
 		rate := 0.0
 		if d := now.Sub(prevAt); d > 0 {
 			rate = float64(done-prevDone) / d.Seconds()

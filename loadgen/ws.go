@@ -23,7 +23,7 @@ const minWSMessage = 24
 // kept until it fails; round trips after the dial ignore their id.
 type wsExec struct {
 	d       *websocket.Dialer
-	tmpl    pathTemplate
+	tmpl    template
 	hdr     http.Header
 	timeout time.Duration
 	worker  uint32
@@ -34,8 +34,8 @@ type wsExec struct {
 	uri     []byte
 }
 
-func newWSDialer(cfg *Config) *websocket.Dialer {
-	d := &websocket.Dialer{HandshakeTimeout: cfg.Timeout}
+func newWSDialer(cfg *Config, serverName string) *websocket.Dialer {
+	d := &websocket.Dialer{HandshakeTimeout: cfg.Timeout, TLSClientConfig: tlsConfig(cfg.TLS, serverName)}
 	if dial := cfg.Dial; dial != nil {
 		d.NetDialContext = func(_ context.Context, _, addr string) (net.Conn, error) { return dial(addr) }
 	} else {
@@ -50,12 +50,12 @@ func newWSExec(d *websocket.Dialer, base string, s *Scenario, headers []Header, 
 	for _, h := range headers {
 		hdr.Add(h.Name, h.Value)
 	}
-	for k, v := range s.Headers {
-		hdr.Add(k, v)
+	for _, k := range sortedHeaderNames(s.Headers) {
+		hdr.Add(k, s.Headers[k])
 	}
 	e := &wsExec{
 		d:       d,
-		tmpl:    newPathTemplate(base, s.Path),
+		tmpl:    newTemplate(s.Path).withPrefix(base),
 		hdr:     hdr,
 		timeout: timeout,
 		worker:  uint32(worker),
@@ -131,7 +131,7 @@ func (e *wsExec) tag() {
 // status is reported as that status (with X-Pinned-Reason), not as a
 // transport error; a 2xx instead of 101 is an "other" error.
 func (e *wsExec) dial(id []byte, o *outcome) bool {
-	e.uri = e.tmpl.appendURI(e.uri[:0], id)
+	e.uri = e.tmpl.appendTo(e.uri[:0], id)
 	ctx, cancel := context.WithTimeout(context.Background(), e.timeout)
 	defer cancel()
 	conn, resp, err := e.d.DialContext(ctx, string(e.uri), e.hdr)

@@ -15,8 +15,8 @@ import (
 	"github.com/valyala/fasthttp"
 	"go.uber.org/goleak"
 
-	"github.com/pinned-go/pinned/loadgen"
 	"github.com/pinned-go/pinned/internal/wire"
+	"github.com/pinned-go/pinned/loadgen"
 )
 
 func TestMain(m *testing.M) {
@@ -74,7 +74,7 @@ func TestUsageErrorsExit2(t *testing.T) {
 	f(`IDs.Dist = "pareto"`, "-url", "http://127.0.0.1:1", "-dist", "pareto")
 	f(`want "Name: value"`, "-url", "http://127.0.0.1:1", "-H", "NoColon")
 	f("flag provided but not defined: -nope", "-url", "http://127.0.0.1:1", "-nope")
-	f("scheme must be http", "-url", "https://127.0.0.1:1")
+	f("scheme must be http or https", "-url", "ftp://127.0.0.1:1")
 	f("-max-workers applies to the open loop only", "-url", "http://127.0.0.1:1", "-max-workers", "3")
 	f("cannot read scenario file", "-url", "http://127.0.0.1:1", "-mix", filepath.Join(dir, "missing.json"))
 	f(`kind "gett"`, "-url", "http://127.0.0.1:1", "-mix", badMix)
@@ -119,8 +119,9 @@ func TestRunWritesTableJSONAndPlot(t *testing.T) {
 	if code, _, stderr := runArgs("plot", "-title", "a vs b", "-o", out, jsonPath, jsonPath); code != exitOK {
 		t.Fatalf("plot: exit %d: %s", code, stderr)
 	}
-	if b, _ := os.ReadFile(out); bytes.Count(b, []byte("<polyline")) != 2 {
-		t.Errorf("combined plot has %d curves; want 2", bytes.Count(b, []byte("<polyline")))
+	b, _ := os.ReadFile(out)
+	if pct, _, _ := bytes.Cut(b, []byte("second of the measured phase")); bytes.Count(pct, []byte("<polyline")) != 2 {
+		t.Errorf("combined plot has %d percentile curves; want 2", bytes.Count(pct, []byte("<polyline")))
 	}
 	if code, _, _ := runArgs("plot", "-o", out, plotPath); code != exitUsage {
 		t.Errorf("plot of a non-JSON file: exit %d; want 2", code)
