@@ -227,8 +227,10 @@ func TestBoundsOnRealTarget(t *testing.T) {
 			}
 		})
 	}
+	// The last response may arrive just before the duration ends: a
+	// completion is the kernel's receive time, not the loop's.
 	f("closed duration", Config{Duration: 200 * time.Millisecond, Requests: Unbounded, Connections: 4}, func(r *Report) string {
-		if r.StoppedBy != StopDuration || r.ElapsedSeconds < 0.2 || r.ElapsedSeconds > 1 || r.Requests.Sent == 0 {
+		if r.StoppedBy != StopDuration || r.ElapsedSeconds < 0.19 || r.ElapsedSeconds > 1 || r.Requests.Sent == 0 {
 			return "stopped by " + r.StoppedBy + " after " + time.Duration(r.ElapsedSeconds*1e9).String()
 		}
 		return ""

@@ -4,17 +4,22 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/fasthttp/websocket"
 	"github.com/valyala/fasthttp"
 	"go.uber.org/goleak"
 
+	"github.com/pinned-go/pinned/internal/testkit/tlstest"
 	"github.com/pinned-go/pinned/internal/wire"
 	"github.com/pinned-go/pinned/loadgen"
 )
@@ -147,16 +152,42 @@ func TestJSONToStdoutMovesTableToStderr(t *testing.T) {
 }
 
 func TestMaxErrorRateExit1(t *testing.T) {
+	var n atomic.Int64
 	url := serve(t, func(ctx *fasthttp.RequestCtx) {
-		ctx.Error("full", 503)
-		ctx.Response.Header.Set(wire.HeaderReason, wire.ReasonCapacity)
+		if n.Add(1)%2 == 0 {
+			ctx.Error("full", 503)
+			ctx.Response.Header.Set(wire.HeaderReason, wire.ReasonCapacity)
+		}
 	})
-	args := []string{"-url", url, "-requests", "20", "-quiet"}
-	if code, stdout, _ := runArgs(args...); code != exitOK || !strings.Contains(stdout, "reason capacity×20") {
-		t.Errorf("without -max-error-rate: exit %d; want 0 and the reasons in the table:\n%s", code, stdout)
+	args := []string{"-url", url, "-requests", "20", "-c", "1", "-quiet"}
+	if code, stdout, _ := runArgs(args...); code != exitOK || !strings.Contains(stdout, "reason capacity×10") {
+		t.Errorf("half failing, without -max-error-rate: exit %d; want 0 and the reasons in the table:\n%s", code, stdout)
 	}
-	if code, _, stderr := runArgs(append(args, "-max-error-rate", "0.5")...); code != exitErrorRate || !strings.Contains(stderr, "exceeds -max-error-rate") {
-		t.Errorf("with -max-error-rate 0.5: exit %d, stderr %q; want 1", code, stderr)
+	if code, _, stderr := runArgs(append(args, "-max-error-rate", "0.4")...); code != exitErrorRate || !strings.Contains(stderr, "exceeds -max-error-rate") {
+		t.Errorf("with -max-error-rate 0.4: exit %d, stderr %q; want 1", code, stderr)
+	}
+	if code, _, stderr := runArgs(append(args, "-max-error-rate", "0.6")...); code != exitOK {
+		t.Errorf("with -max-error-rate 0.6: exit %d, stderr %q; want 0", code, stderr)
+	}
+}
+
+// TestEveryRequestFailedExit1: a run where nothing succeeded is a failure
+// without any flag, whether the target refuses, answers errors or is gone.
+func TestEveryRequestFailedExit1(t *testing.T) {
+	failing := serve(t, func(ctx *fasthttp.RequestCtx) { ctx.Error("no", 500) })
+	ln, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gone := "http://" + ln.Addr().String()
+	ln.Close()
+	for _, url := range []string{failing, gone} {
+		for _, mode := range [][]string{{"-requests", "10"}, {"-rate", "200", "-requests", "10"}} {
+			code, stdout, stderr := runArgs(append([]string{"-url", url, "-quiet"}, mode...)...)
+			if code != exitErrorRate || !strings.Contains(stderr, "no request succeeded (10 sent, 10 failed") || !strings.Contains(stdout, "errors         10") {
+				t.Errorf("%s %v: exit %d, stderr %q; want 1 and why\n%s", url, mode, code, stderr, stdout)
+			}
+		}
 	}
 }
 
@@ -224,4 +255,152 @@ func TestMixFile(t *testing.T) {
 	if seen["GET read"] < 400 || seen["POST incr"] == 0 || seen["GET ws"] == 0 || len(seen) != 3 {
 		t.Errorf("target saw %v; want mostly GET read, some POST incr and websocket handshakes", seen)
 	}
+}
+
+// TestHelpListsEveryFlagWithItsDefault: -h documents every flag, with its
+// default even when it is zero, false or empty.
+func TestHelpListsEveryFlagWithItsDefault(t *testing.T) {
+	code, _, stderr := runArgs("-h")
+	if code != exitOK {
+		t.Fatalf("-h: exit %d", code)
+	}
+	fs := flag.NewFlagSet("x", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	n := 0
+	for _, line := range strings.Split(stderr, "\n") {
+		if strings.HasPrefix(line, "  -") {
+			n++
+		}
+	}
+	for _, name := range []string{"url", "path", "rate", "ramp", "step", "c", "engine", "loops", "max-workers", "duration", "requests", "warmup",
+		"scenario", "mix", "body-size", "body-file", "method", "H", "dist", "keys", "zipf-s", "id-prefix", "run-id", "seed", "timeout",
+		"conn-wait", "drain", "max-latency", "insecure", "cacert", "label", "json", "plot", "hgrm", "quiet", "max-error-rate"} {
+		i := strings.Index(stderr, "\n  -"+name+" ")
+		if i < 0 {
+			i = strings.Index(stderr, "\n  -"+name+"\n")
+		}
+		if i < 0 {
+			t.Errorf("-h does not list -%s", name)
+			continue
+		}
+		rest := stderr[i+1:]
+		if j := strings.Index(rest[1:], "\n  -"); j >= 0 {
+			rest = rest[:j+1]
+		}
+		if !strings.Contains(rest, "(default ") {
+			t.Errorf("-h lists -%s without its default:\n%s", name, rest)
+		}
+	}
+	if n != 36 {
+		t.Errorf("-h lists %d flags; the test knows 36: update one of them", n)
+	}
+}
+
+// TestRateSchedules: a ramp and steps reach the target as scheduled (the
+// duration defaults to the schedule's length) and are echoed in the report.
+func TestRateSchedules(t *testing.T) {
+	url := serve(t, func(ctx *fasthttp.RequestCtx) {})
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		args   []string
+		sent   int64
+		stages int
+	}{
+		{[]string{"-rate", "100:300", "-ramp", "1s"}, 200, 1},
+		{[]string{"-rate", "100,200,300", "-step", "400ms"}, 240, 3},
+		{[]string{"-rate", "100,200", "-step", "500ms", "-duration", "1500ms"}, 250, 2}, // the last rate holds
+	} {
+		out := filepath.Join(dir, "r.json")
+		code, _, stderr := runArgs(append([]string{"-url", url, "-quiet", "-json", out}, tc.args...)...)
+		if code != exitOK {
+			t.Fatalf("%v: exit %d: %s", tc.args, code, stderr)
+		}
+		rep := readReport(t, out)
+		if d := rep.Requests.Sent - tc.sent; d < -1 || d > 1 || len(rep.Config.Stages) != tc.stages || rep.Config.Mode != "open" {
+			t.Errorf("%v: sent %d, stages %+v; want %d (±1) requests over %d stages", tc.args, rep.Requests.Sent, rep.Config.Stages, tc.sent, tc.stages)
+		}
+	}
+	for _, bad := range [][]string{{"-rate", "1:2"}, {"-rate", "1,2"}, {"-rate", "10", "-ramp", "1s"}, {"-rate", "1:x", "-ramp", "1s"}, {"-rate", "1,2", "-step", "1s", "-ramp", "1s"}} {
+		if code, _, _ := runArgs(append([]string{"-url", url}, bad...)...); code != exitUsage {
+			t.Errorf("%v: exit %d; want 2", bad, code)
+		}
+	}
+}
+
+// TestBodyAndHeadersFromFiles: -body-file and -H @file put the file's
+// contents on the wire, {id} substituted.
+func TestBodyAndHeadersFromFiles(t *testing.T) {
+	var mu sync.Mutex
+	seen := map[string]int{}
+	url := serve(t, func(ctx *fasthttp.RequestCtx) {
+		mu.Lock()
+		seen[fmt.Sprintf("%s %s %s|%s|%s", ctx.Method(), ctx.Path(), ctx.PostBody(), ctx.Request.Header.Peek("X-A"), ctx.Request.Header.Peek("X-B"))]++
+		mu.Unlock()
+	})
+	dir := t.TempDir()
+	body, hdrs := filepath.Join(dir, "body.json"), filepath.Join(dir, "headers.txt")
+	_ = os.WriteFile(body, []byte(`{"id":"{id}"}`), 0o600)
+	_ = os.WriteFile(hdrs, []byte("# comment\nX-A: one\r\n\nX-B:two\n"), 0o600)
+	code, _, stderr := runArgs("-url", url, "-path", "/k/{id}", "-method", "PUT", "-body-file", body, "-H", "@"+hdrs,
+		"-keys", "1", "-id-prefix", "z", "-requests", "5", "-quiet")
+	if code != exitOK {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if seen[`PUT /k/z0 {"id":"z0"}|one|two`] != 5 || len(seen) != 1 {
+		t.Errorf("target saw %v; want 5 × PUT /k/z0 with the templated body and both headers", seen)
+	}
+	if code, _, stderr := runArgs("-url", url, "-H", "@"+filepath.Join(dir, "none")); code != exitUsage || !strings.Contains(stderr, "none") {
+		t.Errorf("missing header file: exit %d %q", code, stderr)
+	}
+	if code, _, stderr := runArgs("-url", url, "-scenario", "get", "-body-file", body); code != exitUsage || !strings.Contains(stderr, "for post") {
+		t.Errorf("-body-file with -scenario get: exit %d %q", code, stderr)
+	}
+}
+
+// TestHgrmAndTLSFlags: -hgrm writes the distribution; -insecure and -cacert
+// reach an https target.
+func TestHgrmAndTLSFlags(t *testing.T) {
+	certPEM, keyPEM := tlstest.SelfSigned(t)
+	ln, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &fasthttp.Server{Handler: func(ctx *fasthttp.RequestCtx) { ctx.SetBodyString("tls") }, Logger: quiet{}}
+	var wg sync.WaitGroup
+	wg.Go(func() { _ = srv.ServeTLSEmbed(ln, certPEM, keyPEM) })
+	t.Cleanup(func() { _ = ln.Close(); _ = srv.Shutdown(); wg.Wait() })
+	url := "https://" + ln.Addr().String()
+	dir := t.TempDir()
+	ca := filepath.Join(dir, "ca.pem")
+	_ = os.WriteFile(ca, certPEM, 0o600)
+	hgrm := filepath.Join(dir, "lat.hgrm")
+	for _, extra := range [][]string{{"-insecure"}, {"-cacert", ca, "-hgrm", hgrm}} {
+		code, stdout, stderr := runArgs(append([]string{"-url", url, "-requests", "10", "-c", "2", "-quiet"}, extra...)...)
+		if code != exitOK || !strings.Contains(stdout, "200×10") || !strings.Contains(stdout, "fasthttp engine") {
+			t.Errorf("%v: exit %d %s\n%s", extra, code, stderr, stdout)
+		}
+	}
+	if code, _, stderr := runArgs("-url", url, "-requests", "3", "-quiet"); code != exitErrorRate || !strings.Contains(stderr, "no request succeeded") {
+		t.Errorf("self-signed without -insecure: exit %d %q; want 1", code, stderr)
+	}
+	b, err := os.ReadFile(hgrm)
+	if err != nil || !bytes.HasPrefix(b, []byte("       Value     Percentile TotalCount 1/(1-Percentile)")) || !bytes.Contains(b, []byte("Total count    =           10]")) {
+		t.Errorf(".hgrm file: %v\n%s", err, b)
+	}
+}
+
+func readReport(t *testing.T, path string) *loadgen.Report {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	rep, err := loadgen.ReadReport(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rep
 }
