@@ -55,6 +55,8 @@ const (
 	MaxStages = 1000
 	// MaxLoops bounds Config.Loops.
 	MaxLoops = 256
+	// MaxCoalesce bounds Config.Coalesce.
+	MaxCoalesce = 10 * time.Millisecond
 )
 
 // Unbounded, as Config.Duration or Config.Requests, removes that bound. At
@@ -97,6 +99,13 @@ type Config struct {
 	// GOMAXPROCS−1, at least 1 (one P stays free: see the package doc); at
 	// most Connections. The fasthttp engine ignores it.
 	Loops int
+
+	// Coalesce lets EngineLoop's open loop send a slot up to Coalesce after
+	// its intended time, so that one wake-up sends it with the slots due
+	// meanwhile: fewer wake-ups (the largest cost of an open-loop request)
+	// for up to Coalesce more schedule lag and latency, both measured and
+	// reported as ever. Zero means every slot is sent at its time.
+	Coalesce time.Duration
 
 	// TLS configures https (and wss) connections; its ServerName defaults
 	// to the URL's host. Nil means certificates are verified against the
@@ -448,6 +457,9 @@ func (c Config) withDefaults() (Config, error) {
 	c.Scenarios = scs
 	if err := c.pickEngine(); err != nil {
 		return c, err
+	}
+	if c.Coalesce < 0 || c.Coalesce > MaxCoalesce {
+		return c, configErr("Coalesce = %v; want 0..%v", c.Coalesce, MaxCoalesce)
 	}
 	if c.Loops < 0 || c.Loops > MaxLoops {
 		return c, configErr("Loops = %d; want 0 (GOMAXPROCS) or 1..%d", c.Loops, MaxLoops)

@@ -13,9 +13,8 @@
 //
 // EngineLoop (the default wherever it can run: Linux, plain http, no
 // websocket) is built like wrk and wrk2: Config.Loops event loops, each a
-// goroutine locked to its OS thread that owns a share of the connections,
-// of the schedule and of the statistics, over non-blocking sockets and
-// epoll. No request costs a goroutine, a channel operation or an
+// goroutine that owns a share of the connections, of the schedule and of
+// the statistics, over non-blocking sockets and epoll. No request costs a goroutine, a channel operation or an
 // allocation (alloc_linux_test.go), and no two loops share anything on the
 // hot path but the per-loop progress counters. Requests are rendered from
 // templates into each connection's buffer; responses are framed by an
@@ -39,7 +38,7 @@
 // fell due during the stall, not only of the requests in flight. In the
 // loop engine, loop k of n owns the slots k, k+n, k+2n, …: it sleeps until
 // its next slot is due (epoll_pwait2's nanosecond timeout, clock_nanosleep
-// for short sleeps, timer slack of 1ns on its thread), sends every due
+// for short sleeps, a timer slack of 1ns on its thread), sends every due
 // slot on an idle connection, dials when none is idle (up to its share of
 // Connections), and keeps due slots waiting, in order, when all are busy.
 // Guarantees:
@@ -64,13 +63,24 @@
 // throughput; its latencies suffer coordinated omission by construction (a
 // stall delays the requests that would have measured it).
 //
-// Config.Loops defaults to GOMAXPROCS−1 (at least 1): a loop blocks in
-// system calls, and while it does the Go runtime keeps its P for it only
-// when another P is idle; without one, the runtime's monitor takes the P
-// back and hands it around on every wait, which costs more than the
-// request. The spare P also runs the rest of the process (the caller's
-// goroutines, an in-process target, the garbage collector). cmd/loadgen
-// raises GOMAXPROCS to one more than the CPUs, so it runs one loop per CPU.
+// Config.Coalesce trades precision for CPU: a loop may send a slot up to
+// Coalesce late so that one wake-up sends the slots due meanwhile; the lag
+// it adds is measured and reported like any other.
+//
+// A loop lives in blocking system calls, and the Go runtime is built for
+// goroutines that block elsewhere. Two rules keep it from charging the
+// loops for that. Config.Loops defaults to GOMAXPROCS−1 (at least 1):
+// while a loop waits, the runtime leaves it its P only when another P is
+// idle; without one, its monitor takes the P back and hands it around on
+// every wait, which costs more than the request. The spare P also runs the
+// rest of the process (the caller's goroutines, an in-process target, the
+// garbage collector). cmd/loadgen raises GOMAXPROCS to one more than the
+// CPUs, so it runs one loop per CPU. And every loop yields to the scheduler
+// every 2ms: the runtime takes the P of a goroutine that has not been
+// rescheduled for 10ms at each of its system calls, until it is. A loop is
+// therefore not locked to its thread (a locked goroutine cannot be
+// rescheduled without handing its thread off and back); it sets its
+// thread's timer slack to 1ns again after each yield.
 //
 // # Bounds
 //
@@ -123,9 +133,9 @@
 // New does no I/O and starts no goroutines. Run may be called once; it
 // starts the engine's goroutines (the loops and a stopper that wakes them
 // on cancellation, or the scheduler's workers) and the progress goroutine,
-// and returns only after all of them have exited. A loop goroutine ends
-// still locked to its thread, so the thread (with its timer slack) exits
-// with it. Each loop owns its sockets, closed before Run returns. In the
+// and returns only after all of them have exited. Each loop owns its
+// sockets, closed before Run returns; the threads whose timer slack the
+// loops set go back to the runtime as they are. In the
 // fasthttp engine each worker owns its Request/Response and websocket; the
 // HostClient is shared (it is safe for concurrent use), its idle
 // connections are closed when Run returns, but fasthttp's

@@ -280,3 +280,22 @@ func TestEnginesConnectionRefused(t *testing.T) {
 		}
 	})
 }
+
+// TestCoalesceTradesLagForWakeUps: with Coalesce the loop engine sends
+// slots late on purpose, up to the window, and the report says so.
+func TestCoalesceTradesLagForWakeUps(t *testing.T) {
+	if !loopEngineSupported {
+		t.Skip("the loop engine needs Linux")
+	}
+	url := startTCPTarget(t, &fasthttp.Server{Handler: func(ctx *fasthttp.RequestCtx) {}})
+	rep := runOn(t, EngineLoop, Config{URL: url, Rate: 1000, Requests: 500, Duration: Unbounded, Coalesce: 5 * time.Millisecond})
+	l := rep.ScheduleLag
+	// Slots due 1ms apart go out together 5ms after the first of them:
+	// their lags spread over 0..5ms, half of them at least 2ms.
+	if rep.Errors.Total != 0 || l == nil || l.P50 < 1500 || l.P90 < 3500 || rep.Config.CoalesceUs != 5000 {
+		t.Errorf("errors %+v, schedule lag %+v, coalesce %dµs; want lags spread over the 5ms window", rep.Errors, l, rep.Config.CoalesceUs)
+	}
+	if rep.Latency.P50 < l.P50 {
+		t.Errorf("latency p50 %dµs below the lag p50 %dµs: latency must count from the intended time", rep.Latency.P50, l.P50)
+	}
+}

@@ -32,6 +32,12 @@ const (
 	// maxDefer is the longest a loop sleeps on its timer alone, leaving
 	// ready responses unread until it wakes (see deferReads).
 	maxDefer = 500 * time.Microsecond
+	// yieldEvery is how often a loop yields to the Go scheduler. The
+	// runtime takes the P of a goroutine that has run 10ms without being
+	// rescheduled at each of its system calls (and keeps doing so until it
+	// is rescheduled): a loop that never yielded would pay a P handoff,
+	// futex wake-ups and a busy sysmon on every wait.
+	yieldEvery = 2 * time.Millisecond
 	// closedQuota is how many measured requests a closed loop takes from
 	// the shared Requests budget at a time.
 	closedQuota = 32
@@ -258,6 +264,7 @@ type evLoop struct {
 	now               int64 // ns from base, read when the loop last woke
 	wallOff           int64 // wall ns − now: converts kernel timestamps
 	nextHK            int64
+	nextYield         int64
 }
 
 func newEvLoop(lr *loopRun, k, n, conns int) (*evLoop, error) {
@@ -310,15 +317,17 @@ func (l *evLoop) wake() {
 	_, _ = unix.Write(l.evfd, one[:])
 }
 
-// run is the loop's goroutine. The goroutine keeps its thread (timer slack
-// is per thread) and never unlocks it: the thread ends with the loop.
+// run is the loop's goroutine.
 func (l *evLoop) run() {
-	runtime.LockOSThread()
-	_ = unix.Prctl(unix.PR_SET_TIMERSLACK, 1, 0, 0, 0) // wake on time, not up to 50µs late
+	preciseTimers()
 	defer l.shutdown()
 	l.tick()
 	l.nextHK = l.now + int64(housekeepEvery)
+	l.nextYield = l.now + int64(yieldEvery)
 	for {
+		if l.now >= l.nextYield {
+			l.yield()
+		}
 		if l.lr.stop.Load() && !l.stopping {
 			l.halt()
 		}
@@ -336,6 +345,21 @@ func (l *evLoop) run() {
 		}
 		l.wait(l.wakeAt())
 	}
+}
+
+// preciseTimers sets the timer slack of the calling thread to 1ns: its
+// sleeps end on time, not up to 50µs late (the default slack).
+func preciseTimers() { _ = unix.Prctl(unix.PR_SET_TIMERSLACK, 1, 0, 0, 0) }
+
+// yield lets the Go scheduler reschedule the loop (see yieldEvery). The
+// loop's goroutine is not locked to its thread: a locked goroutine cannot
+// be rescheduled without handing its thread off and back. It usually
+// resumes on the same thread; the timer slack is set again in case not.
+func (l *evLoop) yield() {
+	runtime.Gosched()
+	preciseTimers()
+	l.tick()
+	l.nextYield = l.now + int64(yieldEvery)
 }
 
 // tick reads the clock.
@@ -874,7 +898,7 @@ func (l *evLoop) wakeAt() int64 {
 	}
 	if sch := l.lr.sch; sch != nil {
 		if !l.stopping && l.nextRel < sch.total {
-			at(int64(sch.offset(l.nextRel)))
+			at(int64(sch.offset(l.nextRel) + l.cfg.Coalesce))
 		}
 		if !l.stopping && l.nextRel >= sch.total && l.backlog() > 0 {
 			at(int64(sch.end + l.cfg.DrainTimeout))
@@ -911,7 +935,7 @@ func (l *evLoop) wait(until int64) {
 	switch {
 	case timeout == 0:
 		n = epollWait(l.epfd, l.events[:], 0, true)
-	case timeout > 0 && timeout <= int64(maxDefer) && l.lr.deferReads && l.kernelTS == tsYes:
+	case timeout > 0 && timeout <= int64(max(maxDefer, l.cfg.Coalesce)) && l.lr.deferReads && l.kernelTS == tsYes:
 		sleepUntil(l.lr.monoBase + until)
 		n = epollWait(l.epfd, l.events[:], 0, true)
 	default:

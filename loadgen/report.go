@@ -90,6 +90,7 @@ type ReportConfig struct {
 	Stages          []Stage    `json:"stages,omitempty"`
 	Connections     int        `json:"connections"`
 	Loops           int        `json:"loops,omitempty"`
+	CoalesceUs      int64      `json:"coalesceUs,omitempty"`
 	MaxWorkers      int        `json:"maxWorkers,omitempty"`
 	DurationSeconds float64    `json:"durationSeconds"` // 0: unbounded
 	Requests        int64      `json:"requests"`        // 0: unbounded
@@ -310,6 +311,9 @@ func (r *Runner) report(agg *stats, t reportTimes, stoppedBy string) *Report {
 	}
 	if cfg.Engine == EngineLoop {
 		rep.Config.Loops = cfg.Loops
+		if cfg.IsOpenLoop() {
+			rep.Config.CoalesceUs = cfg.Coalesce.Microseconds()
+		}
 	}
 
 	var rateSpan float64 // seconds over which Sent went out

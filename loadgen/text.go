@@ -22,6 +22,9 @@ func (rep *Report) WriteText(w io.Writer) error {
 	switch g := &rep.Generator; g.Engine {
 	case EngineLoop:
 		mode += fmt.Sprintf(", %d event loops", g.Loops)
+		if c.CoalesceUs > 0 {
+			mode += fmt.Sprintf(", slots coalesced over %s", fmtUs(float64(c.CoalesceUs)))
+		}
 	case EngineFastHTTP:
 		mode += ", fasthttp engine"
 		if c.MaxWorkers > 0 {

@@ -215,6 +215,7 @@ func parseFlags(args []string, stderr io.Writer) (loadgen.Config, options, error
 	fs.IntVar(&cfg.Connections, "c", loadgen.DefaultConnections, "connections (closed loop: all busy back to back; open loop: at most this many)")
 	fs.StringVar(&engine, "engine", string(loadgen.EngineAuto), "`engine`: auto, loop (event loops, plain http) or fasthttp (https, websocket)")
 	fs.IntVar(&cfg.Loops, "loops", 0, "event loops of the loop engine (0 = one per CPU)")
+	fs.DurationVar(&cfg.Coalesce, "coalesce", 0, "loop engine, open loop: send a slot up to this late to send it with the next ones in one wake-up (less CPU, more lag; 0 = every slot on time)")
 	fs.IntVar(&cfg.MaxWorkers, "max-workers", 0, "fasthttp engine, open loop: bound on the worker pool (0 = -c)")
 	fs.DurationVar(&duration, "duration", loadgen.DefaultDuration, "measured duration; 0 = no time bound")
 	fs.Int64Var(&requests, "requests", loadgen.DefaultRequests, "measured requests; 0 = no count bound (the run stops at the first bound reached)")

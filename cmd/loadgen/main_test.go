@@ -272,7 +272,7 @@ func TestHelpListsEveryFlagWithItsDefault(t *testing.T) {
 			n++
 		}
 	}
-	for _, name := range []string{"url", "path", "rate", "ramp", "step", "c", "engine", "loops", "max-workers", "duration", "requests", "warmup",
+	for _, name := range []string{"url", "path", "rate", "ramp", "step", "c", "engine", "loops", "coalesce", "max-workers", "duration", "requests", "warmup",
 		"scenario", "mix", "body-size", "body-file", "method", "H", "dist", "keys", "zipf-s", "id-prefix", "run-id", "seed", "timeout",
 		"conn-wait", "drain", "max-latency", "insecure", "cacert", "label", "json", "plot", "hgrm", "quiet", "max-error-rate"} {
 		i := strings.Index(stderr, "\n  -"+name+" ")
@@ -291,8 +291,8 @@ func TestHelpListsEveryFlagWithItsDefault(t *testing.T) {
 			t.Errorf("-h lists -%s without its default:\n%s", name, rest)
 		}
 	}
-	if n != 36 {
-		t.Errorf("-h lists %d flags; the test knows 36: update one of them", n)
+	if n != 37 {
+		t.Errorf("-h lists %d flags; the test knows 37: update one of them", n)
 	}
 }
 
