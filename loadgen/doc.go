@@ -53,10 +53,12 @@
 //
 // Completion times in the loop engine are the kernel's receive timestamps
 // of the response's last bytes (SO_TIMESTAMPNS), not the time the loop got
-// round to reading them. That lets a loop whose next slot is at most
-// 500µs away sleep on its timer alone and collect ready responses when it
-// wakes: one wake-up per slot instead of two, without making responses
-// look slower. A wake-up is the largest cost of an open-loop request.
+// round to reading them. That lets a loop whose next slot is at most 2ms
+// away sleep on its timer alone and collect ready responses when it wakes:
+// one wake-up per slot instead of two, without making responses look
+// slower (a wake-up is the largest cost of an open-loop request). A loop
+// stops doing so once a response outgrows its read buffer (a large body
+// would wait for it in the socket buffer).
 //
 // Closed loop (no rate): every connection sends its next request when the
 // previous one completes, and latency is done − actual send. This measures

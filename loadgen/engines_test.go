@@ -142,8 +142,14 @@ func TestEnginesReadWholeBodies(t *testing.T) {
 				t.Errorf("%s: errors %+v, received %d; want none and %d", path, rep.Errors, rep.Bytes.Received, 6*size)
 			}
 		}
+		// Large bodies on plain GETs in the open loop: read whole, never left
+		// waiting in the socket buffer for the next slot.
+		rep := runOn(t, eng, Config{URL: url, Rate: 50, Requests: 10, Duration: Unbounded, Path: "/blob/{id}"})
+		if rep.Errors.Total != 0 || rep.Bytes.Received != 10*size || rep.Service == nil || rep.Service.P50 > 500_000 {
+			t.Errorf("open-loop GETs of %d bytes: errors %+v, received %d, service %+v; want all read, each well under 500ms", size, rep.Errors, rep.Bytes.Received, rep.Service)
+		}
 		before := conns.Load()
-		rep := runOn(t, eng, Config{URL: url, Requests: 20, Duration: Unbounded, Connections: 1, Path: "/x/{id}/close"})
+		rep = runOn(t, eng, Config{URL: url, Requests: 20, Duration: Unbounded, Connections: 1, Path: "/x/{id}/close"})
 		if rep.Errors.Total != 0 || rep.Statuses["200"] != 20 || rep.Bytes.Received != 60 {
 			t.Errorf("Connection: close responses: errors %+v statuses %v received %d; want 20 successes", rep.Errors, rep.Statuses, rep.Bytes.Received)
 		}

@@ -30,8 +30,8 @@ const (
 	// late.
 	housekeepEvery = 10 * time.Millisecond
 	// maxDefer is the longest a loop sleeps on its timer alone, leaving
-	// ready responses unread until it wakes (see deferReads).
-	maxDefer = 500 * time.Microsecond
+	// ready responses unread until it wakes (see wait).
+	maxDefer = 2 * time.Millisecond
 	// yieldEvery is how often a loop yields to the Go scheduler. The
 	// runtime takes the P of a goroutine that has run 10ms without being
 	// rescheduled at each of its system calls (and keeps doing so until it
@@ -256,6 +256,7 @@ type evLoop struct {
 	st         stats
 	live       *liveCounters
 	kernelTS   uint8
+	bulk       bool // a read filled the buffer: responses may outgrow the socket buffer, so never leave them unread
 	stopping   bool // no new request: the schedule or the bounds ended, or the run was cancelled
 	// open loop: the released slots waiting for a connection are
 	// [nextSend, nextRel), step n
@@ -633,6 +634,9 @@ func (l *evLoop) read(c *lconn) {
 		} else {
 			l.kernelTS = tsNo
 		}
+		if n == len(c.rbuf) {
+			l.bulk = true
+		}
 		data := c.rbuf[:c.rlen+n]
 		used, perr := c.p.parse(data)
 		if perr != nil {
@@ -920,12 +924,14 @@ func (l *evLoop) wakeAt() int64 {
 // wait blocks until until (ns from base; -1: no timer) or until a socket or
 // the stopper needs the loop, then handles what is ready.
 //
-// With responses expected soon and the next slot at most maxDefer away,
-// the loop sleeps on the timer alone and collects ready sockets when it
-// wakes: one wake-up per slot instead of two (the slot's, and the
-// response's). Completion times come from the kernel's receive timestamps,
-// so reading late does not make a response look slow; only the
-// connection stays busy a little longer.
+// With the next slot at most maxDefer away, the open loop sleeps on the
+// timer alone and collects ready sockets when it wakes: one wake-up per
+// slot instead of two (the slot's, and the response's). Completion times
+// come from the kernel's receive timestamps, so reading late does not make
+// a response look slow; only the connection stays busy a little longer.
+// A response larger than the socket buffer would wait for the loop, so
+// the loop stops deferring once a read fills its buffer (and never does
+// for download and upload scenarios).
 func (l *evLoop) wait(until int64) {
 	var timeout int64 = -1
 	if until >= 0 {
@@ -935,7 +941,7 @@ func (l *evLoop) wait(until int64) {
 	switch {
 	case timeout == 0:
 		n = epollWait(l.epfd, l.events[:], 0, true)
-	case timeout > 0 && timeout <= int64(max(maxDefer, l.cfg.Coalesce)) && l.lr.deferReads && l.kernelTS == tsYes:
+	case timeout > 0 && timeout <= int64(max(maxDefer, l.cfg.Coalesce)) && l.lr.deferReads && l.kernelTS == tsYes && !l.bulk:
 		sleepUntil(l.lr.monoBase + until)
 		n = epollWait(l.epfd, l.events[:], 0, true)
 	default:
