@@ -19,7 +19,7 @@ import (
 )
 
 // Suite names, in the order "all" runs them.
-var Suites = []string{"proxy", "activation", "streaming", "websocket", "redis", "memory"}
+var Suites = []string{"proxy", "activation", "streaming", "websocket", "redis", "memory", "loadgen"}
 
 // Options configure Run. The zero value of a field means its default
 // (full mode) or its smoke default when Smoke is set.
@@ -47,7 +47,8 @@ type Options struct {
 	// MaxBusy is the busy fraction of all cores above which Run refuses
 	// (default 0.10).
 	MaxBusy float64
-	// NoPeers skips nginx and HAProxy; Install installs them when missing.
+	// NoPeers skips nginx and HAProxy; Install installs them when missing,
+	// and wrk for the loadgen suite.
 	NoPeers, Install bool
 	// PinGen, PinProxy and PinBackend are taskset CPU lists for the load
 	// generator, the proxies (pinboard, nginx, HAProxy) and the backends
@@ -130,6 +131,8 @@ type Sample struct {
 	CSwitches        map[string]float64 `json:"contextSwitchesPerRequest,omitempty"`
 	ProxyRSSKiB      int64              `json:"proxyRssKiB,omitempty"`
 	ProxyPeakRSSKiB  int64              `json:"proxyPeakRssKiB,omitempty"`
+	ScheduleLagP50Ms float64            `json:"scheduleLagP50Ms,omitempty"`
+	ScheduleLagP99Ms float64            `json:"scheduleLagP99Ms,omitempty"`
 	ScheduleLagMaxMs float64            `json:"scheduleLagMaxMs,omitempty"`
 	// OtherBusy is the fraction of all cores busy during the run outside
 	// the suite's processes (other work on the machine, kernel threads).
@@ -186,8 +189,15 @@ func Run(ctx context.Context, o Options) (*Results, error) {
 	if !o.Smoke && busy > o.MaxBusy && !o.Force {
 		return nil, fmt.Errorf("%w: %.0f%% of all cores busy over 2 s (threshold %.0f%%); measure on a quiet machine or pass -force (the report will say so)", ErrLoaded, 100*busy, 100*o.MaxBusy)
 	}
-	if !o.Smoke && o.Install && !o.NoPeers {
-		if err := installPeers(logf); err != nil {
+	if !o.Smoke && o.Install {
+		var want []string
+		if !o.NoPeers {
+			want = append(want, "nginx", "haproxy")
+		}
+		if slices.Contains(o.Suites, "loadgen") {
+			want = append(want, "wrk")
+		}
+		if err := installMissing(logf, want...); err != nil {
 			return nil, err
 		}
 	}
@@ -232,6 +242,8 @@ func Run(ctx context.Context, o Options) (*Results, error) {
 			err = s.redisSuite(ctx)
 		case "memory":
 			err = s.memorySuite(ctx)
+		case "loadgen":
+			err = s.loadgenSuite(ctx)
 		case "profile":
 			err = s.profileSuite(ctx)
 		}

@@ -1,12 +1,12 @@
 // Package bench runs pinned's benchmark suites against real processes on
 // 127.0.0.1 and writes markdown reports (bench/results/): proxy (direct vs
 // pinboard vs nginx vs HAProxy), activation, streaming, websocket, Redis
-// commands per request, memory per idle instance, and the profile capture
-// behind profiles/. cmd/bench is its command line; bench/README.md says how
+// commands per request, memory per idle instance, loadgen itself against
+// wrk, and the profile capture behind profiles/. cmd/bench is its command line; bench/README.md says how
 // to run and read it.
 //
 // Invariants: every process a suite starts (redis-server, pinboard, counter
-// workers, nginx, HAProxy, loadgen, perf) is owned by that suite and killed
+// workers, nginx, HAProxy, loadgen, wrk, perf) is owned by that suite and killed
 // before it returns; every load run is bounded by loadgen's duration and
 // request count; targets alternate in rounds (A B C … A B C …) and reported
 // figures are medians over rounds, ratios medians of per-round ratios; a

@@ -78,3 +78,33 @@ func TestResultsJSONWithoutNaN(t *testing.T) {
 		t.Errorf("Values = %v", r.Suites[0].Values)
 	}
 }
+
+func TestParseWrk(t *testing.T) {
+	out := `Running 5s test @ http://127.0.0.1:1/counter/bench/
+  2 threads and 64 connections
+  Thread Stats   Avg      Stdev     Max   +/- Stdev
+    Latency   713.79us    1.14ms  22.10ms   90.63%
+    Req/Sec    70.24k     8.35k   90.68k    72.00%
+  Latency Distribution
+     50%  373.00us
+     75%  500.00us
+     90%    1.20ms
+     99%    5.67ms
+  698610 requests in 5.01s, 123.92MB read
+  Socket errors: connect 0, read 2, write 0, timeout 3
+  Non-2xx or 3xx responses: 7
+Requests/sec: 139557.94
+Transfer/sec:     24.76MB
+`
+	r, err := parseWrk(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.requests != 698610 || r.rate != 139557.94 || r.p50 != 0.373 || r.p99 != 5.67 || r.errors != 12 ||
+		r.errorText != "Socket errors: connect 0, read 2, write 0, timeout 3; Non-2xx or 3xx responses: 7" {
+		t.Errorf("parseWrk = %+v", r)
+	}
+	if _, err := parseWrk("wrk: cannot connect\n"); err == nil {
+		t.Error("parseWrk accepted output without a count")
+	}
+}

@@ -266,6 +266,7 @@ func machineInfo() [][2]string {
 		{"redis-server", ver("redis-server", "--version")},
 		{"nginx", ver("nginx", "-v")},
 		{"HAProxy", ver("haproxy", "-v")},
+		{"wrk", ver("wrk", "-v")},
 		{"perf", ver("perf", "--version")},
 	}
 }
@@ -281,13 +282,14 @@ func cstr(b []int8) string {
 	return string(s)
 }
 
-// installPeers installs nginx and HAProxy from the distribution's packages
-// when missing (root only), without letting the packages start their
-// services: a policy-rc.d that refuses every start is in place during the
-// install.
-func installPeers(log func(string, ...any)) error {
+// installMissing installs the named programs (nginx, haproxy, wrk: each
+// package installs the binary of its name) from the distribution's
+// packages when missing (root only), without letting the packages start
+// their services: a policy-rc.d that refuses every start is in place
+// during the install.
+func installMissing(log func(string, ...any), names ...string) error {
 	var missing []string
-	for _, b := range []string{"nginx", "haproxy"} {
+	for _, b := range names {
 		if _, err := exec.LookPath(b); err != nil {
 			if _, err := os.Stat("/usr/sbin/" + b); err != nil {
 				missing = append(missing, b)

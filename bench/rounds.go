@@ -112,8 +112,8 @@ func sampleOf(rep *loadgen.Report) Sample {
 	if rep.ElapsedSeconds > 0 {
 		s.MBps = float64(rep.Bytes.Received) / rep.ElapsedSeconds / 1e6
 	}
-	if rep.ScheduleLag != nil {
-		s.ScheduleLagMaxMs = float64(rep.ScheduleLag.Max) / 1000
+	if l := rep.ScheduleLag; l != nil {
+		s.ScheduleLagP50Ms, s.ScheduleLagP99Ms, s.ScheduleLagMaxMs = float64(l.P50)/1000, float64(l.P99)/1000, float64(l.Max)/1000
 	}
 	if s.Errors > 0 || s.Unsent > 0 {
 		b, _ := json.Marshal(rep.Errors)

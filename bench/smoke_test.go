@@ -40,7 +40,7 @@ func TestSmoke(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"## proxy", "## activation", "## streaming", "## websocket", "## redis", "## memory", "## profile", "| kernel |", "Pinning:"} {
+	for _, want := range []string{"## proxy", "## activation", "## streaming", "## websocket", "## redis", "## memory", "## loadgen", "## profile", "| kernel |", "Pinning:"} {
 		if !strings.Contains(string(md), want) {
 			t.Errorf("report lacks %q", want)
 		}
@@ -107,6 +107,21 @@ func TestSmoke(t *testing.T) {
 	for _, n := range []string{"1000", "2000"} {
 		if v := suite["memory"].Values["bytes/instance "+n+" heap"]; !(v > 100 && v < 1<<20) {
 			t.Errorf("memory: %v B/instance at %s; want a plausible figure", v, n)
+		}
+	}
+	positive("loadgen", "closed-64 loadgen rate")
+	positive("loadgen", "closed-64 loadgen cpu us/req")
+	positive("loadgen", "open-2k loadgen cpu us/req")
+	positive("loadgen", "open-2k-coalesce loadgen lag p99 us")
+	if _, err := exec.LookPath(wrkPath); err == nil {
+		positive("loadgen", "closed-64 wrk rate")
+		positive("loadgen", "closed-64 loadgen/wrk cpu")
+	} else if !strings.Contains(strings.Join(suite["loadgen"].Notes, "\n"), "wrk rows skipped") {
+		t.Errorf("wrk is not installed but the loadgen suite does not say it skipped it: %q", suite["loadgen"].Notes)
+	}
+	for _, x := range suite["loadgen"].Samples {
+		if x.Target == "loadgen" && !(x.CPUus["generator-self"] > 0) {
+			t.Errorf("loadgen %s round %d: no CPU per request in its own report", x.Workload, x.Round)
 		}
 	}
 	for _, f := range []string{"pinboard-cpu.pb.gz", "pinboard-allocs.pb.gz", "worker-cpu.pb.gz", "worker-allocs.pb.gz"} {

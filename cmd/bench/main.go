@@ -1,9 +1,10 @@
 // Command bench runs pinned's benchmark suites against real processes on
 // 127.0.0.1 (redis-server, pinboard, counter workers, nginx, HAProxy,
-// loadgen) and writes a markdown report to bench/results/. Run it from the
-// module root:
+// loadgen, wrk) and writes a markdown report to bench/results/. Run it from
+// the module root:
 //
 //	go run ./cmd/bench -suite proxy              # direct vs pinboard vs nginx vs HAProxy
+//	go run ./cmd/bench -suite loadgen -install   # loadgen vs wrk: rate, CPU per request, open-loop lag
 //	go run ./cmd/bench -suite all -install       # every suite; installs nginx/HAProxy if missing
 //	go run ./cmd/bench -suite proxy -pinboard-b /tmp/pinboard-old   # before/after
 //	go run ./cmd/bench -suite profile            # profiles/ *.pb.gz under load
@@ -49,7 +50,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) int {
 	fs.BoolVar(&o.Force, "force", false, "run even when the machine is busy (the report says so)")
 	fs.Float64Var(&o.MaxBusy, "max-busy", 0, "refuse above this busy fraction of all cores over 2 s (default 0.10)")
 	fs.BoolVar(&o.NoPeers, "no-peers", false, "skip nginx and HAProxy")
-	fs.BoolVar(&o.Install, "install", false, "apt-get install nginx and haproxy when missing (root)")
+	fs.BoolVar(&o.Install, "install", false, "apt-get install nginx and haproxy (and wrk for the loadgen suite) when missing (root)")
 	fs.StringVar(&o.PinGen, "pin-gen", "", "taskset CPU list for loadgen (default: not pinned)")
 	fs.StringVar(&o.PinProxy, "pin-proxy", "", "taskset CPU list for pinboard, nginx, HAProxy")
 	fs.StringVar(&o.PinBackend, "pin-backend", "", "taskset CPU list for counter workers and redis-server")

@@ -1,0 +1,293 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"os/exec"
+	"regexp"
+	"runtime"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// ---- loadgen: the generator measured against wrk ----
+
+// The loadgen suite measures the instrument: loadgen and wrk side by side
+// on the same direct counter, closed loop (rate and CPU per request of
+// each) and loadgen's open loop at 12 000 req/s (its schedule lag, CPU per
+// request and latency), in alternated rounds.
+
+// wrkPath is where Debian's wrk package puts the binary.
+const wrkPath = "/usr/bin/wrk"
+
+// loadgenSuitePath is the fixed path both generators request: wrk has no
+// id templates without a Lua script, so loadgen uses the same single id.
+const loadgenSuitePath = "/counter/bench/"
+
+// generatorRun is one measured run of a generator.
+type generatorRun struct {
+	name string // "loadgen" or "wrk"
+	args []string
+}
+
+func (s *session) loadgenSuite(ctx context.Context) error {
+	r, err := newRig(s.o, s.bins)
+	if err != nil {
+		return err
+	}
+	defer r.close()
+	c, err := r.startCounter("counter-local", "")
+	if err != nil {
+		return err
+	}
+	url := "http://" + c.addr
+	wrk, err := exec.LookPath(wrkPath)
+	if err != nil {
+		wrk = ""
+		s.note("wrk rows skipped: wrk is not installed (cmd/bench -install installs it from the distribution's packages)")
+	}
+	rate := 12000
+	if s.o.Smoke {
+		rate = 2000
+	}
+	openName := fmt.Sprintf("open-%dk", rate/1000)
+	common := []string{"-path", loadgenSuitePath, "-c", "64"}
+	runs := []struct {
+		workload string
+		gen      generatorRun
+	}{
+		{"closed-64", generatorRun{"loadgen", common}},
+		{"closed-64", generatorRun{"wrk", nil}},
+		{openName, generatorRun{"loadgen", append([]string{"-rate", strconv.Itoa(rate)}, common...)}},
+		{openName + "-coalesce", generatorRun{"loadgen", append([]string{"-rate", strconv.Itoa(rate), "-coalesce", "250us"}, common...)}},
+	}
+	measure := func(workload string, g generatorRun, d time.Duration, round int) (Sample, error) {
+		if g.name == "wrk" {
+			return s.measureWrk(ctx, r, c, wrk, url, workload, d, round)
+		}
+		return s.measureLoadgen(ctx, r, c, url, workload, g.args, d, round)
+	}
+	for _, x := range runs {
+		if x.gen.name == "wrk" && wrk == "" {
+			continue
+		}
+		if _, err := measure(x.workload, x.gen, s.o.Warmup, 0); err != nil {
+			return fmt.Errorf("warmup %s %s: %w", x.workload, x.gen.name, err)
+		}
+	}
+	for round := 1; round <= s.o.Rounds; round++ {
+		for _, x := range runs {
+			if x.gen.name == "wrk" && wrk == "" {
+				continue
+			}
+			smp, err := measure(x.workload, x.gen, s.o.Duration, round)
+			if err != nil {
+				return fmt.Errorf("%s %s round %d: %w", x.workload, x.gen.name, round, err)
+			}
+			s.res.Samples = append(s.res.Samples, smp)
+		}
+	}
+	s.loadgenReport(openName, rate, wrk != "")
+	return nil
+}
+
+// measureLoadgen runs loadgen against the counter and returns its sample:
+// the generator's CPU from outside (as for wrk) and from its own report.
+func (s *session) measureLoadgen(ctx context.Context, r *rig, c *proc, url, workload string, args []string, d time.Duration, round int) (Sample, error) {
+	win := snapshotCPU(c)
+	rep, genCPU, err := r.runLoadgen(ctx, fmt.Sprintf("%s-%d", workload, round),
+		append([]string{"-url", url, "-duration", d.String(), "-requests", "0"}, args...)...)
+	cpu := win.since()
+	if err != nil {
+		return Sample{}, err
+	}
+	smp := sampleOf(rep)
+	smp.Workload, smp.Target, smp.Round = workload, "loadgen", round
+	smp.CPUus = map[string]float64{}
+	if n := float64(rep.Requests.Sent); n > 0 {
+		smp.CPUus["generator"] = genCPU * 1e6 / n
+		smp.CPUus["backend"] = cpu[c] * 1e6 / n
+	}
+	smp.CPUus["generator-self"] = rep.Generator.CPUPerRequestUs
+	s.logf("  %-20s loadgen round %d: %8.0f/s p99 %.2f ms lag p99 %.3f ms max %.2f ms, CPU %.1f µs/req (own figure %.1f)",
+		workload, round, smp.Rate, smp.P99, smp.ScheduleLagP99Ms, smp.ScheduleLagMaxMs, smp.CPUus["generator"], rep.Generator.CPUPerRequestUs)
+	return smp, nil
+}
+
+// measureWrk runs wrk (closed loop, one thread per CPU, 64 connections)
+// against the counter.
+func (s *session) measureWrk(ctx context.Context, r *rig, c *proc, wrk, url, workload string, d time.Duration, round int) (Sample, error) {
+	secs := max(1, int(math.Round(d.Seconds())))
+	args := []string{"-t", strconv.Itoa(runtime.NumCPU()), "-c", "64", "-d", strconv.Itoa(secs) + "s", "--latency", url + loadgenSuitePath}
+	bin, full := pinned(s.o.PinGen, wrk, args...)
+	win := snapshotCPU(c)
+	cmd := exec.CommandContext(ctx, bin, full...)
+	out, err := cmd.CombinedOutput()
+	cpu := win.since()
+	if err != nil {
+		return Sample{}, fmt.Errorf("wrk %s: %v\n%s", strings.Join(args, " "), err, tail(out, 2000))
+	}
+	res, err := parseWrk(string(out))
+	if err != nil {
+		return Sample{}, fmt.Errorf("wrk output: %w\n%s", err, tail(out, 2000))
+	}
+	smp := Sample{Workload: workload, Target: "wrk", Round: round, Rate: res.rate, P50: res.p50, P99: res.p99,
+		Sent: res.requests, Errors: res.errors, CPUus: map[string]float64{}}
+	if smp.Errors > 0 {
+		smp.ErrorDetail = res.errorText
+	}
+	if n := float64(res.requests); n > 0 {
+		genCPU := 0.0
+		if st := cmd.ProcessState; st != nil {
+			genCPU = (st.UserTime() + st.SystemTime()).Seconds()
+		}
+		smp.CPUus["generator"] = genCPU * 1e6 / n
+		smp.CPUus["backend"] = cpu[c] * 1e6 / n
+	}
+	s.logf("  %-20s wrk     round %d: %8.0f/s p99 %.2f ms, CPU %.1f µs/req", workload, round, smp.Rate, smp.P99, smp.CPUus["generator"])
+	return smp, nil
+}
+
+// wrkResult is what parseWrk reads from wrk's output.
+type wrkResult struct {
+	requests, errors int64
+	rate, p50, p99   float64 // req/s, ms
+	errorText        string
+}
+
+var (
+	wrkRequests = regexp.MustCompile(`(?m)^\s*(\d+) requests in `)
+	wrkRate     = regexp.MustCompile(`(?m)^Requests/sec:\s*([\d.]+)`)
+	wrkPct      = regexp.MustCompile(`(?m)^\s*(50|99)%\s+([\d.]+)(us|ms|s|m)\s*$`)
+	wrkSocket   = regexp.MustCompile(`(?m)^\s*Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)`)
+	wrkStatus   = regexp.MustCompile(`(?m)^\s*Non-2xx or 3xx responses: (\d+)`)
+)
+
+// parseWrk reads wrk's summary (run with --latency).
+func parseWrk(out string) (wrkResult, error) {
+	var r wrkResult
+	m := wrkRequests.FindStringSubmatch(out)
+	rm := wrkRate.FindStringSubmatch(out)
+	if m == nil || rm == nil {
+		return r, errors.New("no request count or rate")
+	}
+	r.requests, _ = strconv.ParseInt(m[1], 10, 64)
+	r.rate, _ = strconv.ParseFloat(rm[1], 64)
+	for _, p := range wrkPct.FindAllStringSubmatch(out, -1) {
+		v, _ := strconv.ParseFloat(p[2], 64)
+		switch p[3] {
+		case "us":
+			v /= 1000
+		case "s":
+			v *= 1000
+		case "m":
+			v *= 60000
+		}
+		if p[1] == "50" {
+			r.p50 = v
+		} else {
+			r.p99 = v
+		}
+	}
+	var texts []string
+	if sm := wrkSocket.FindStringSubmatch(out); sm != nil {
+		for _, x := range sm[1:] {
+			n, _ := strconv.ParseInt(x, 10, 64)
+			r.errors += n
+		}
+		texts = append(texts, strings.TrimSpace(sm[0]))
+	}
+	if sm := wrkStatus.FindStringSubmatch(out); sm != nil {
+		n, _ := strconv.ParseInt(sm[1], 10, 64)
+		r.errors += n
+		texts = append(texts, strings.TrimSpace(sm[0]))
+	}
+	r.errorText = strings.Join(texts, "; ")
+	return r, nil
+}
+
+// loadgenReport writes the suite's section and values.
+func (s *session) loadgenReport(openName string, rate int, withWrk bool) {
+	b := &s.md
+	b.WriteString("## loadgen (the instrument)\n\n")
+	fmt.Fprintf(b, "loadgen and wrk (%s, closed loop, one thread per CPU, 64 connections) against the same local-mode counter, `GET %s` "+
+		"(one id: wrk has no id templates), alternated in every round (loadgen closed, wrk closed, loadgen open, loadgen open with "+
+		"`-coalesce 250us`), %d rounds; medians over rounds. Generator CPU per request is the process's utime+stime over the run "+
+		"(wait4 rusage, the same for both) ÷ requests; loadgen's own figure (getrusage during Run) is beside it. Schedule lag is how "+
+		"late loadgen sent each open-loop request (its own slop). loadgen runs its event-loop engine, one loop per CPU.\n\n",
+		wrkVersion(), loadgenSuitePath, s.o.Rounds)
+	gens := []string{"loadgen", "wrk"}
+	cpu := func(role string) func(Sample) float64 {
+		return func(x Sample) float64 { return nanIfMissing(x.CPUus, role) }
+	}
+	var rows [][]string
+	for _, w := range []string{"closed-64", openName, openName + "-coalesce"} {
+		for _, g := range gens {
+			m := s.pick(w, g)
+			if len(m) == 0 {
+				continue
+			}
+			var errs int64
+			for _, x := range m {
+				errs += x.Errors + x.Unsent
+			}
+			lag := func(f func(Sample) float64) string {
+				if g == "wrk" || w == "closed-64" {
+					return "–"
+				}
+				return fmtNum(medianOf(m, f)*1000, 0)
+			}
+			rows = append(rows, []string{w, g, fmtNum(medianOf(m, rateOf), 0), spread(m, rateOf),
+				fmtNum(medianOf(m, cpu("generator")), 1), fmtNum(medianOf(m, cpu("generator-self")), 1), fmtNum(medianOf(m, cpu("backend")), 1),
+				fmtNum(medianOf(m, func(x Sample) float64 { return x.P50 }), 3), fmtNum(medianOf(m, p99Of), 3),
+				lag(func(x Sample) float64 { return x.ScheduleLagP50Ms }), lag(func(x Sample) float64 { return x.ScheduleLagP99Ms }),
+				lag(func(x Sample) float64 { return x.ScheduleLagMaxMs }), fmt.Sprint(errs)})
+			key := w + " " + g
+			s.res.Values[key+" rate"] = medianOf(m, rateOf)
+			s.res.Values[key+" cpu us/req"] = medianOf(m, cpu("generator"))
+			s.res.Values[key+" errors"] = float64(errs)
+			if g == "loadgen" && w != "closed-64" {
+				s.res.Values[key+" lag p99 us"] = medianOf(m, func(x Sample) float64 { return x.ScheduleLagP99Ms * 1000 })
+				s.res.Values[key+" lag max us"] = maxOf(m, func(x Sample) float64 { return x.ScheduleLagMaxMs * 1000 })
+				s.res.Values[key+" p99 ms"] = medianOf(m, p99Of)
+			}
+		}
+	}
+	table(b, []string{"workload", "generator", "req/s (median)", "req/s min–max", "generator CPU µs/req", "loadgen's own CPU µs/req",
+		"backend CPU µs/req", "p50 ms", "p99 ms", "lag p50 µs", "lag p99 µs", "lag max µs (median of rounds)", "errors"}, rows)
+	v := s.res.Values
+	if withWrk {
+		r := ratio(s.pick("closed-64", "loadgen"), s.pick("closed-64", "wrk"), cpu("generator"))
+		v["closed-64 loadgen/wrk cpu"] = r
+		fmt.Fprintf(b, "Closed loop, CPU per request loadgen ÷ wrk (median of per-round ratios): **%s**; throughput ratio: %s.\n\n",
+			fmtNum(r, 2), fmtNum(ratio(s.pick("closed-64", "loadgen"), s.pick("closed-64", "wrk"), rateOf), 2))
+	}
+	if s.o.Smoke {
+		return
+	}
+	wrkCPU, ok := v["closed-64 wrk cpu us/req"]
+	wrkText := fmtNum(wrkCPU, 1) + " µs (wrk, closed loop)"
+	if !ok {
+		wrkText = "– (wrk not installed)"
+	}
+	fmt.Fprintf(b, "#### against the targets of issue 13\n\n")
+	table(b, []string{"figure", "target", "measured"}, [][]string{
+		{fmt.Sprintf("loadgen open-loop CPU per request at %d req/s", rate), "≤ " + wrkText, fmtNum(v[openName+" loadgen cpu us/req"], 1) + " µs"},
+		{"… with -coalesce 250us", "", fmtNum(v[openName+"-coalesce loadgen cpu us/req"], 1) + " µs"},
+		{fmt.Sprintf("schedule lag p99 at %d req/s", rate), "≤ 100 µs", fmtNum(v[openName+" loadgen lag p99 us"], 0) + " µs"},
+		{fmt.Sprintf("schedule lag max at %d req/s (largest of the rounds)", rate), "≤ 2 000 µs", fmtNum(v[openName+" loadgen lag max us"], 0) + " µs"},
+	})
+}
+
+// wrkVersion returns wrk's version line, or "wrk" when unknown.
+func wrkVersion() string {
+	out, _ := exec.Command(wrkPath, "-v").CombinedOutput()
+	l, _, _ := strings.Cut(strings.TrimSpace(string(out)), "\n")
+	if f := strings.Fields(l); len(f) >= 2 {
+		return "wrk " + f[1]
+	}
+	return "wrk"
+}
