@@ -247,9 +247,12 @@ func writeSeriesSVG(b *strings.Builder, reports []*Report, labels []string) {
 		line(color, "2", "", p99, labels[i]+" p99")
 		line(color, "2", ` stroke-dasharray="6 3"`, p999, labels[i]+" p99.9")
 		line(color, "2", "", rate, labels[i]+" requests/s")
-		ly := serLatT + 16 + 18*i
-		fmt.Fprintf(b, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"%s\" stroke-width=\"3\"/>\n", plotL+12, ly, plotL+36, ly, color)
-		fmt.Fprintf(b, "<text x=\"%d\" y=\"%d\">%s (thin p50, solid p99, dashed p99.9)</text>\n", plotL+42, ly+4, html.EscapeString(labels[i]))
+		// The legend sits above the panels, three runs to a row, so that no
+		// spike hides it.
+		lx, ly := plotL+(i%3)*280, 12+(i/3)*14
+		fmt.Fprintf(b, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"%s\" stroke-width=\"3\"/>\n", lx, ly, lx+20, ly, color)
+		fmt.Fprintf(b, "<text x=\"%d\" y=\"%d\">%s</text>\n", lx+26, ly+4, html.EscapeString(labels[i]))
 	}
+	fmt.Fprintf(b, "<text x=\"%g\" y=\"%d\" text-anchor=\"end\" fill=\"#555\">thin p50, solid p99, dashed p99.9 of each second</text>\n", plotL+plotInnerW, serLatT-6)
 	b.WriteString("</svg>\n")
 }
