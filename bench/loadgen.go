@@ -34,15 +34,11 @@ type generatorRun struct {
 }
 
 func (s *session) loadgenSuite(ctx context.Context) error {
-	r, err := newRig(s.o, s.bins)
+	r, c, err := s.startLocalCounter()
 	if err != nil {
 		return err
 	}
 	defer r.close()
-	c, err := r.startCounter("counter-local", "")
-	if err != nil {
-		return err
-	}
 	url := "http://" + c.addr
 	wrk, err := exec.LookPath(wrkPath)
 	if err != nil {

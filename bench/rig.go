@@ -189,6 +189,21 @@ func (r *rig) startCounter(name, pinboardAddr string) (*proc, error) {
 	return p, nil
 }
 
+// startLocalCounter starts a rig with one counter in local mode; the
+// caller closes the rig.
+func (s *session) startLocalCounter() (*rig, *proc, error) {
+	r, err := newRig(s.o, s.bins)
+	if err != nil {
+		return nil, nil, err
+	}
+	c, err := r.startCounter("counter-local", "")
+	if err != nil {
+		r.close()
+		return nil, nil, err
+	}
+	return r, c, nil
+}
+
 // poll checks cond (another process's state, no event to wait on) every
 // 20 ms until it holds or within passes.
 func poll(within time.Duration, what string, cond func() bool) error {

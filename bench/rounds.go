@@ -229,6 +229,9 @@ func (s *session) workloadTable(w workload, ts []target) {
 	b := &s.md
 	fmt.Fprintf(b, "#### %s — %s\n\n", w.name, w.desc)
 	head := []string{"target", "req/s (median)", "req/s min–max", "p50 ms", "p99 ms", "p99.9 ms", "errors", "proxy CPU µs/req", "backend CPU µs/req", "loadgen CPU µs/req", "other CPU % (max)"}
+	if w.open {
+		head = append(head, "loadgen lag p99 µs", "loadgen lag max µs (max)")
+	}
 	if w.perf {
 		head = append(head, "proxy syscalls/req", "proxy cs/req", "backend syscalls/req", "backend cs/req")
 	}
@@ -261,6 +264,11 @@ func (s *session) workloadTable(w workload, ts []target) {
 			fmtNum(medianOf(m, role("backend")), 1),
 			fmtNum(medianOf(m, role("loadgen")), 1),
 			fmtNum(100*maxOf(m, func(x Sample) float64 { return x.OtherBusy }), 0),
+		}
+		if w.open {
+			// The generator's own slop, beside the latencies it measured.
+			row = append(row, fmtNum(medianOf(m, func(x Sample) float64 { return x.ScheduleLagP99Ms * 1000 }), 0),
+				fmtNum(maxOf(m, func(x Sample) float64 { return x.ScheduleLagMaxMs * 1000 }), 0))
 		}
 		if w.perf {
 			for _, rl := range []string{"proxy", "backend"} {

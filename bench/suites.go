@@ -574,15 +574,11 @@ func sum(m map[string]int64) int64 {
 // ---- memory ----
 
 func (s *session) memorySuite(ctx context.Context) error {
-	r, err := newRig(s.o, s.bins)
+	r, c, err := s.startLocalCounter()
 	if err != nil {
 		return err
 	}
 	defer r.close()
-	c, err := r.startCounter("counter-local", "")
-	if err != nil {
-		return err
-	}
 	steps := []int{10_000, 100_000}
 	if s.o.Smoke {
 		steps = []int{1000, 2000}

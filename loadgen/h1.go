@@ -114,24 +114,12 @@ func (p *respParser) parse(buf []byte) (int, error) {
 			}
 			off += n
 		case psLength:
-			n := int(min(int64(len(buf)-off), p.remain))
-			p.remain -= int64(n)
-			p.body += int64(n)
-			off += n
-			if p.remain == 0 {
-				p.state = psDone
-			}
+			off += p.bodyBytes(len(buf)-off, psDone)
 		case psUntilClose:
 			p.body += int64(len(buf) - off)
 			return len(buf), nil
 		case psChunkData:
-			n := int(min(int64(len(buf)-off), p.remain))
-			p.remain -= int64(n)
-			p.body += int64(n)
-			off += n
-			if p.remain == 0 {
-				p.state = psChunkDataCR
-			}
+			off += p.bodyBytes(len(buf)-off, psChunkDataCR)
 		default:
 			if err := p.chunkByte(buf[off]); err != nil {
 				return off, err
@@ -140,6 +128,18 @@ func (p *respParser) parse(buf []byte) (int, error) {
 		}
 	}
 	return off, nil
+}
+
+// bodyBytes counts up to avail bytes of the remain body (or chunk) bytes
+// left, moves to state next when none are left, and returns the count.
+func (p *respParser) bodyBytes(avail int, next uint8) int {
+	n := int(min(int64(avail), p.remain))
+	p.remain -= int64(n)
+	p.body += int64(n)
+	if p.remain == 0 {
+		p.state = next
+	}
+	return n
 }
 
 // eof handles the end of the stream: it completes a body delimited by the
@@ -196,15 +196,10 @@ func (p *respParser) chunkByte(c byte) error {
 			p.state = psChunkData
 		}
 	case psChunkDataCR:
-		if c != '\r' {
-			return errChunkData
-		}
-		p.state = psChunkDataLF
+		return p.expect(c, '\r', psChunkDataLF, errChunkData)
 	case psChunkDataLF:
-		if c != '\n' {
-			return errChunkData
-		}
-		p.state, p.remain, p.digits = psChunkSize, 0, 0
+		p.remain, p.digits = 0, 0
+		return p.expect(c, '\n', psChunkSize, errChunkData)
 	case psTrailer:
 		if c == '\r' {
 			p.state = psEndLF
@@ -232,16 +227,19 @@ func (p *respParser) chunkByte(c byte) error {
 		}
 		return p.countTrailer()
 	case psTrailerLF:
-		if c != '\n' {
-			return errTrailer
-		}
-		p.state = psTrailer
+		return p.expect(c, '\n', psTrailer, errTrailer)
 	case psEndLF:
-		if c != '\n' {
-			return errTrailer
-		}
-		p.state = psDone
+		return p.expect(c, '\n', psDone, errTrailer)
 	}
+	return nil
+}
+
+// expect moves to state next if c is want, and fails with err otherwise.
+func (p *respParser) expect(c, want byte, next uint8, err error) error {
+	if c != want {
+		return err
+	}
+	p.state = next
 	return nil
 }
 

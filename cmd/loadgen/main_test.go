@@ -102,15 +102,7 @@ func TestRunWritesTableJSONAndPlot(t *testing.T) {
 	if !strings.Contains(stdout, "stopped by requests") || !strings.Contains(stdout, "p99.9") {
 		t.Errorf("table:\n%s", stdout)
 	}
-	f, err := os.Open(jsonPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	rep, err := loadgen.ReadReport(f)
-	if err != nil {
-		t.Fatal(err)
-	}
+	rep := readReport(t, jsonPath)
 	if rep.Requests.Sent != 50 || rep.Label != "direct" || rep.Config.IDs.Dist != loadgen.DistZipf || rep.Bytes.Received != 250 {
 		t.Errorf("report: sent %d label %q dist %q bytes %d", rep.Requests.Sent, rep.Label, rep.Config.IDs.Dist, rep.Bytes.Received)
 	}
