@@ -35,9 +35,10 @@ const (
 
 // Limits on configuration values.
 const (
-	// MaxConnections bounds Connections and MaxWorkers. Each worker owns
-	// about 140 KB of histograms once it has recorded (160 KB in the open
-	// loop, plus 20 KB per scenario of a mix).
+	// MaxConnections bounds Connections and MaxWorkers. A recorder (event
+	// loop or worker) owns about 160 KB of histograms once it has recorded
+	// (200 KB in the open loop, plus 20 KB per scenario of a mix); an event
+	// loop's connection holds a 16 KiB read buffer.
 	MaxConnections = 10_000
 	// MaxBodySize bounds Scenario.BodySize (request bodies and websocket
 	// messages are generated, never held in memory beyond one worker's

@@ -14,8 +14,9 @@ import (
 // Limits of the response parser.
 const (
 	// maxResponseHead bounds a response head (status line and header
-	// fields); it is also the connection's read buffer size.
-	maxResponseHead = 32 << 10
+	// fields); it is also the size of an event-loop connection's read
+	// buffer, so 10 000 connections hold 160 MiB of them.
+	maxResponseHead = 16 << 10
 	// maxTrailer bounds the trailer section of a chunked body.
 	maxTrailer = 16 << 10
 	// maxReasonLen bounds the X-Pinned-Reason value kept per response.
@@ -25,7 +26,7 @@ const (
 // Parser errors. They are values, not formatted per response: a target that
 // fails every request must not make the generator allocate per request.
 var (
-	errHeadTooLarge   = errors.New("response head larger than 32 KiB")
+	errHeadTooLarge   = errors.New("response head larger than 16 KiB")
 	errStatusLine     = errors.New("malformed response status line")
 	errHeaderLine     = errors.New("malformed response header field")
 	errContentLength  = errors.New("invalid Content-Length")
