@@ -94,13 +94,16 @@ func (s *session) loadgenSuite(ctx context.Context) error {
 // the generator's CPU from outside (as for wrk) and from its own report.
 func (s *session) measureLoadgen(ctx context.Context, r *rig, c *proc, url, workload string, args []string, d time.Duration, round int) (Sample, error) {
 	win := snapshotCPU(c)
+	busy0, total0, _ := machineTicks()
 	rep, genCPU, err := r.runLoadgen(ctx, fmt.Sprintf("%s-%d", workload, round),
 		append([]string{"-url", url, "-duration", d.String(), "-requests", "0"}, args...)...)
 	cpu := win.since()
+	other := otherBusy(busy0, total0, cpu[c]+genCPU)
 	if err != nil {
 		return Sample{}, err
 	}
 	smp := sampleOf(rep)
+	smp.OtherBusy = other
 	smp.Workload, smp.Target, smp.Round = workload, "loadgen", round
 	smp.CPUus = map[string]float64{}
 	if n := float64(rep.Requests.Sent); n > 0 {
@@ -120,9 +123,15 @@ func (s *session) measureWrk(ctx context.Context, r *rig, c *proc, wrk, url, wor
 	args := []string{"-t", strconv.Itoa(runtime.NumCPU()), "-c", "64", "-d", strconv.Itoa(secs) + "s", "--latency", url + loadgenSuitePath}
 	bin, full := pinned(s.o.PinGen, wrk, args...)
 	win := snapshotCPU(c)
+	busy0, total0, _ := machineTicks()
 	cmd := exec.CommandContext(ctx, bin, full...)
 	out, err := cmd.CombinedOutput()
 	cpu := win.since()
+	genCPU := 0.0
+	if st := cmd.ProcessState; st != nil {
+		genCPU = (st.UserTime() + st.SystemTime()).Seconds()
+	}
+	other := otherBusy(busy0, total0, cpu[c]+genCPU)
 	if err != nil {
 		return Sample{}, fmt.Errorf("wrk %s: %v\n%s", strings.Join(args, " "), err, tail(out, 2000))
 	}
@@ -131,20 +140,27 @@ func (s *session) measureWrk(ctx context.Context, r *rig, c *proc, wrk, url, wor
 		return Sample{}, fmt.Errorf("wrk output: %w\n%s", err, tail(out, 2000))
 	}
 	smp := Sample{Workload: workload, Target: "wrk", Round: round, Rate: res.rate, P50: res.p50, P99: res.p99,
-		Sent: res.requests, Errors: res.errors, CPUus: map[string]float64{}}
+		Sent: res.requests, Errors: res.errors, CPUus: map[string]float64{}, OtherBusy: other}
 	if smp.Errors > 0 {
 		smp.ErrorDetail = res.errorText
 	}
 	if n := float64(res.requests); n > 0 {
-		genCPU := 0.0
-		if st := cmd.ProcessState; st != nil {
-			genCPU = (st.UserTime() + st.SystemTime()).Seconds()
-		}
 		smp.CPUus["generator"] = genCPU * 1e6 / n
 		smp.CPUus["backend"] = cpu[c] * 1e6 / n
 	}
 	s.logf("  %-20s wrk     round %d: %8.0f/s p99 %.2f ms, CPU %.1f µs/req", workload, round, smp.Rate, smp.P99, smp.CPUus["generator"])
 	return smp, nil
+}
+
+// otherBusy returns the fraction of all cores busy since (busy0, total0)
+// outside the suite's processes, which used ownCPU seconds (NaN when
+// /proc/stat cannot tell).
+func otherBusy(busy0, total0 uint64, ownCPU float64) float64 {
+	busy1, total1, err := machineTicks()
+	if err != nil || total1 <= total0 {
+		return math.NaN()
+	}
+	return math.Max(0, float64(busy1-busy0)-ownCPU*clkTck) / float64(total1-total0)
 }
 
 // wrkResult is what parseWrk reads from wrk's output.
@@ -261,6 +277,7 @@ func (s *session) loadgenReport(openName string, rate int, withWrk bool) {
 		fmt.Fprintf(b, "Closed loop, CPU per request loadgen ÷ wrk (median of per-round ratios): **%s**; throughput ratio: %s.\n\n",
 			fmtNum(r, 2), fmtNum(ratio(s.pick("closed-64", "loadgen"), s.pick("closed-64", "wrk"), rateOf), 2))
 	}
+	defer func() { s.res.Markdown = b.String() }()
 	if s.o.Smoke {
 		return
 	}
