@@ -394,7 +394,7 @@ func (s *session) websocketSuite(ctx context.Context) error {
 		return err
 	}
 	defer f.close()
-	ts := s.targets(f, false)
+	ts := s.targets(f, true)
 	w := workload{name: "ws-echo", desc: "16 websockets (/counter/{id}/ws), closed loop: send a 32-byte message, wait for its echo",
 		args: []string{"-scenario", "ws", "-c", "16", "-path", "/counter/{id}/ws", "-keys", "16"}}
 	if err := s.rounds(ctx, f.rig, []workload{w}, ts); err != nil {
@@ -402,7 +402,8 @@ func (s *session) websocketSuite(ctx context.Context) error {
 	}
 	b := &s.md
 	b.WriteString("## websocket\n\n")
-	fmt.Fprintf(b, "Echo round trips over websockets held open for the whole run; through pinboard the upgraded connection is a raw byte tunnel. "+
+	fmt.Fprintf(b, "Echo round trips over websockets held open for the whole run; through pinboard the upgraded connection is a raw byte tunnel; "+
+		"nginx (Upgrade/Connection passed on for /ws) and HAProxy (native in HTTP mode) tunnel the same way to the direct counter. "+
 		"Rates are round trips per second, latencies are RTTs. Targets alternate in rounds (%s).\n\n", targetNames(ts))
 	s.workloadTable(w, ts)
 	for _, t := range ts {
@@ -414,7 +415,16 @@ func (s *session) websocketSuite(ctx context.Context) error {
 	}
 	v := ratio(s.pick(w.name, "pinboard"), s.pick(w.name, "direct"), rateOf)
 	s.res.Values["ws pinboard/direct rate"] = v
-	fmt.Fprintf(b, "pinboard ÷ direct round trips/s: **%s**; p99 RTT ratio: %s.\n\n", fmtNum(v, 2), fmtNum(ratio(s.pick(w.name, "pinboard"), s.pick(w.name, "direct"), p99Of), 2))
+	fmt.Fprintf(b, "pinboard ÷ direct round trips/s: **%s**; p99 RTT ratio: %s.", fmtNum(v, 2), fmtNum(ratio(s.pick(w.name, "pinboard"), s.pick(w.name, "direct"), p99Of), 2))
+	for _, peer := range []string{"nginx", "haproxy"} {
+		if !has(ts, peer) {
+			continue
+		}
+		r := ratio(s.pick(w.name, "pinboard"), s.pick(w.name, peer), rateOf)
+		s.res.Values["ws pinboard/"+peer+" rate"] = r
+		fmt.Fprintf(b, " pinboard ÷ %s round trips/s: **%s**.", peer, fmtNum(r, 2))
+	}
+	b.WriteString("\n\n")
 	s.res.Markdown = b.String()
 	return nil
 }

@@ -310,3 +310,7 @@ var origin = time.Now()
 
 // Nanotime returns the monotonic clock on the scale of Loop.Now.
 func Nanotime() int64 { return nanotime() }
+
+// Time converts a reading on the scale of Loop.Now to a time.Time (with its
+// monotonic reading), without reading the clock.
+func Time(ns int64) time.Time { return origin.Add(time.Duration(ns)) }
