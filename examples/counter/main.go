@@ -160,10 +160,12 @@ func newWorker(opts options, logger *slog.Logger, set *metrics.Set, onLease func
 		Token:        opts.fleet.token,
 		Logger:       logger,
 		Metrics:      set,
-		OnLease:      onLease,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("counter: %w", err)
+	}
+	if onLease != nil {
+		w.OnLease(onLease) // before Run: the first registration is reported too
 	}
 	return &fleet{w: w}, nil
 }
