@@ -105,7 +105,7 @@ func (f fleet) print(w io.Writer) {
 // stops the pinboard.
 func run(ctx context.Context, o options, logger *slog.Logger, ready func(fleet)) (err error) {
 	settings, err := pinboard.ParseSettings([]string{"-dev", "-listen", o.listen, "-admin-listen", o.adminListen},
-		func(string) string { return "" }, io.Discard)
+		nil, io.Discard)
 	if err != nil {
 		return err
 	}
