@@ -325,7 +325,10 @@ func (s *Set) PrintUsage(w io.Writer) {
 	if s.intro != "" {
 		fmt.Fprintf(w, "\n%s\n", strings.TrimSpace(s.intro))
 	}
-	fmt.Fprintf(w, "\nA flag wins over its environment variable, a variable over the default.\n\n")
+	if slices.ContainsFunc(s.opts, func(o *option) bool { return o.env != "" }) {
+		fmt.Fprintf(w, "\nA flag wins over its environment variable, a variable over the default.\n")
+	}
+	fmt.Fprintln(w)
 	for _, o := range s.opts {
 		def := o.def
 		if def == "" || strings.ContainsAny(def, " \t\"") {
