@@ -2,6 +2,13 @@ package deps
 
 import (
 	"bytes"
+	"fmt"
+	"go/ast"
+	"go/importer"
+	"go/parser"
+	"go/token"
+	"go/types"
+	"io"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -69,21 +76,11 @@ type listing struct {
 
 func list(t *testing.T, tags string) []listing {
 	t.Helper()
-	root, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}").Output()
-	if err != nil {
-		t.Fatalf("go list -m: %v", err)
-	}
-	touchSources(t, strings.TrimSpace(string(root)))
-	cmd := exec.Command("go", "list", "-tags="+tags, "-f", `{{.ImportPath}}{{range .Deps}} {{.}}{{end}}`, "./...")
-	cmd.Dir = strings.TrimSpace(string(root))
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("go list ./...: %v\n%s", err, stderr.Bytes())
-	}
+	root := moduleRoot(t)
+	touchSources(t, root)
+	out := goList(t, root, "-tags="+tags, "-f", `{{.ImportPath}}{{range .Deps}} {{.}}{{end}}`, "./...")
 	var pkgs []listing
-	for line := range strings.Lines(string(out)) {
+	for line := range strings.Lines(out) {
 		f := strings.Fields(line)
 		l := listing{pkg: ours(f[0])}
 		for _, d := range f[1:] {
@@ -202,3 +199,217 @@ func TestViolationsCatches(t *testing.T) {
 		}
 	}
 }
+
+// TestPublicAPI: no exported name of a public package (one an application
+// imports: not internal/, not test support, not examples/, not a command)
+// exposes a type of an internal package in its signature, fields or
+// methods, so an application can use every part of it.
+func TestPublicAPI(t *testing.T) {
+	root := moduleRoot(t)
+	touchSources(t, root)
+	out := goList(t, root, "-f", `{{if and (ne .Name "main") (not .Standard)}}{{.ImportPath}}{{end}}`, "./...")
+	var public []string
+	for line := range strings.Lines(out) {
+		pkg := ours(strings.TrimSpace(line))
+		if pkg == "" || under(pkg, "internal") || under(pkg, "examples") || testSupport(pkg) {
+			continue
+		}
+		public = append(public, module+"/"+pkg)
+	}
+	if len(public) < 5 {
+		t.Fatalf("only %d public packages found: %v", len(public), public)
+	}
+	exports := map[string]string{}
+	for line := range strings.Lines(goList(t, root, append([]string{"-deps", "-export", "-f", "{{.ImportPath}}\t{{.Export}}"}, public...)...)) {
+		if path, file, ok := strings.Cut(strings.TrimSpace(line), "\t"); ok && file != "" {
+			exports[path] = file
+		}
+	}
+	fset := token.NewFileSet()
+	imp := importer.ForCompiler(fset, "gc", func(path string) (io.ReadCloser, error) {
+		f, ok := exports[path]
+		if !ok {
+			return nil, fmt.Errorf("no export data for %s", path)
+		}
+		return os.Open(f)
+	})
+	for _, path := range public {
+		pkg, err := imp.Import(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, leak := range internalLeaks(pkg) {
+			t.Errorf("%s: %s", ours(path), leak)
+		}
+	}
+}
+
+// internalLeaks lists the exported names of pkg whose API mentions a type
+// declared in an internal package.
+func internalLeaks(pkg *types.Package) []string {
+	var leaks []string
+	check := func(where string, typ types.Type) {
+		if n := internalType(typ, map[types.Type]bool{}); n != "" {
+			leaks = append(leaks, where+" exposes "+n)
+		}
+	}
+	scope := pkg.Scope()
+	for _, name := range scope.Names() {
+		obj := scope.Lookup(name)
+		if !obj.Exported() {
+			continue
+		}
+		switch o := obj.(type) {
+		case *types.TypeName:
+			named, ok := o.Type().(*types.Named)
+			if !ok {
+				check(name, o.Type())
+				continue
+			}
+			check(name, named.Underlying())
+			for m := range named.Methods() {
+				if m.Exported() {
+					check(name+"."+m.Name(), m.Type())
+				}
+			}
+		default:
+			check(name, obj.Type())
+		}
+	}
+	return leaks
+}
+
+// internalType returns the name of a type declared in an internal package
+// that t mentions through its exported parts, or "".
+func internalType(t types.Type, seen map[types.Type]bool) string {
+	if seen[t] {
+		return ""
+	}
+	seen[t] = true
+	switch t := t.(type) {
+	case *types.Named:
+		if p := t.Obj().Pkg(); p != nil && (strings.Contains(p.Path(), "/internal/") || strings.HasSuffix(p.Path(), "/internal")) {
+			return p.Path() + "." + t.Obj().Name()
+		}
+		if args := t.TypeArgs(); args != nil {
+			for a := range args.Types() {
+				if n := internalType(a, seen); n != "" {
+					return n
+				}
+			}
+		}
+		return "" // a public type of another package: checked as that package's API
+	case *types.Alias:
+		return internalType(types.Unalias(t), seen)
+	case *types.Pointer:
+		return internalType(t.Elem(), seen)
+	case *types.Slice:
+		return internalType(t.Elem(), seen)
+	case *types.Array:
+		return internalType(t.Elem(), seen)
+	case *types.Chan:
+		return internalType(t.Elem(), seen)
+	case *types.Map:
+		if n := internalType(t.Key(), seen); n != "" {
+			return n
+		}
+		return internalType(t.Elem(), seen)
+	case *types.Signature:
+		for _, tuple := range []*types.Tuple{t.Params(), t.Results()} {
+			for v := range tuple.Variables() {
+				if n := internalType(v.Type(), seen); n != "" {
+					return n
+				}
+			}
+		}
+	case *types.Struct:
+		for f := range t.Fields() {
+			if f.Exported() {
+				if n := internalType(f.Type(), seen); n != "" {
+					return n
+				}
+			}
+		}
+	case *types.Interface:
+		for m := range t.Methods() {
+			if m.Exported() {
+				if n := internalType(m.Type(), seen); n != "" {
+					return n
+				}
+			}
+		}
+	}
+	return ""
+}
+
+func moduleRoot(t *testing.T) string {
+	t.Helper()
+	root, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}").Output()
+	if err != nil {
+		t.Fatalf("go list -m: %v", err)
+	}
+	return strings.TrimSpace(string(root))
+}
+
+func goList(t *testing.T, dir string, args ...string) string {
+	t.Helper()
+	cmd := exec.Command("go", append([]string{"list"}, args...)...)
+	cmd.Dir = dir
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list %v: %v\n%s", args, err, stderr.Bytes())
+	}
+	return string(out)
+}
+
+// The leak check finds an internal type in an exported field, a function's
+// signature, an exported method and an alias, and ignores unexported
+// fields and methods.
+func TestInternalLeaksCatches(t *testing.T) {
+	internal := types.NewPackage("example.com/m/internal/x", "x")
+	secret := types.NewNamed(types.NewTypeName(token.NoPos, internal, "Secret", nil), types.Typ[types.Int], nil)
+	internal.Scope().Insert(secret.Obj())
+	internal.MarkComplete()
+	src := `package pub
+import "example.com/m/internal/x"
+type Config struct { Clock x.Secret; hidden x.Secret; OK int }
+func New(map[string]x.Secret) {}
+type T struct{}
+func (T) M() []x.Secret { return nil }
+func (T) m() x.Secret { return 0 }
+type A = x.Secret
+type Fine struct{ N int }
+func Good(Fine) error { return nil }
+`
+	fset := token.NewFileSet()
+	f, err := parser.ParseFile(fset, "pub.go", src, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conf := types.Config{Importer: importerFunc(func(path string) (*types.Package, error) {
+		if path == internal.Path() {
+			return internal, nil
+		}
+		return nil, fmt.Errorf("no package %s", path)
+	})}
+	pkg, err := conf.Check("example.com/m/pub", fset, []*ast.File{f}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := internalLeaks(pkg)
+	want := []string{"A exposes", "Config exposes", "New exposes", "T.M exposes"}
+	if len(got) != len(want) {
+		t.Fatalf("leaks %q; want %d: %v", got, len(want), want)
+	}
+	for i, w := range want {
+		if !strings.HasPrefix(got[i], w) || !strings.HasSuffix(got[i], "internal/x.Secret") {
+			t.Errorf("leak %d = %q; want %q ... internal/x.Secret", i, got[i], w)
+		}
+	}
+}
+
+type importerFunc func(path string) (*types.Package, error)
+
+func (f importerFunc) Import(path string) (*types.Package, error) { return f(path) }
