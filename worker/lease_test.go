@@ -42,7 +42,7 @@ func expectAbortAt(t *testing.T, h *harness, off time.Duration) {
 	}
 }
 
-// The table of reliability.md §1 goal 1: the worker stops at exactly
+// The lease rule (worker package doc, "The lease"): the worker stops at exactly
 // sendTime + lease − buffer when no later heartbeat is acknowledged.
 func TestAbortExactlyAtSendTimePlusLeaseMinusBuffer(t *testing.T) {
 	f := func(name string, leaseMs int64, buffer, wantAbort time.Duration) {
