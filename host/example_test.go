@@ -73,7 +73,7 @@ func Example() {
 	call(base, "GET", "/counter/alice/")
 	call(base, "GET", "/counter/bob/")
 	call(base, "GET", "/counter/%2e%2e/") // ids are raw bytes: no decoding, no dot segments
-	_ = h.Close(context.Background())   // every instance ends; each teardown runs once
+	_ = h.Close(context.Background())     // every instance ends; each teardown runs once
 
 	// Unordered output:
 	// POST /counter/alice/incr: 200 1
