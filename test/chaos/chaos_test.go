@@ -15,8 +15,8 @@ import (
 
 	"github.com/valyala/fasthttp"
 
-	"github.com/pinned-go/pinned/internal/testkit/chaoscheck"
 	"github.com/pinned-go/pinned/internal/faults"
+	"github.com/pinned-go/pinned/internal/testkit/chaoscheck"
 	"github.com/pinned-go/pinned/internal/testkit/proctest"
 )
 

@@ -25,8 +25,8 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/pinned-go/pinned/host"
-	"github.com/pinned-go/pinned/internal/testkit/leakcheck"
 	"github.com/pinned-go/pinned/internal/pinboard"
+	"github.com/pinned-go/pinned/internal/testkit/leakcheck"
 	"github.com/pinned-go/pinned/internal/testkit/proctest"
 	"github.com/pinned-go/pinned/internal/testkit/redistest"
 	"github.com/pinned-go/pinned/internal/wire"
