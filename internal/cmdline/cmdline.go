@@ -6,6 +6,14 @@
 // command's prefix that no setting declares, so a typo in a variable name
 // is reported instead of silently ignored.
 //
+// Why not peterbourgon/ff (v4): it fills declared flags from prefixed
+// variables and prints help, but settings that must not be flags (tokens:
+// argv is visible to every user) and the warning about unknown prefixed
+// variables would still be written here, its help does not name each
+// setting's variable, and its own flag set is getopt-style (--flag) where
+// every command and script here uses -flag. What ff would replace is the
+// environment loop of Parse.
+//
 // Invariants: a flag wins over its variable, a variable over the default;
 // every error names the flag or variable to fix and the value given; a
 // Set keeps no global state (each command builds its own).
