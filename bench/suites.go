@@ -233,8 +233,9 @@ func nanIfMissing(m map[string]float64, k string) float64 {
 	return math.NaN()
 }
 
-// anchorTable compares with the targets of issue 5 (anchors measured on
-// this machine class).
+// anchorTable compares with the project's performance targets and their
+// anchors (nginx, HAProxy and bare fasthttp measured on this machine class;
+// bench/README.md).
 func (s *session) anchorTable(ts []target) {
 	v := s.res.Values
 	row := func(what, target, anchor, key string, prec int) []string {
@@ -244,8 +245,8 @@ func (s *session) anchorTable(ts []target) {
 		}
 		return []string{what, target, anchor, fmtNum(got, prec)}
 	}
-	fmt.Fprintf(&s.md, "#### against the targets of issue 5\n\n")
-	table(&s.md, []string{"figure", "target", "anchor (issue 5)", "measured"}, [][]string{
+	fmt.Fprintf(&s.md, "#### against the performance targets\n\n")
+	table(&s.md, []string{"figure", "target", "anchor", "measured"}, [][]string{
 		row("pinboard ÷ direct, 64 conns", "≥ 0.48", "nginx 0.48, HAProxy 0.47, bare fasthttp 0.30", "closed-64 pinboard/direct rate", 2),
 		row("nginx ÷ direct, 64 conns", "", "0.48", "closed-64 nginx/direct rate", 2),
 		row("HAProxy ÷ direct, 64 conns", "", "0.47", "closed-64 haproxy/direct rate", 2),
@@ -378,7 +379,7 @@ func (s *session) streamingSuite(ctx context.Context) error {
 		}
 		table(b, []string{"ratio (MB/s, median of per-round ratios)", w.name}, rrows)
 		if w.name == "1MiB" {
-			fmt.Fprintf(b, "Target of issue 5 for 1 MiB responses: pinboard ÷ direct ≥ 0.60 (anchor: nginx 0.57); measured %s.\n\n",
+			fmt.Fprintf(b, "Performance target for 1 MiB responses: pinboard ÷ direct ≥ 0.60 (anchor: nginx 0.57); measured %s.\n\n",
 				fmtNum(s.res.Values["1MiB pinboard/direct MB/s"], 2))
 		}
 	}

@@ -25,8 +25,8 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/pinned-go/pinned/host"
-	"github.com/pinned-go/pinned/internal/testkit/leakcheck"
 	"github.com/pinned-go/pinned/internal/pinboard"
+	"github.com/pinned-go/pinned/internal/testkit/leakcheck"
 	"github.com/pinned-go/pinned/internal/testkit/proctest"
 	"github.com/pinned-go/pinned/internal/testkit/redistest"
 	"github.com/pinned-go/pinned/internal/wire"
@@ -94,7 +94,7 @@ func startCapture(t *testing.T, pinboardAddr string) *capture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := w.Attach(c); err != nil {
+	if _, err := w.Attach(c); err != nil {
 		t.Fatal(err)
 	}
 	c.w = w
