@@ -147,6 +147,21 @@ func (c *Cache[V]) Get(name []byte, now clock.Instant) (V, bool) {
 	return zero, false
 }
 
+// Peek is Get without counting a hit or a miss: a second look at a name
+// whose Get just missed (another caller may have filled it since) must not
+// count that request twice. It does not allocate.
+func (c *Cache[V]) Peek(name []byte, now clock.Instant) (V, bool) {
+	_, s := c.shardOf(name)
+	s.mu.RLock()
+	e, ok := s.m[string(name)]
+	s.mu.RUnlock()
+	if ok && now.Sub(e.at) < c.ttl {
+		return e.v, true
+	}
+	var zero V
+	return zero, false
+}
+
 // Begin captures the shard's invalidation sequence for name. Call it before
 // reading the store, and pass the token to Put.
 func (c *Cache[V]) Begin(name []byte) Token {
