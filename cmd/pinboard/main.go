@@ -12,5 +12,5 @@ import (
 )
 
 func main() {
-	os.Exit(pinboard.Main(os.Args[1:], os.Getenv, os.Stdout, os.Stderr, pinboard.NewProxy))
+	os.Exit(pinboard.Main(os.Args[1:], os.Getenv, os.Stdout, os.Stderr))
 }

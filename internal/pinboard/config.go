@@ -15,8 +15,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/pinned-go/pinned/proxy"
 	"github.com/pinned-go/pinned/internal/registry"
+	"github.com/pinned-go/pinned/proxy"
 )
 
 // Defaults of the pinboard's settings.
@@ -87,10 +87,10 @@ type Settings struct {
 	Dev                 bool
 	LogLevel            slog.Level
 	LogJSON             bool
-	// Proxy and Endpoint hold the data plane's limits set by flags or
-	// variables (limits.go); zero fields mean the proxy package's defaults.
-	Proxy    proxy.Config
-	Endpoint proxy.EndpointConfig
+	// Proxy holds the data plane's limits set by flags or variables
+	// (limits.go), those of each worker's pool in Proxy.Endpoint; zero
+	// fields mean the proxy package's defaults.
+	Proxy proxy.Config
 }
 
 // ParseSettings reads flags (args, without the program name) and the

@@ -13,7 +13,7 @@ import (
 
 // The data plane's limits, each a flag and a variable (PINBOARD_ + the flag
 // name in upper case with '_' for '-'). Their defaults are the proxy
-// package's; Settings.Proxy and Settings.Endpoint hold what was set.
+// package's; Settings.Proxy (with its Endpoint) holds what was set.
 var proxyIntLimits = []struct {
 	flag, usage string
 	def         int64
@@ -81,7 +81,7 @@ func limitEnv(flagName string) string {
 }
 
 // addProxyFlags registers the data plane's limits on fs; the returned
-// function parses them into s.Proxy and s.Endpoint after fs.Parse. Only
+// function parses them into s.Proxy and s.Proxy.Endpoint after fs.Parse. Only
 // limits that were set (flag or variable) are written, so every other one
 // keeps the proxy's default.
 func addProxyFlags(fs *flag.FlagSet, getenv func(string) string, s *Settings) func() error {
@@ -118,7 +118,7 @@ func addProxyFlags(fs *flag.FlagSet, getenv func(string) string, s *Settings) fu
 			case l.proxy != nil:
 				*l.proxy(&s.Proxy) = int(n)
 			default:
-				*l.endpoint(&s.Endpoint) = int(n)
+				*l.endpoint(&s.Proxy.Endpoint) = int(n)
 			}
 		}
 		for i, l := range proxyDurationLimits {
@@ -133,7 +133,7 @@ func addProxyFlags(fs *flag.FlagSet, getenv func(string) string, s *Settings) fu
 			if l.proxy != nil {
 				*l.proxy(&s.Proxy) = d
 			} else {
-				*l.endpoint(&s.Endpoint) = d
+				*l.endpoint(&s.Proxy.Endpoint) = d
 			}
 		}
 		if *trusted != "" {

@@ -20,11 +20,11 @@ const (
 )
 
 // Main is the whole pinboard command: it parses args and the environment,
-// wires a Pinboard with newDataPlane (nil: registry only), and runs it until
+// wires a Pinboard (registry and proxy), and runs it until
 // SIGTERM or SIGINT; SIGHUP re-reads the token file. The dev token, when
 // generated, is printed to stdout; logs go to stderr. It returns the exit
 // status.
-func Main(args []string, getenv func(string) string, stdout, stderr io.Writer, newDataPlane func(DataPlaneDeps) (DataPlane, error)) int {
+func Main(args []string, getenv func(string) string, stdout, stderr io.Writer) int {
 	s, err := ParseSettings(args, getenv, stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return ExitOK
@@ -39,7 +39,7 @@ func Main(args []string, getenv func(string) string, stdout, stderr io.Writer, n
 		h = slog.NewJSONHandler(stderr, hopts)
 	}
 	logger := slog.New(h)
-	p, err := New(Config{Settings: s, Logger: logger, NewDataPlane: newDataPlane})
+	p, err := New(Config{Settings: s, Logger: logger})
 	if err != nil {
 		fmt.Fprintf(stderr, "pinboard: %v\n", err)
 		return ExitConfig
