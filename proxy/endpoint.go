@@ -113,11 +113,18 @@ type endpoint struct {
 	// prepended to every request path ("" when the URL has none).
 	prefix []byte
 
-	client       *fasthttp.HostClient
-	dial         func(addr string, timeout time.Duration) (net.Conn, error)
-	dialTimeout  time.Duration
-	queueTimeout time.Duration
-	maxInflight  int64 // MaxConns + MaxQueue
+	client          *fasthttp.HostClient
+	dial            func(addr string, timeout time.Duration) (net.Conn, error)
+	dialTimeout     time.Duration
+	queueTimeout    time.Duration
+	idleConnTimeout time.Duration
+	maxInflight     int64 // MaxConns + MaxQueue
+
+	// pools are the event loops' connections to the worker, one pool per
+	// loop of the proxy's Front (none without one); loopMax caps each:
+	// MaxConns shared out among the loops.
+	pools   []loopPool
+	loopMax int
 	retryUnit    int64 // tokens per retry: 1/RetryBudgetRatio requests
 	retryCap     int64 // RetryBudgetBurst retries' worth of tokens
 
@@ -139,9 +146,9 @@ type endpoint struct {
 // zero, so that an admit on it sees a count ≤ 0 however many race.
 const retiredInflight = math.MinInt64 / 2
 
-// newEndpoint makes the endpoint of s. cfg has its defaults set. It does no
-// I/O.
-func newEndpoint(cfg *EndpointConfig, s *Session) (*endpoint, error) {
+// newEndpoint makes the endpoint of s, with a connection pool for each of
+// loops event loops. cfg has its defaults set. It does no I/O.
+func newEndpoint(cfg *EndpointConfig, s *Session, loops int) (*endpoint, error) {
 	addr, prefix, err := wire.ParseAdvertiseURL(s.AdvertiseURL)
 	if err != nil {
 		return nil, fmt.Errorf("proxy: session %s: %w", s.ID, err)
@@ -153,10 +160,15 @@ func newEndpoint(cfg *EndpointConfig, s *Session) (*endpoint, error) {
 		session:      []byte(s.ID),
 		prefix:       []byte(prefix),
 		dial:         cfg.Dial,
-		dialTimeout:  cfg.DialTimeout,
-		queueTimeout: cfg.QueueTimeout,
-		maxInflight:  int64(cfg.MaxConns + cfg.MaxQueue),
-		retryUnit:    int64(1/cfg.RetryBudgetRatio + 0.5),
+		dialTimeout:     cfg.DialTimeout,
+		queueTimeout:    cfg.QueueTimeout,
+		idleConnTimeout: cfg.IdleConnTimeout,
+		maxInflight:     int64(cfg.MaxConns + cfg.MaxQueue),
+		retryUnit:       int64(1/cfg.RetryBudgetRatio + 0.5),
+	}
+	if loops > 0 {
+		e.pools = make([]loopPool, loops)
+		e.loopMax = max(1, (cfg.MaxConns+loops-1)/loops)
 	}
 	e.retryCap = int64(cfg.RetryBudgetBurst) * e.retryUnit
 	e.tokens.Store(e.retryCap)
@@ -190,6 +202,9 @@ func newEndpoint(cfg *EndpointConfig, s *Session) (*endpoint, error) {
 	}
 	return e, nil
 }
+
+// loopPool returns the pool of event loop i.
+func (e *endpoint) loopPool(i int) *loopPool { return &e.pools[i] }
 
 // admission is what admit decided.
 type admission uint8

@@ -29,16 +29,18 @@ type exchange struct {
 	ctx *fasthttp.RequestCtx
 
 	// Request state.
-	reqScan  headScan
-	name     []byte // the placement name: a sub-slice of the request URI or tgt
-	target   []byte // the origin-form target: the request URI or tgt
-	tgt      []byte // a copy of target when it must outlive a URI rewrite
-	uri      []byte // scratch for a rewritten request URI
-	stable   bool   // name and target point into tgt
-	http10   bool   // the client spoke HTTP/1.0
-	bodyKind bodyKind
-	body     []byte // a replayable request body
-	scratch  [64]byte
+	reqScan headScan
+	name    []byte // the placement name: a sub-slice of the request URI or tgt
+	target  []byte // the origin-form target: the request URI or tgt
+	tgt     []byte // a copy of target when it must outlive a URI rewrite
+	uri     []byte // scratch for a rewritten request URI
+	stable  bool   // name and target point into tgt
+	http10  bool   // the client spoke HTTP/1.0
+	// resentOnce: sent again after an attempt that got no answer (noAnswer).
+	resentOnce bool
+	bodyKind   bodyKind
+	body       []byte // a replayable request body
+	scratch    [64]byte
 
 	// Worker connection state, valid between acquire and release.
 	route    Route // where the current attempt was routed
@@ -305,7 +307,7 @@ func (x *exchange) roundTrip(attempt int) outcome {
 		if p.errLog.Allow() {
 			p.log.Warn("cannot send to worker", "session", ep.id, "addr", ep.addr, "err", err)
 		}
-		return outBadGateway
+		return x.noAnswer(attempt)
 	}
 
 	x.br.Reset(x.conn)
@@ -334,6 +336,23 @@ func (x *exchange) roundTrip(attempt int) outcome {
 	return outOK
 }
 
+// noAnswer decides about a request that may have reached the worker but got
+// no byte of an answer (the connection failed after the request went out):
+// an idempotent request whose body is held goes once more (outResend),
+// and when it was sent again already the worker is taken as unreachable
+// (503 + Retry-After: no answer twice, nothing the client can tell from a
+// worker that is down); any other request may have been processed: 502.
+func (x *exchange) noAnswer(attempt int) outcome {
+	if !x.idempotent() || !x.replayable() {
+		return outBadGateway
+	}
+	if !x.resentOnce && x.retry(attempt) {
+		x.resentOnce = true
+		return outResend
+	}
+	return outUnreachable
+}
+
 // retry takes one retry from the endpoint's budget if the request has
 // attempts left.
 func (x *exchange) retry(attempt int) bool {
@@ -352,6 +371,7 @@ func (x *exchange) retry(attempt int) bool {
 func (x *exchange) readHead(reused bool, attempt int) outcome {
 	p, ep, ctx := x.p, x.ep, x.ctx
 	rh := &ctx.Response.Header
+	interim := false // an interim answer came: the worker did answer
 	for {
 		head, err := peekHead(x.br)
 		if err != nil {
@@ -359,11 +379,18 @@ func (x *exchange) readHead(reused bool, attempt int) outcome {
 			if isTimeout(err) {
 				return outTimeout
 			}
-			if _, nothing := err.(errNothingRead); nothing && reused && x.replayable() && x.idempotent() &&
-				x.retry(attempt) {
-				// The worker closed a pooled connection as we sent on it;
-				// an idempotent request may go again (RFC 9110 §9.2.2).
-				return outResend
+			if _, nothing := err.(errNothingRead); nothing && !interim {
+				if reused && x.replayable() && x.idempotent() && !x.resentOnce && x.retry(attempt) {
+					// The worker closed a pooled connection as we sent on
+					// it; an idempotent request may go again (RFC 9110
+					// §9.2.2).
+					x.resentOnce = true
+					return outResend
+				}
+				if p.errLog.Allow() {
+					p.log.Warn("no response from worker", "session", ep.id, "addr", ep.addr, "err", err)
+				}
+				return x.noAnswer(attempt)
 			}
 			if p.errLog.Allow() {
 				p.log.Warn("no response from worker", "session", ep.id, "addr", ep.addr, "err", err)
@@ -403,6 +430,7 @@ func (x *exchange) readHead(reused bool, attempt int) outcome {
 		}
 		// 100 Continue, 102, 103: the server already answered the client's
 		// Expect itself; interim responses are not relayed.
+		interim = true
 	}
 }
 

@@ -2,9 +2,12 @@ package proxy_test
 
 import (
 	"bufio"
+	"context"
 	"io"
 	"log/slog"
 	"net"
+	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -180,6 +183,7 @@ type front struct {
 	p    *proxy.Proxy
 	addr string
 	srv  *fasthttp.Server
+	fr   *proxy.Front // nil when the fasthttp server serves alone
 }
 
 func startProxy(t *testing.T, r proxy.Resolver, mutate func(*proxy.Config)) *front {
@@ -198,13 +202,44 @@ func startProxy(t *testing.T, r proxy.Resolver, mutate func(*proxy.Config)) *fro
 		t.Fatal(err)
 	}
 	done := make(chan struct{})
-	go func() { defer close(done); _ = srv.Serve(ln) }()
+	if testLoops() == 0 {
+		go func() { defer close(done); _ = srv.Serve(ln) }()
+		t.Cleanup(func() {
+			_ = srv.Shutdown()
+			<-done
+			_ = p.Close()
+		})
+		return &front{p: p, addr: ln.Addr().String(), srv: srv}
+	}
+	fr, err := p.NewFront(proxy.FrontConfig{Loops: testLoops(), Fallback: srv})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { defer close(done); _ = fr.Serve(ln) }()
 	t.Cleanup(func() {
-		_ = srv.Shutdown()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = fr.Shutdown(ctx)
 		<-done
+		_ = ln.Close()
 		_ = p.Close()
 	})
-	return &front{p: p, addr: ln.Addr().String(), srv: srv}
+	return &front{p: p, addr: ln.Addr().String(), srv: srv, fr: fr}
+}
+
+// testLoops is the number of event loops the harness serves the proxy with
+// (proxy.Front); 0 serves it with the fasthttp server alone. The variable
+// PINNED_TEST_LOOPS chooses; by default 1, so that consecutive connections
+// share one loop's worker connections as they would share the fasthttp
+// path's pool (tests that need several loops ask for them).
+func testLoops() int {
+	if v := os.Getenv("PINNED_TEST_LOOPS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err == nil && n >= 0 {
+			return n
+		}
+	}
+	return 1
 }
 
 // setup starts a worker with h, an endpoint on it placed for namespace

@@ -99,6 +99,7 @@ type proxyMetrics struct {
 	tunnels         *metrics.Counter // tunnels opened
 	tunnelsRejected *metrics.Counter // tunnels refused at the cap
 	endpointsClosed *metrics.Counter // endpoints the janitor closed
+	handovers       *metrics.Counter // client connections a Front's loops handed to the fasthttp path
 }
 
 func (m *proxyMetrics) register(p *Proxy) {
@@ -122,5 +123,6 @@ func (m *proxyMetrics) register(p *Proxy) {
 		return float64(p.tunnelsOpen.Load())
 	})
 	m.endpointsClosed = s.GetOrCreateCounter("pinned_proxy_endpoints_closed_total")
+	m.handovers = s.GetOrCreateCounter("pinned_proxy_handovers_total")
 	s.GetOrCreateGauge("pinned_proxy_endpoints", func() float64 { return float64(p.endpoints()) })
 }

@@ -48,6 +48,13 @@ type Proxy struct {
 	// released.
 	epMu sync.Mutex
 	eps  map[*endpoint]*Session
+
+	// front is the Front serving the proxy with event loops (nil without
+	// one) and loops its number of loops: every endpoint gets a
+	// connection pool per loop. Both are set by NewFront, before any
+	// request.
+	front *Front
+	loops int
 }
 
 // New makes a Proxy. It validates cfg and does no I/O.
@@ -107,7 +114,7 @@ func (p *Proxy) putExchange(x *exchange) {
 	x.route = Route{}
 	x.cw.Conn = nil
 	x.name, x.target = nil, nil
-	x.stable, x.http10, x.bodyKind = false, false, bodyNone
+	x.stable, x.http10, x.bodyKind, x.resentOnce = false, false, bodyNone, false
 	x.body = x.body[:0]
 	x.br.Reset(nil)
 	x.bw.Reset(nil)
@@ -118,6 +125,16 @@ func (p *Proxy) putExchange(x *exchange) {
 // that does not depend on its target (framing, field syntax, field count),
 // as scanned into s. It reports whether the request may proceed.
 func (p *Proxy) screen(ctx *fasthttp.RequestCtx, s *headScan) bool {
+	if rp := p.screenReply(s); rp != nil {
+		p.reject(ctx, rp)
+		return false
+	}
+	return true
+}
+
+// screenReply returns the refusal for a head that breaks a rule of the
+// smuggling policy that does not depend on its target, or nil.
+func (p *Proxy) screenReply(s *headScan) *reply {
 	var rp *reply
 	switch {
 	case s.fields > p.cfg.MaxHeaderFields:
@@ -142,11 +159,8 @@ func (p *Proxy) screen(ctx *fasthttp.RequestCtx, s *headScan) bool {
 		rp = &p.replies.bareLF
 	case s.tooMany:
 		rp = &p.replies.tooManyFields
-	default:
-		return true
 	}
-	p.reject(ctx, rp)
-	return false
+	return rp
 }
 
 // Guard wraps a handler that serves other paths on the proxy's server (the
@@ -264,24 +278,37 @@ func (x *exchange) readReplayBody(n int) bool {
 }
 
 // sanitizeRequest removes hop-by-hop, pinned and forwarding fields, stops the
-// client's Connection: close from closing the worker connection (P3), and
-// adds the forwarding fields. The proxy's own fields are added after the
-// removals, so no Connection option of the client's can strip them.
+// client's Connection: close from closing the worker connection, and adds the
+// forwarding fields (sanitizeHeader).
 func (p *Proxy) sanitizeRequest(x *exchange, trusted bool) {
 	ctx := x.ctx
 	h := &ctx.Request.Header
-	for _, f := range x.reqScan.deletes() {
+	x.http10 = !h.IsHTTP11()
+	peer, _ := netip.AddrFromSlice(ctx.RemoteIP())
+	p.sanitizeHeader(h, &x.reqScan, peer, ctx.IsTLS(), trusted, x.scratch[:0])
+}
+
+// sanitizeHeader is the field hygiene of RFC 9110 §7.6.1 on a request head
+// scanned into s: it removes the hop-by-hop fields (Connection and what it
+// names, Keep-Alive, TE, ...), the client's X-Pinned-* and, unless the peer
+// is trusted, Forwarded and X-Forwarded-*; it keeps the worker connection
+// open whatever the client's Connection says (an HTTP/1.0 request goes on
+// as HTTP/1.1), and adds X-Forwarded-For (peer appended), -Proto and -Host.
+// The proxy's own fields are added after the removals, so no Connection
+// option of the client's can strip them. scratch is a buffer for
+// X-Forwarded-For.
+func (p *Proxy) sanitizeHeader(h *fasthttp.RequestHeader, s *headScan, peer netip.Addr, tls, trusted bool, scratch []byte) {
+	for _, f := range s.deletes() {
 		h.DelBytes(f.name)
 	}
 	h.ResetConnectionClose()
 	h.SetNoDefaultContentType(true)
-	x.http10 = !h.IsHTTP11()
-	if x.http10 {
+	if !h.IsHTTP11() {
 		// Keep-alive toward the worker regardless of the client.
 		h.SetProtocol("HTTP/1.1")
 	}
 
-	xff := x.scratch[:0]
+	xff := scratch
 	if trusted {
 		for _, v := range h.PeekAll(fasthttp.HeaderXForwardedFor) {
 			xff = append(xff, v...)
@@ -289,12 +316,12 @@ func (p *Proxy) sanitizeRequest(x *exchange, trusted bool) {
 		}
 		h.Del(fasthttp.HeaderXForwardedFor)
 	}
-	if ip, ok := netip.AddrFromSlice(ctx.RemoteIP()); ok {
-		xff = ip.Unmap().AppendTo(xff)
+	if peer.IsValid() {
+		xff = peer.Unmap().AppendTo(xff)
 	}
 	h.AddBytesV(fasthttp.HeaderXForwardedFor, xff)
 	if !trusted || len(h.Peek(fasthttp.HeaderXForwardedProto)) == 0 {
-		if ctx.IsTLS() {
+		if tls {
 			h.Add(fasthttp.HeaderXForwardedProto, "https")
 		} else {
 			h.Add(fasthttp.HeaderXForwardedProto, "http")
@@ -312,6 +339,14 @@ func (p *Proxy) trusted(ctx *fasthttp.RequestCtx) bool {
 	}
 	ip, ok := netip.AddrFromSlice(ctx.RemoteIP())
 	if !ok {
+		return false
+	}
+	return p.trustedAddr(ip)
+}
+
+// trustedAddr reports whether ip is in a configured trusted proxy's range.
+func (p *Proxy) trustedAddr(ip netip.Addr) bool {
+	if len(p.cfg.TrustedProxies) == 0 {
 		return false
 	}
 	ip = ip.Unmap()
@@ -489,6 +524,9 @@ func (p *Proxy) sweepEndpoints() {
 	p.epMu.Unlock()
 	for _, e := range idle {
 		e.client.CloseIdleConnections()
+		if p.front != nil {
+			p.front.closePools(e)
+		}
 		p.m.endpointsClosed.Inc()
 	}
 }
@@ -502,7 +540,7 @@ func (p *Proxy) endpointFor(s *Session) (*endpoint, error) {
 	if e := s.ep.Load(); e != nil && !e.isRetired() {
 		return e, nil
 	}
-	e, err := newEndpoint(&p.cfg.Endpoint, s)
+	e, err := newEndpoint(&p.cfg.Endpoint, s, p.loops)
 	if err != nil {
 		return nil, err
 	}

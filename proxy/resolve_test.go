@@ -231,7 +231,7 @@ func TestUnreachableReresolved(t *testing.T) {
 
 	// The placement stays: one dial, 503 unreachable, one refusal.
 	res.Place("/counter/a", sDead)
-	res.OnRefused = func(name string, r proxy.Route) { res.Place(name, r.Session) }
+	res.SetOnRefused(func(name string, r proxy.Route) { res.Place(name, r.Session) })
 	resp := raw(t, f.addr, "POST /counter/a/incr HTTP/1.1\r\nHost: h\r\nContent-Length: 4\r\n\r\nbody")
 	if !strings.HasPrefix(resp, "HTTP/1.1 503") || !strings.Contains(resp, "X-Pinned-Reason: unreachable") {
 		t.Fatalf("response %q; want 503 unreachable", resp)
@@ -242,11 +242,11 @@ func TestUnreachableReresolved(t *testing.T) {
 
 	// The placement moves when the resolver re-checks it: the request
 	// reaches the new holder, body included.
-	res.OnRefused = func(name string, r proxy.Route) {
+	res.SetOnRefused(func(name string, r proxy.Route) {
 		if r.Session == sDead {
 			res.Place(name, sb)
 		}
-	}
+	})
 	resp = raw(t, f.addr, "POST /counter/a/incr HTTP/1.1\r\nHost: h\r\nContent-Length: 4\r\n\r\nbody")
 	if !strings.HasPrefix(resp, "HTTP/1.1 200") || !strings.HasSuffix(resp, "B:body") {
 		t.Fatalf("response %q; want the new holder's 200", resp)
@@ -260,6 +260,12 @@ func TestUnreachableReresolved(t *testing.T) {
 // never sent again when it is not idempotent; an idempotent one that met a
 // connection the worker had closed while it sat in the pool goes again.
 func TestMaybeSent(t *testing.T) {
+	if testLoops() > 0 {
+		// A loop sees a pooled connection's close before it reuses it, so
+		// the race this test arranges does not happen there;
+		// TestNoAnswerNotResent covers the rule for both paths.
+		t.Skip("the fasthttp path's stale pooled connection")
+	}
 	// The worker answers every first request on a connection and then
 	// closes it without saying so.
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -332,6 +338,9 @@ func TestNoHang(t *testing.T) {
 // Beyond MaxConns in flight plus MaxQueue waiting, requests get 503
 // overloaded at once; a queued request that waits past QueueTimeout too.
 func TestOverload(t *testing.T) {
+	if testLoops() > 1 {
+		t.Skip("several loops share MaxConns out (at least one connection each)")
+	}
 	block := make(chan struct{})
 	entered := make(chan struct{}, 10)
 	w := startWorker(t, func(ctx *fasthttp.RequestCtx) {
@@ -548,8 +557,14 @@ func TestResetPooledConnectionResent(t *testing.T) {
 	}
 	var b strings.Builder
 	f.p.Metrics().WritePrometheus(&b)
-	if !strings.Contains(b.String(), "pinned_proxy_retries_total 1\n") {
-		t.Errorf("retries metric:\n%s", b.String())
+	// The fasthttp path meets the reset connection and resends (a retry);
+	// a loop sees the reset on the idle connection and drops it first.
+	want := "pinned_proxy_retries_total 1\n"
+	if f.fr != nil {
+		want = "pinned_proxy_retries_total 0\n"
+	}
+	if !strings.Contains(b.String(), want) {
+		t.Errorf("retries metric, want %q:\n%s", want, b.String())
 	}
 }
 
@@ -600,5 +615,34 @@ func TestForbiddenFromRestartedWorkerIsNotPassedThrough(t *testing.T) {
 	}
 	if res3.Refusals() != 0 {
 		t.Error("an application 403 was reported as a refusal")
+	}
+}
+
+// A request that reached a worker which closed without answering: an
+// idempotent one is sent once more and, still unanswered, gets 503 +
+// Retry-After (nothing can have gone wrong twice by processing it); any
+// other gets 502 + Retry-After, never sent again (it may have been
+// processed).
+func TestNoAnswerNotResent(t *testing.T) {
+	for _, tc := range []struct {
+		req      string
+		status   string
+		requests int
+	}{
+		{"POST /counter/a HTTP/1.1\r\nHost: h\r\nContent-Length: 3\r\n\r\nabc", "HTTP/1.1 502", 1},
+		{"PATCH /counter/a HTTP/1.1\r\nHost: h\r\nContent-Length: 0\r\n\r\n", "HTTP/1.1 502", 1},
+		{"GET /counter/a HTTP/1.1\r\nHost: h\r\n\r\n", "HTTP/1.1 503", 2},
+		{"HEAD /counter/a HTTP/1.1\r\nHost: h\r\n\r\n", "HTTP/1.1 503", 2},
+	} {
+		addr, requests := rawWorker(t, "") // reads the head, closes
+		f := proxyTo(t, addr, nil)
+		resp := raw(t, f.addr, tc.req)
+		method, _, _ := strings.Cut(tc.req, " ")
+		if !strings.HasPrefix(resp, tc.status) || !strings.Contains(resp, "Retry-After: 1") {
+			t.Errorf("%s to a worker that never answers: %q; want %s with Retry-After", method, resp, tc.status)
+		}
+		if got := requests(); got != tc.requests {
+			t.Errorf("%s: the worker got it %d times; want %d", method, got, tc.requests)
+		}
 	}
 }

@@ -22,13 +22,12 @@
 // eventfd. Every Handler, Timer and Task callback runs on the loop goroutine,
 // one at a time, so state a loop owns needs no lock.
 //
-// The loop waits in epoll_wait through a raw system call, which the Go
-// scheduler sees as a running goroutine: it does not hand the loop's P to
-// another thread while the loop sleeps (no futex wake-up per wait), and a
-// stop-the-world or a preemption request reaches the loop as a signal that
-// ends the wait early (EINTR). The cost is that the loop keeps its P while it
-// sleeps: give the process one P more than it runs loops (GOMAXPROCS), so
-// that ordinary goroutines always have one.
+// The loop waits in epoll_wait as a system call the scheduler knows about:
+// while it sleeps, its P can run other goroutines (after the runtime's usual
+// hand-off delay), so a process may run as many loops as it has Ps and
+// still serve its other goroutines. Reads, writes and a wait that cannot
+// block (timeout 0) are raw system calls: on non-blocking descriptors they
+// never block, and telling the scheduler would only cost time.
 //
 // # Invariants
 //

@@ -95,11 +95,16 @@ func SocketError(fd int) error {
 	return nil
 }
 
-// epollWait waits for events without telling the scheduler (see the package
-// doc): it returns at once when events are ready, when msec (-1: no limit)
-// has passed, or when a signal arrives (EINTR, reported as n = 0).
+// epollWait waits for events: it returns at once when events are ready,
+// when msec (-1: no limit) has passed, or when a signal arrives (EINTR,
+// reported as n = 0). A wait that may block tells the scheduler (see the
+// package doc); a poll (msec 0) does not.
 func epollWait(epfd int, events []unix.EpollEvent, msec int) (int, error) {
-	r, _, e := unix.RawSyscall6(unix.SYS_EPOLL_WAIT, uintptr(epfd), uintptr(unsafe.Pointer(&events[0])),
+	call := unix.Syscall6
+	if msec == 0 {
+		call = unix.RawSyscall6
+	}
+	r, _, e := call(unix.SYS_EPOLL_WAIT, uintptr(epfd), uintptr(unsafe.Pointer(&events[0])),
 		uintptr(len(events)), uintptr(msec), 0, 0)
 	if e != 0 {
 		if e == unix.EINTR {

@@ -55,6 +55,7 @@ const (
 	EnvLogLevel          = "PINBOARD_LOG_LEVEL"              // -log-level
 	EnvLogFormat         = "PINBOARD_LOG_FORMAT"             // -log-format
 	EnvRestartFence      = "PINBOARD_RESTART_FENCE"          // -restart-fence
+	EnvLoops             = "PINBOARD_LOOPS"                  // -loops
 )
 
 // Settings is the parsed command line and environment: everything Main
@@ -89,6 +90,10 @@ type Settings struct {
 	Dev                 bool
 	LogLevel            slog.Level
 	LogJSON             bool
+	// Loops is the number of event loops serving the public port
+	// (proxy.Front); 0 serves it with fasthttp's goroutine per connection
+	// alone. ParseSettings defaults it to the number of CPUs.
+	Loops int
 	// Proxy holds the data plane's limits set by flags or variables
 	// (limits.go), those of each worker's pool in Proxy.Endpoint; zero
 	// fields mean the proxy package's defaults.
@@ -207,6 +212,15 @@ Exit status: 0 after a clean shutdown, 1 when a listener fails,
 		return false, errors.New("want text or json")
 	}, Format: func(j bool) string { return map[bool]string{false: "text", true: "json"}[j] }}, "log-format", EnvLogFormat, "format", "log records on stderr as text or json")
 	set.Bool(&s.Dev, "dev", "", "development mode: in-memory store (nothing survives a restart), a generated token printed on stdout")
+	s.Loops = proxy.DefaultLoops()
+	set.Var(cmdline.Parsed[int]{P: &s.Loops, Parse: func(v string) (int, error) {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 || n > 256 {
+			return 0, errors.New("want 0 to 256")
+		}
+		return n, nil
+	}, Format: strconv.Itoa}, "loops", EnvLoops, "int",
+		"event loops serving the public port (default: one per CPU); 0: fasthttp's goroutine per connection only")
 	declareProxyLimits(set, s)
 	return set, func(environ []string) error {
 		s.RestartFence = fence.d

@@ -9,6 +9,8 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime"
+	"strings"
 	"syscall"
 
 	"github.com/pinned-go/pinned/internal/cmdline"
@@ -43,6 +45,7 @@ func Main(args, environ []string, stdout, stderr io.Writer) int {
 	}
 	logger := slog.New(h)
 	cmdline.Warn(logger, s.Unknown)
+	setProcs(s.Loops, environ, logger)
 	p, err := New(Config{Settings: s, Logger: logger})
 	if err != nil {
 		fmt.Fprintf(stderr, "pinboard: %v\n", err)
@@ -79,4 +82,25 @@ func Main(args, environ []string, stdout, stderr io.Writer) int {
 		return ExitFailed
 	}
 	return ExitOK
+}
+
+// setProcs gives the Go scheduler one P more than the event loops take
+// (unless GOMAXPROCS is set in the environment): a loop keeps its P while it
+// waits in epoll_wait (proxy.Front), so the other goroutines (the store's
+// client, the registry, connections handed to the fasthttp path) need one
+// of their own. A process-wide setting, so the command makes it, not a
+// library.
+func setProcs(loops int, environ []string, log *slog.Logger) {
+	if loops == 0 {
+		return
+	}
+	for _, kv := range environ {
+		if strings.HasPrefix(kv, "GOMAXPROCS=") {
+			return
+		}
+	}
+	if n := runtime.GOMAXPROCS(0); n < loops+1 {
+		runtime.GOMAXPROCS(loops + 1)
+		log.Debug("GOMAXPROCS raised for the event loops", "from", n, "to", loops+1)
+	}
 }

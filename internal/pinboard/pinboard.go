@@ -24,6 +24,7 @@ import (
 	"github.com/pinned-go/pinned/internal/store/redisstore"
 	"github.com/pinned-go/pinned/internal/wire"
 	"github.com/pinned-go/pinned/metricshttp"
+	"github.com/pinned-go/pinned/proxy"
 )
 
 // Config configures a Pinboard.
@@ -67,6 +68,10 @@ type Pinboard struct {
 	own   *metrics.Set
 
 	public, admin *fasthttp.Server
+	// front serves the public port with event loops (Settings.Loops > 0),
+	// handing the connections they do not serve to public; nil: public
+	// serves the port itself.
+	front *proxy.Front
 
 	mu         sync.Mutex
 	publicAddr string
@@ -150,6 +155,14 @@ func New(cfg Config) (*Pinboard, error) {
 		}
 	}
 	p.public.Handler = handler
+	if p.dp != nil && cfg.Loops > 0 {
+		f, err := p.dp.px.NewFront(proxy.FrontConfig{Loops: cfg.Loops, Fallback: p.public, Local: registryTarget})
+		if err != nil {
+			p.st.Close()
+			return nil, fmt.Errorf("cannot build the event loops: %w", err)
+		}
+		p.front = f
+	}
 	p.admin = &fasthttp.Server{
 		Handler:               p.adminRouter().Handler,
 		Name:                  "pinboard-admin",
@@ -292,8 +305,12 @@ func (p *Pinboard) Run(ctx context.Context) error {
 	if p.redis != nil {
 		storeDesc = redactURL(p.cfg.RedisURL)
 	}
+	loops := 0
+	if p.front != nil {
+		loops = p.front.Loops()
+	}
 	p.log.Info("pinboard listening", "public", p.publicAddr, "admin", p.adminAddr, "store", storeDesc,
-		"lease", p.reg.Lease(), "dataPlane", p.dp != nil)
+		"lease", p.reg.Lease(), "dataPlane", p.dp != nil, "loops", loops)
 
 	// Everything below is owned by Run and joined before it returns.
 	bg, stop := context.WithCancel(context.Background())
@@ -307,7 +324,15 @@ func (p *Pinboard) Run(ctx context.Context) error {
 			}
 		})
 	}
-	serve("public", p.public, publicLn)
+	if p.front != nil {
+		wg.Go(func() {
+			if err := p.front.Serve(publicLn); err != nil {
+				serveErr <- fmt.Errorf("public listener: %w", err)
+			}
+		})
+	} else {
+		serve("public", p.public, publicLn)
+	}
 	serve("admin", p.admin, adminLn)
 	if p.redis != nil {
 		wg.Go(func() {
@@ -349,7 +374,13 @@ func (p *Pinboard) Run(ctx context.Context) error {
 	// waits for in-flight requests, and reports its own second close of
 	// the listener (net.ErrClosed), which is not a failure.
 	publicLn.Close()
-	if err := p.public.ShutdownWithContext(sctx); err != nil && !errors.Is(err, net.ErrClosed) {
+	if p.front != nil {
+		// The loops stop accepting and close connections as they fall
+		// idle, then the fasthttp server shuts down the ones handed over.
+		if err := p.front.Shutdown(sctx); err != nil {
+			p.log.Warn("in-flight requests did not finish within the shutdown timeout", "err", err)
+		}
+	} else if err := p.public.ShutdownWithContext(sctx); err != nil && !errors.Is(err, net.ErrClosed) {
 		p.log.Warn("in-flight requests did not finish within the shutdown timeout", "err", err)
 	}
 	adminLn.Close()

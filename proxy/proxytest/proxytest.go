@@ -25,7 +25,8 @@ type Static struct {
 
 	resolves atomic.Int64
 	refusals atomic.Int64
-	// OnRefused, when set before use, is called by Refused (after the
+	// OnRefused, when set before use (or through SetOnRefused), is called
+	// by Refused (after the
 	// placement was dropped) with the name and route it was given.
 	OnRefused func(name string, r proxy.Route)
 }
@@ -113,6 +114,16 @@ func (st *Static) Refused(name []byte, r proxy.Route) {
 	if f != nil {
 		f(string(name), r)
 	}
+}
+
+// SetOnRefused replaces OnRefused while the resolver is in use. The proxy
+// calls Refused from its own goroutines, and a test that learns a request's
+// outcome through a socket has no happens-before edge with them: setting the
+// field directly would race.
+func (st *Static) SetOnRefused(f func(name string, r proxy.Route)) {
+	st.mu.Lock()
+	st.OnRefused = f
+	st.mu.Unlock()
 }
 
 // Resolves returns the number of Resolve calls.
