@@ -123,10 +123,10 @@ type endpoint struct {
 	// pools are the event loops' connections to the worker, one pool per
 	// loop of the proxy's Front (none without one); loopMax caps each:
 	// MaxConns shared out among the loops.
-	pools   []loopPool
-	loopMax int
-	retryUnit    int64 // tokens per retry: 1/RetryBudgetRatio requests
-	retryCap     int64 // RetryBudgetBurst retries' worth of tokens
+	pools     []loopPool
+	loopMax   int
+	retryUnit int64 // tokens per retry: 1/RetryBudgetRatio requests
+	retryCap  int64 // RetryBudgetBurst retries' worth of tokens
 
 	// The counters every request to this worker touches share one cache
 	// line, away from the read-mostly fields above.
@@ -154,12 +154,12 @@ func newEndpoint(cfg *EndpointConfig, s *Session, loops int) (*endpoint, error) 
 		return nil, fmt.Errorf("proxy: session %s: %w", s.ID, err)
 	}
 	e := &endpoint{
-		id:           s.ID,
-		addr:         addr,
-		secret:       []byte(s.Secret),
-		session:      []byte(s.ID),
-		prefix:       []byte(prefix),
-		dial:         cfg.Dial,
+		id:              s.ID,
+		addr:            addr,
+		secret:          []byte(s.Secret),
+		session:         []byte(s.ID),
+		prefix:          []byte(prefix),
+		dial:            cfg.Dial,
 		dialTimeout:     cfg.DialTimeout,
 		queueTimeout:    cfg.QueueTimeout,
 		idleConnTimeout: cfg.IdleConnTimeout,

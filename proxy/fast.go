@@ -51,17 +51,17 @@ func newLoop(f *Front, id int, nl *netloop.Loop) *loop {
 	p := f.p
 	size := p.cfg.MaxHeaderBytes + max(p.cfg.ReplayBodyMax, 0)
 	return &loop{
-		f:       f,
-		p:       p,
-		id:      id,
-		nl:      nl,
-		hr:      newHeadReader(max(p.cfg.MaxHeaderBytes, p.cfg.MaxResponseHeaderBytes)),
-		scratch: make([]byte, max(size, 64<<10)),
-		bufSize: size,
+		f:        f,
+		p:        p,
+		id:       id,
+		nl:       nl,
+		hr:       newHeadReader(max(p.cfg.MaxHeaderBytes, p.cfg.MaxResponseHeaderBytes)),
+		scratch:  make([]byte, max(size, 64<<10)),
+		bufSize:  size,
 		rbufSize: max(p.cfg.MaxResponseHeaderBytes+max(p.cfg.BufferedResponseMax, 0), p.cfg.StreamBufferSize),
-		conns:   make(map[*cconn]struct{}),
-		workers: make(map[*wconn]struct{}),
-		lfd:     -1,
+		conns:    make(map[*cconn]struct{}),
+		workers:  make(map[*wconn]struct{}),
+		lfd:      -1,
 	}
 }
 

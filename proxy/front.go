@@ -69,10 +69,10 @@ type Front struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 
-	wg       sync.WaitGroup // loops, hand-overs, resolves, dials
-	mu       sync.Mutex
-	started  bool
-	stopped  bool
+	wg      sync.WaitGroup // loops, hand-overs, resolves, dials
+	mu      sync.Mutex
+	started bool
+	stopped bool
 	drained chan struct{} // closed when conns reaches zero after Shutdown began
 	drainMu sync.Mutex
 }
