@@ -10,8 +10,8 @@ import (
 
 	"github.com/valyala/fasthttp"
 
-	"github.com/pinned-go/pinned/host"
 	"github.com/pinned-go/pinned/clock"
+	"github.com/pinned-go/pinned/host"
 	"github.com/pinned-go/pinned/internal/faults"
 	"github.com/pinned-go/pinned/internal/wire"
 )
@@ -21,6 +21,7 @@ const (
 	reasonLease    = wire.ReasonLease // lease lost: AbortAll
 	reasonWindDown = "wind_down"      // wind_down: CloseIdle, then AbortAll at the deadline
 	reasonShutdown = "shutdown"       // Shutdown and the end of Run
+	reasonEvict    = "evict"          // an evict message: Evict (host.EvictEvict)
 )
 
 // Labels of pinned_lease_lost_total.

@@ -25,8 +25,8 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/pinned-go/pinned/host"
-	"github.com/pinned-go/pinned/internal/testkit/leakcheck"
 	"github.com/pinned-go/pinned/internal/pinboard"
+	"github.com/pinned-go/pinned/internal/testkit/leakcheck"
 	"github.com/pinned-go/pinned/internal/testkit/proctest"
 	"github.com/pinned-go/pinned/internal/testkit/redistest"
 	"github.com/pinned-go/pinned/internal/wire"
@@ -69,11 +69,12 @@ type capture struct {
 }
 
 // host.Attached, for the worker.
-func (c *capture) Namespace() string { return "/counter" }
-func (c *capture) Headroom() int     { return 1 << 20 }
-func (c *capture) Len() int          { return 0 }
-func (c *capture) AbortAll(string)   {}
-func (c *capture) CloseIdle(string)  {}
+func (c *capture) Namespace() string         { return "/counter" }
+func (c *capture) Headroom() int             { return 1 << 20 }
+func (c *capture) Len() int                  { return 0 }
+func (c *capture) AbortAll(string)           {}
+func (c *capture) CloseIdle(string)          {}
+func (c *capture) Evict(string, string) bool { return false }
 
 var _ host.Attached = (*capture)(nil)
 
