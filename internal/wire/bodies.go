@@ -203,8 +203,9 @@ type InstancesResponse struct {
 
 // HotID is one row of GET /registry/hot. Requests is an estimate that
 // exceeds the true count by at most HotResponse.ErrorBound; PerSecond is
-// Requests over the window; P99Ms is read from a log-bucketed histogram
-// (within 10 %); Holder is the session id that served the latest request.
+// Requests over the time the window covers; P99Ms is the upper bound of a
+// histogram bucket a quarter of an octave wide (at most 25 % above the true
+// p99); Holder is the session id that served the latest request.
 type HotID struct {
 	ID        string  `json:"id"`
 	Requests  uint64  `json:"requests"`
