@@ -20,13 +20,14 @@ import (
 	"github.com/valyala/fasthttp/pprofhandler"
 
 	"github.com/pinned-go/pinned/clock"
+	"github.com/pinned-go/pinned/internal/hotids"
+	"github.com/pinned-go/pinned/internal/registry"
 	"github.com/pinned-go/pinned/internal/store"
 	"github.com/pinned-go/pinned/internal/store/memstore"
 	"github.com/pinned-go/pinned/internal/store/redisstore"
 	"github.com/pinned-go/pinned/internal/wire"
 	"github.com/pinned-go/pinned/metricshttp"
 	"github.com/pinned-go/pinned/proxy"
-	"github.com/pinned-go/pinned/internal/registry"
 )
 
 // DataPlane is the handler for every public request that is not a registry
@@ -72,6 +73,11 @@ type DataPlaneDeps struct {
 	// reaches workers, so the proxy never connects to an address the
 	// registry would refuse, whatever a worker's name resolves to later.
 	DialControl func(network, address string, c syscall.RawConn) error
+	// Hot is the pinboard's hot-id sketch: the proxy calls Hot.Record once
+	// per routed request (placement name, holder session, status, reason,
+	// bytes, latency, request time); GET /registry/hot and
+	// /registry/traffic, and the console, read it.
+	Hot *hotids.Sketch
 	// Proxy and Endpoint are the data plane's limits from Settings (zero
 	// fields: the proxy's defaults); NewProxy applies them.
 	Proxy    proxy.Config
@@ -92,6 +98,8 @@ type Config struct {
 	PublicListener, AdminListener net.Listener
 	// Clock is the pinboard's clock; nil means clock.Real.
 	Clock clock.Clock
+	// HotIDs sizes the hot-id sketch (zero fields: hotids' defaults).
+	HotIDs hotids.Config
 }
 
 // Pinboard is the wired pinboard: store, registry, data plane, public and
@@ -105,6 +113,7 @@ type Pinboard struct {
 	redis *redisstore.Store // nil with -dev
 	mem   *memstore.Store   // nil without -dev
 	reg   *registry.Registry
+	hot   *hotids.Sketch
 	dp    DataPlane
 	dpSet *metrics.Set
 	own   *metrics.Set
@@ -143,6 +152,13 @@ func New(cfg Config) (*Pinboard, error) {
 		}
 		p.st, p.redis = r, r
 	}
+	hot, err := hotids.New(cfg.HotIDs)
+	if err != nil {
+		p.st.Close()
+		return nil, err
+	}
+	p.hot = hot
+	hot.RegisterMetrics(p.own)
 	reg, err := registry.New(registry.Config{
 		Store:               p.st,
 		Tokens:              cfg.Tokens,
@@ -155,6 +171,7 @@ func New(cfg Config) (*Pinboard, error) {
 		AuthFailureLimit:    cfg.AuthFailureLimit,
 		MaxSessionsPerToken: cfg.MaxSessionsPerToken,
 		MaxTrackedClients:   cfg.MaxTrackedClients,
+		Hot:                 hot,
 		Clock:               p.clock,
 		Logger:              root,
 	})
@@ -166,7 +183,7 @@ func New(cfg Config) (*Pinboard, error) {
 	handler := reg.NewRouter(nil).Handler
 	if cfg.NewDataPlane != nil {
 		dp, err := cfg.NewDataPlane(DataPlaneDeps{Store: p.st, Lease: reg.Lease(), Logger: root, Metrics: p.dpSet, Clock: p.clock,
-			DialControl: reg.DialControl, Proxy: cfg.Settings.Proxy, Endpoint: cfg.Settings.Endpoint})
+			DialControl: reg.DialControl, Hot: hot, Proxy: cfg.Settings.Proxy, Endpoint: cfg.Settings.Endpoint})
 		if err != nil {
 			p.st.Close()
 			return nil, fmt.Errorf("cannot build the data plane: %w", err)
@@ -205,7 +222,7 @@ func New(cfg Config) (*Pinboard, error) {
 		c.ConfigureServer(p.public)
 	}
 	p.admin = &fasthttp.Server{
-		Handler:               p.adminRouter().Handler,
+		Handler:               p.adminRouter(reg.NewRouter(nil).Handler).Handler,
 		Name:                  "pinboard-admin",
 		NoDefaultServerHeader: true,
 		IdleTimeout:           90 * time.Second,
@@ -292,7 +309,11 @@ func (p *Pinboard) ReloadTokens() error {
 	return nil
 }
 
-func (p *Pinboard) adminRouter() *router.Router {
+// Hot returns the hot-id sketch (tests and tools; the data plane gets it in
+// DataPlaneDeps.Hot).
+func (p *Pinboard) Hot() *hotids.Sketch { return p.hot }
+
+func (p *Pinboard) adminRouter(registry fasthttp.RequestHandler) *router.Router {
 	rt := router.New()
 	rt.RedirectTrailingSlash = false
 	rt.RedirectFixedPath = false
@@ -302,6 +323,7 @@ func (p *Pinboard) adminRouter() *router.Router {
 	})
 	rt.GET("/debug/pprof/", pprofhandler.PprofHandler)
 	rt.GET("/debug/pprof/{profile:*}", pprofhandler.PprofHandler)
+	mountConsole(rt, registry)
 	return rt
 }
 
