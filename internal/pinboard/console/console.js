@@ -274,6 +274,11 @@ async function refresh() {
     }
     renderHot(hot, clients);
     if (traffic.status === 200) renderAnswers(traffic.data);
+    const shown = $("#lookup-result").dataset.name;
+    if (shown) { // keep the lookup current: a placement moves when evicted or re-placed
+      const cut = shown.indexOf("/", 1);
+      await lookup(shown.slice(0, cut), shown.slice(cut + 1));
+    }
     setStatus("protocol " + overview.data.protocolVersion + ", " + overview.data.sessions + " sessions, updated " + new Date().toLocaleTimeString());
   } catch (e) {
     handleError(e);
