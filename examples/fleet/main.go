@@ -11,7 +11,7 @@
 //	curl -H "Authorization: Bearer <token>" localhost:8080/registry/workers
 //
 // Flags: -listen (the pinboard's public address, default 127.0.0.1:8080),
-// -admin-listen (its /metrics and /debug/pprof, default 127.0.0.1:9090),
+// -admin-listen (the console, /metrics and /debug/pprof, default 127.0.0.1:9090),
 // -workers (default 3), -shutdown-timeout. Ctrl-C drains the workers, then
 // stops the pinboard.
 package main
@@ -51,7 +51,7 @@ func loadOptions(args []string) (options, error) {
 	fs := flag.NewFlagSet("fleet", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	fs.StringVar(&o.listen, "listen", "127.0.0.1:8080", "the pinboard's public address (registry and proxy)")
-	fs.StringVar(&o.adminListen, "admin-listen", "127.0.0.1:9090", "the pinboard's admin address (/metrics, /debug/pprof)")
+	fs.StringVar(&o.adminListen, "admin-listen", "127.0.0.1:9090", "the pinboard's admin address (the console, /metrics, /debug/pprof)")
 	fs.IntVar(&o.workers, "workers", 3, "counter workers to start (1 to 16)")
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 5*time.Second, "bound on draining each worker at exit")
 	if err := fs.Parse(args); err != nil {
@@ -91,6 +91,7 @@ type fleet struct {
 
 func (f fleet) print(w io.Writer) {
 	fmt.Fprintf(w, "pinboard   %s   (registry, proxy; admin %s/metrics)\n", f.Pinboard, f.Admin)
+	fmt.Fprintf(w, "console    %s/   (open it in a browser; it asks for the token)\n", f.Admin)
 	for i, u := range f.Workers {
 		fmt.Fprintf(w, "worker %d   %s   (counter host; reached through the pinboard)\n", i+1, u)
 	}

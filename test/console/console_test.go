@@ -3,7 +3,8 @@
 // processes: a redis-server, the pinboard binary and two counter workers in
 // fleet mode, all on 127.0.0.1. It proves that the page lists both workers,
 // that a lookup shows an id's holder, that evicting an id gives its next
-// request a fresh instance, and that a drain marks the worker draining.
+// request a fresh instance, and that a drain marks the worker draining, on
+// Redis and with `pinboard -dev`.
 //
 // Chromium is Debian's `chromium` package (.ci/run installs it). Without it
 // the test skips, except in CI (CI set), where it fails. With
@@ -119,14 +120,24 @@ type counterState struct {
 	Instance string `json:"instance"`
 }
 
+// The console against a pinboard on Redis and one with -dev (its memory
+// store).
 func TestConsoleInBrowser(t *testing.T) {
 	chromium := chromiumPath(t)
-	rs := redistest.Start(t)
+	t.Run("redis", func(t *testing.T) {
+		rs := redistest.Start(t)
+		testConsole(t, chromium, nil, "PINBOARD_REDIS_URL="+rs.URL, "PINBOARD_RESTART_FENCE=0s")
+	})
+	t.Run("dev", func(t *testing.T) { testConsole(t, chromium, []string{"-dev"}) })
+}
+
+func testConsole(t *testing.T, chromium string, args []string, env ...string) {
 	pb := proctest.Start(t, proctest.Spec{
 		Name: "pinboard",
 		Bin:  builder.Build(t, "github.com/pinned-go/pinned/cmd/pinboard"),
-		Env: []string{"PINBOARD_LISTEN=127.0.0.1:0", "PINBOARD_ADMIN_LISTEN=127.0.0.1:0",
-			"PINBOARD_REDIS_URL=" + rs.URL, "PINBOARD_TOKEN=" + token, "PINBOARD_RESTART_FENCE=0s"},
+		Args: args,
+		Env: append([]string{"PINBOARD_LISTEN=127.0.0.1:0", "PINBOARD_ADMIN_LISTEN=127.0.0.1:0",
+			"PINBOARD_TOKEN=" + token}, env...),
 		Ready: pinboardReady,
 	})
 	public, admin := "http://"+pb.Ready()[1], "http://"+pb.Ready()[2]
@@ -293,7 +304,7 @@ func TestConsoleInBrowser(t *testing.T) {
 		t.Fatalf("the other worker's draining cell = %q; want no", txt)
 	}
 
-	if *screenshot != "" {
+	if *screenshot != "" && t.Name() == "TestConsoleInBrowser/redis" {
 		png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
 		if err != nil {
 			t.Fatalf("screenshot: %v", err)
