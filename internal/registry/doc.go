@@ -200,6 +200,7 @@
 //	pinned:o:<sessionId>      HASH   placement index: "<ns>/<id>" -> 1, "#<ns>" -> count
 //	pinned:x:<nonceId>        STRING a used challenge; SET NX PX NonceTTL; value = its binding
 //	pinned:t:<tokenId>        ZSET   session -> expiry (ms) of the token's live sessions (cap)
+//	pinned:i:<listingId>      SET    names one instance listing returned; PEXPIRE 10 min per page
 //
 // # Concurrency and lifecycle
 //
