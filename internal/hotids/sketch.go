@@ -464,32 +464,22 @@ func quantile(h *[histBuckets]uint64, q float64) time.Duration {
 	return bucketUpper(histBuckets - 1)
 }
 
+// knownReasons are the X-Pinned-Reason values pinned defines.
+var knownReasons = [...]string{
+	wire.ReasonCapacity, wire.ReasonDraining, wire.ReasonClosing, wire.ReasonLease, wire.ReasonForbidden,
+	wire.ReasonAborted, wire.ReasonNoWorker, wire.ReasonUnreachable, wire.ReasonOverloaded, wire.ReasonStore,
+}
+
 // canonicalReason maps a reason to pinned's own constant (a static string,
 // so nothing the caller owns is kept), "" or OtherReason.
 func canonicalReason(r string) string {
-	switch r {
-	case "":
+	if r == "" {
 		return ""
-	case wire.ReasonCapacity:
-		return wire.ReasonCapacity
-	case wire.ReasonDraining:
-		return wire.ReasonDraining
-	case wire.ReasonClosing:
-		return wire.ReasonClosing
-	case wire.ReasonLease:
-		return wire.ReasonLease
-	case wire.ReasonForbidden:
-		return wire.ReasonForbidden
-	case wire.ReasonAborted:
-		return wire.ReasonAborted
-	case wire.ReasonNoWorker:
-		return wire.ReasonNoWorker
-	case wire.ReasonUnreachable:
-		return wire.ReasonUnreachable
-	case wire.ReasonOverloaded:
-		return wire.ReasonOverloaded
-	case wire.ReasonStore:
-		return wire.ReasonStore
+	}
+	for _, known := range knownReasons {
+		if r == known {
+			return known
+		}
 	}
 	return OtherReason
 }

@@ -79,19 +79,30 @@ func (r *Registry) lookupPlacement(sctx context.Context, ns, id string) (info wi
 	return info, true, nil
 }
 
-func (r *Registry) placement(ctx *fasthttp.RequestCtx, _ string) int {
+// placed reads the placement a /registry/placements call names. When the
+// call cannot go on (a bad path, no placement, a store failure) it answers
+// it and returns the status and false.
+func (r *Registry) placed(ctx *fasthttp.RequestCtx, sctx context.Context) (wire.PlacementInfo, int, bool) {
 	ns, id, e := placementTarget(ctx)
 	if e != nil {
-		return writeBad(ctx, e)
+		return wire.PlacementInfo{}, writeBad(ctx, e), false
 	}
-	sctx, cancel := r.storeContext()
-	defer cancel()
 	info, ok, err := r.lookupPlacement(sctx, ns, id)
 	if err != nil {
-		return r.storeFailed(ctx, "placement", err)
+		return info, r.storeFailed(ctx, "placement", err), false
 	}
 	if !ok {
-		return writeError(ctx, fasthttp.StatusNotFound, "no placement for "+wire.PlacementName(ns, id), "id")
+		return info, writeError(ctx, fasthttp.StatusNotFound, "no placement for "+wire.PlacementName(ns, id), "id"), false
+	}
+	return info, 0, true
+}
+
+func (r *Registry) placement(ctx *fasthttp.RequestCtx, _ string) int {
+	sctx, cancel := r.storeContext()
+	defer cancel()
+	info, code, ok := r.placed(ctx, sctx)
+	if !ok {
+		return code
 	}
 	return writeJSON(ctx, fasthttp.StatusOK, info)
 }
@@ -100,19 +111,13 @@ func (r *Registry) placement(ctx *fasthttp.RequestCtx, _ string) int {
 // the holder's session has ended it deletes the placement itself
 // (compare-and-delete on that session: the proxy would replace it anyway).
 func (r *Registry) evict(ctx *fasthttp.RequestCtx, _ string) int {
-	ns, id, e := placementTarget(ctx)
-	if e != nil {
-		return writeBad(ctx, e)
-	}
 	sctx, cancel := r.storeContext()
 	defer cancel()
-	info, ok, err := r.lookupPlacement(sctx, ns, id)
-	if err != nil {
-		return r.storeFailed(ctx, "placement", err)
-	}
+	info, code, ok := r.placed(ctx, sctx)
 	if !ok {
-		return writeError(ctx, fasthttp.StatusNotFound, "no placement for "+wire.PlacementName(ns, id), "id")
+		return code
 	}
+	ns, id := info.Namespace, info.ID
 	out := wire.EvictResponse{Namespace: ns, ID: id, SessionID: info.SessionID, ClientID: info.ClientID}
 	if !info.Live {
 		released, err := r.st.Release(sctx, ns, id, info.SessionID)
