@@ -282,7 +282,7 @@ func TestPlacementLookupReportsEpochWhenStored(t *testing.T) {
 	sid := e.register(registerBody(w, "c1"))
 	e.st.Claim(context.Background(), "/counter", "alice", sid)
 	var info wire.PlacementInfo
-	e.get(wire.PathPlacements + "/counter/alice").decode(t, &info)
+	e.get(wire.PathPlacements+"/counter/alice").decode(t, &info)
 	if info.Epoch != 7 || info.Since != 1_700_000_000_123 || info.SessionID != sid {
 		t.Fatalf("placement = %+v; want epoch 7 and since from the store", info)
 	}
