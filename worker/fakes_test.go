@@ -537,7 +537,7 @@ func newHarness(t *testing.T, tweak ...func(*Config)) *harness {
 	w.hooks = &testHooks{idle: h.idle, poke: h.poke}
 	h.w = w
 	h.host = &fakeHost{ns: "/counter", cap: 100, w: w, clk: clk}
-	if err := w.Attach(h.host); err != nil {
+	if _, err := w.Attach(h.host); err != nil {
 		t.Fatal(err)
 	}
 	h.pb.host, h.pb.w = h.host, w

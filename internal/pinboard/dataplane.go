@@ -9,8 +9,8 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/pinned-go/pinned/clock"
-	"github.com/pinned-go/pinned/internal/store"
 	"github.com/pinned-go/pinned/internal/placement"
+	"github.com/pinned-go/pinned/internal/store"
 	"github.com/pinned-go/pinned/proxy"
 )
 

@@ -58,7 +58,7 @@ func startWorker(t *testing.T, name, pinboardAddr string) *testWorker {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := w.Attach(tw); err != nil {
+	if _, err := w.Attach(tw); err != nil {
 		t.Fatal(err)
 	}
 	tw.w = w

@@ -20,20 +20,27 @@ import (
 	"github.com/valyala/fasthttp"
 	"go.uber.org/goleak"
 
+	"github.com/pinned-go/pinned/internal/registry"
+	"github.com/pinned-go/pinned/internal/store"
 	"github.com/pinned-go/pinned/internal/testkit/fakeworker"
 	"github.com/pinned-go/pinned/internal/testkit/leakcheck"
 	"github.com/pinned-go/pinned/internal/testkit/logtest"
 	"github.com/pinned-go/pinned/internal/testkit/redistest"
-	"github.com/pinned-go/pinned/internal/store"
 	"github.com/pinned-go/pinned/internal/wire"
-	"github.com/pinned-go/pinned/internal/registry"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m, leakcheck.Options()...) }
 
 const token = "pinboard-test-token-0123456789"
 
-func envOf(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
+// envOf is the environment (as os.Environ) holding m.
+func envOf(m map[string]string) []string {
+	var env []string
+	for k, v := range m {
+		env = append(env, k+"="+v)
+	}
+	return env
+}
 
 func TestParseSettings(t *testing.T) {
 	s, err := ParseSettings(nil, envOf(map[string]string{EnvToken: token}), io.Discard)
@@ -113,6 +120,8 @@ func TestParseSettings(t *testing.T) {
 	f(nil, map[string]string{EnvToken: token, EnvLease: "10"}, EnvLease)
 	f(nil, map[string]string{EnvToken: token, EnvLease: "100ms"}, EnvLease)
 	f(nil, map[string]string{EnvToken: token, EnvListen: "8080"}, EnvListen)
+	f(nil, map[string]string{EnvToken: token, EnvListen: ":99999"}, EnvListen)
+	f([]string{"-admin-listen", "127.0.0.1:-1"}, map[string]string{EnvToken: token}, EnvAdminListen)
 	f(nil, map[string]string{EnvToken: token, EnvAdvertiseNetworks: "10.0.0.0"}, EnvAdvertiseNetworks)
 	f(nil, map[string]string{EnvToken: token, EnvLogLevel: "loud"}, EnvLogLevel)
 	f(nil, map[string]string{EnvToken: token, EnvRegisterIPRate: "5"}, EnvRegisterIPRate)
@@ -136,8 +145,14 @@ func TestMainExitCodes(t *testing.T) {
 	if code := Main(nil, envOf(map[string]string{EnvToken: "short"}), &out, &errb, nil); code != ExitConfig || !strings.Contains(errb.String(), "at least 16") {
 		t.Fatalf("Main with a short token = %d, %q; want %d", code, errb.String(), ExitConfig)
 	}
-	if code := Main([]string{"-h"}, envOf(nil), &out, io.Discard, nil); code != ExitOK {
-		t.Fatalf("Main -h = %d; want 0", code)
+	out.Reset()
+	if code := Main([]string{"-h"}, envOf(nil), &out, io.Discard, nil); code != ExitOK || !strings.Contains(out.String(), "-lease duration (env PINBOARD_LEASE") {
+		t.Fatalf("Main -h = %d, %q; want 0 and every setting on stdout", code, out.String())
+	}
+	errb.Reset()
+	if code := Main(nil, envOf(map[string]string{EnvToken: token, EnvListen: ":99999"}), &out, &errb, nil); code != ExitConfig ||
+		!strings.Contains(errb.String(), EnvListen) {
+		t.Fatalf("Main with %s=:99999 = %d, %q; want %d naming %s", EnvListen, code, errb.String(), ExitConfig, EnvListen)
 	}
 }
 

@@ -12,9 +12,9 @@ import (
 
 	"github.com/fasthttp/websocket"
 
+	"github.com/pinned-go/pinned/internal/placement"
 	"github.com/pinned-go/pinned/internal/store"
 	"github.com/pinned-go/pinned/internal/wire"
-	"github.com/pinned-go/pinned/internal/placement"
 )
 
 // heartbeatLoop keeps sid alive on Redis until the test ends.

@@ -11,10 +11,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pinned-go/pinned/internal/placement"
 	"github.com/pinned-go/pinned/internal/store"
 	"github.com/pinned-go/pinned/internal/store/memstore"
 	"github.com/pinned-go/pinned/internal/wire"
-	"github.com/pinned-go/pinned/internal/placement"
 	"github.com/pinned-go/pinned/proxy"
 )
 

@@ -10,8 +10,8 @@ import (
 
 	"github.com/valyala/fasthttp"
 
-	"github.com/pinned-go/pinned/internal/store"
 	"github.com/pinned-go/pinned/internal/placement"
+	"github.com/pinned-go/pinned/internal/store"
 )
 
 func benchResolver(b *testing.B) (*placement.Resolver, [][]byte) {

@@ -95,7 +95,7 @@ func startCapture(t *testing.T, pinboardAddr string) *capture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := w.Attach(c); err != nil {
+	if _, err := w.Attach(c); err != nil {
 		t.Fatal(err)
 	}
 	c.w = w
