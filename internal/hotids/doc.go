@@ -46,7 +46,7 @@
 //     window, or is not tracked (its requests still count per holder and
 //     per answer).
 //   - No id, namespace or holder ever becomes a metric label.
-//   - Times are wall-clock times given by the caller (Request.At, the
+//   - Times are wall-clock times given by the caller (Record's at, the
 //     query's now), so tests drive the window without sleeping.
 //
 // # One pinboard's view

@@ -70,29 +70,6 @@ type Config struct {
 	MaxNameLen int
 }
 
-// Request is what the proxy knows of one routed request when it is done.
-type Request struct {
-	// Name is the placement name "/<namespace>/<id>" (the raw path's first
-	// two segments); nil when the request had none. It is copied.
-	Name []byte
-	// Holder is the session id of the worker that served it, "" when no
-	// worker was reached. It is kept as is, so it must not change
-	// afterwards (the endpoint's session id string).
-	Holder string
-	// Status is the status code the client got.
-	Status int
-	// Reason is the answer's X-Pinned-Reason ("" none); only pinned's own
-	// Reason* values are kept, any other counts as OtherReason.
-	Reason string
-	// Bytes is the request and response body bytes.
-	Bytes int64
-	// Latency is from receiving the request to its answer's head.
-	Latency time.Duration
-	// At is when the request was received (fasthttp's RequestCtx.Time).
-	// Zero means now.
-	At time.Time
-}
-
 // Sketch is the hot-id sketch. Make it with New; it is safe for concurrent
 // use.
 type Sketch struct {
@@ -220,23 +197,38 @@ func (s *Sketch) RegisterMetrics(set *metrics.Set) {
 // Record counts one routed request. It is meant for the proxy's
 // per-request path: it does not allocate (see the package doc), takes one
 // stripe mutex for a few dozen instructions, and keeps no reference to
-// r or r.Name.
-func (s *Sketch) Record(r *Request) {
-	at := r.At.UnixNano()
-	if r.At.IsZero() {
-		at = time.Now().UnixNano()
+// name. Its parameters are plain values, so the proxy can declare the
+// method in an interface of its own and a call through it allocates
+// nothing either.
+//
+//   - name is the placement name "/<namespace>/<id>" (the raw path's first
+//     two segments), nil when the request had none; it is copied.
+//   - holder is the session id of the worker that served it, "" when no
+//     worker was reached. It is kept as is, so it must not change
+//     afterwards (the endpoint's session id string).
+//   - status is the status code the client got; reason its X-Pinned-Reason
+//     ("" none; only pinned's own Reason* values are kept, any other counts
+//     as OtherReason).
+//   - bytes is the request and response body bytes; latency the time from
+//     receiving the request to its answer's head.
+//   - at is when the request was received (fasthttp's RequestCtx.Time);
+//     the zero time means now.
+func (s *Sketch) Record(name []byte, holder string, status int, reason string, bytes int64, latency time.Duration, at time.Time) {
+	atNs := at.UnixNano()
+	if at.IsZero() {
+		atNs = time.Now().UnixNano()
 	}
 	if s.firstAt.Load() == 0 {
-		s.firstAt.CompareAndSwap(0, at)
+		s.firstAt.CompareAndSwap(0, atNs)
 	}
-	epoch := at / s.slotNs
+	epoch := atNs / s.slotNs
 	ref := nsRef{i: -1}
 	var h uint64
-	if ns, ok := splitName(r.Name); ok && len(r.Name) <= s.cfg.MaxNameLen {
+	if ns, ok := splitName(name); ok && len(name) <= s.cfg.MaxNameLen {
 		ref = s.namespace(ns, epoch)
-		h = maphash.Bytes(s.seed, r.Name)
+		h = maphash.Bytes(s.seed, name)
 	} else {
-		h = uint64(at) // no name: any stripe will do
+		h = uint64(atNs) // no name: any stripe will do
 	}
 	st := &s.stripes[h&s.mask]
 	st.mu.Lock()
@@ -249,15 +241,15 @@ func (s *Sketch) Record(r *Request) {
 		sl.reset(epoch)
 	}
 	sl.requests++
-	if r.Holder != "" {
-		sl.countHolder(r.Holder)
+	if holder != "" {
+		sl.countHolder(holder)
 	}
 	if ref.i >= 0 {
-		s.tableOf(sl, ref).record(h, r)
+		s.tableOf(sl, ref).record(h, name, holder, bytes, latency)
 	}
 	st.mu.Unlock()
-	if r.Status < 200 || r.Status > 299 {
-		s.answers.record(epoch, r.Status, canonicalReason(r.Reason))
+	if status < 200 || status > 299 {
+		s.answers.record(epoch, status, canonicalReason(reason))
 	}
 }
 
@@ -371,10 +363,10 @@ func (s *Sketch) tableOf(sl *slot, ref nsRef) *table {
 }
 
 // record is the space-saving update for one request.
-func (t *table) record(h uint64, r *Request) {
+func (t *table) record(h uint64, name []byte, holder string, bytes int64, latency time.Duration) {
 	i := -1
 	for j, x := range t.hashes[:t.n] {
-		if x == h && bytes.Equal(t.entries[j].name, r.Name) {
+		if x == h && string(t.entries[j].name) == string(name) {
 			i = j
 			break
 		}
@@ -395,18 +387,18 @@ func (t *table) record(h uint64, r *Request) {
 			inherited = t.counts[i]
 		}
 		e := &t.entries[i]
-		e.name = append(e.name[:0], r.Name...)
+		e.name = append(e.name[:0], name...)
 		e.err, e.bytes = inherited, 0
 		clear(e.hist[:])
 		t.hashes[i] = h
 	}
 	t.counts[i]++
 	e := &t.entries[i]
-	if r.Bytes > 0 {
-		e.bytes += uint64(r.Bytes)
+	if bytes > 0 {
+		e.bytes += uint64(bytes)
 	}
-	e.holder = r.Holder
-	e.hist[bucketOf(r.Latency)]++
+	e.holder = holder
+	e.hist[bucketOf(latency)]++
 }
 
 // minCount is the table's smallest count when it is full (an absent name

@@ -13,6 +13,19 @@ import (
 	"github.com/pinned-go/pinned/internal/wire"
 )
 
+// req is one Record call with named fields, for readable tests.
+type req struct {
+	Name    []byte
+	Holder  string
+	Status  int
+	Reason  string
+	Bytes   int64
+	Latency time.Duration
+	At      time.Time
+}
+
+func record(s *Sketch, r req) { s.Record(r.Name, r.Holder, r.Status, r.Reason, r.Bytes, r.Latency, r.At) }
+
 // t0 is a slot boundary, so tests know which slot a time falls in.
 var t0 = time.Unix(1_800_000_000, 0)
 
@@ -65,7 +78,7 @@ func TestRecordDoesNotAllocate(t *testing.T) {
 	reasons := []string{"", wire.ReasonNoWorker, "something-else"}
 	i := 0
 	rec := func() {
-		s.Record(&Request{Name: all[i%len(all)], Holder: holders[i%3], Status: 200 + 300*(i%7/6), Reason: reasons[i%3],
+		record(s, req{Name: all[i%len(all)], Holder: holders[i%3], Status: 200 + 300*(i%7/6), Reason: reasons[i%3],
 			Bytes: 100, Latency: time.Duration(i%5000) * time.Microsecond, At: t0.Add(time.Duration(i) * time.Microsecond)})
 		i++
 	}
@@ -74,6 +87,17 @@ func TestRecordDoesNotAllocate(t *testing.T) {
 	}
 	if n := testing.AllocsPerRun(10_000, rec); n != 0 {
 		t.Fatalf("Record allocates %v times per call; want 0", n)
+	}
+	// Through an interface the proxy declares, as the proxy calls it.
+	var r interface {
+		Record(name []byte, holder string, status int, reason string, bytes int64, latency time.Duration, at time.Time)
+	} = s
+	at := t0.Add(time.Second)
+	if n := testing.AllocsPerRun(10_000, func() {
+		r.Record(all[i%len(all)], holders[i%3], 503, wire.ReasonClosing, 10, time.Millisecond, at)
+		i++
+	}); n != 0 {
+		t.Fatalf("Record through an interface allocates %v times per call; want 0", n)
 	}
 }
 
@@ -110,7 +134,7 @@ func TestTopZipfAccuracy(t *testing.T) {
 	for i, r := range ranks {
 		// Spread over 59 s: every slot of the window.
 		at := t0.Add(time.Duration(i) * 59 * time.Second / n)
-		s.Record(&Request{Name: all[r], Holder: "h", Status: 200, At: at})
+		record(s, req{Name: all[r], Holder: "h", Status: 200, At: at})
 		exact[string(all[r][len("/counter/"):])]++
 	}
 	now := t0.Add(59 * time.Second)
@@ -144,14 +168,14 @@ func TestTopWindowRatesAndStats(t *testing.T) {
 	s := newSketch(t, Config{})
 	old := []byte("/counter/old")
 	hot := []byte("/counter/hot")
-	s.Record(&Request{Name: old, Holder: "s1", Status: 200, At: t0})
+	record(s, req{Name: old, Holder: "s1", Status: 200, At: t0})
 	for i := range 100 {
 		// 100 requests over 50 s; latencies 1..100 ms; the holder moves at i=90.
 		h := "s1"
 		if i >= 90 {
 			h = "s2"
 		}
-		s.Record(&Request{Name: hot, Holder: h, Status: 200, Bytes: 10, Latency: time.Duration(i+1) * time.Millisecond,
+		record(s, req{Name: hot, Holder: h, Status: 200, Bytes: 10, Latency: time.Duration(i+1) * time.Millisecond,
 			At: t0.Add(10*time.Second + time.Duration(i)*500*time.Millisecond)})
 	}
 	top := s.Top("/counter", 5, t0.Add(59*time.Second))
@@ -181,8 +205,8 @@ func TestTopWindowRatesAndStats(t *testing.T) {
 	}
 	// A late request for a slot already reused is dropped, not counted in
 	// the newer slot.
-	s.Record(&Request{Name: hot, Status: 200, At: t0.Add(3 * time.Minute)})
-	s.Record(&Request{Name: hot, Status: 200, At: t0.Add(3*time.Minute - time.Minute)})
+	record(s, req{Name: hot, Status: 200, At: t0.Add(3 * time.Minute)})
+	record(s, req{Name: hot, Status: 200, At: t0.Add(3*time.Minute - time.Minute)})
 	if got := s.Top("/counter", 5, t0.Add(3*time.Minute)).IDs; len(got) != 1 || got[0].Requests != 1 {
 		t.Fatalf("Top after a late request = %+v; want hot with 1", got)
 	}
@@ -191,7 +215,7 @@ func TestTopWindowRatesAndStats(t *testing.T) {
 func TestNamespacesAreSeparateAndBounded(t *testing.T) {
 	s := newSketch(t, Config{MaxNamespaces: 2})
 	for _, name := range []string{"/a/x", "/a/x", "/b/y", "/c/z", "bad", "/a/", "//x"} {
-		s.Record(&Request{Name: []byte(name), Status: 200, At: t0})
+		record(s, req{Name: []byte(name), Status: 200, At: t0})
 	}
 	if got := s.Top("/a", 5, t0).IDs; len(got) != 1 || got[0].ID != "x" || got[0].Requests != 2 {
 		t.Fatalf("Top(/a) = %+v; want x twice", got)
@@ -208,8 +232,8 @@ func TestNamespacesAreSeparateAndBounded(t *testing.T) {
 	// Once /b has had no traffic for a window, /c takes its place; /b's
 	// old counts never show up under /c.
 	later := t0.Add(2 * time.Minute)
-	s.Record(&Request{Name: []byte("/a/x"), Status: 200, At: later})
-	s.Record(&Request{Name: []byte("/c/z"), Status: 200, At: later})
+	record(s, req{Name: []byte("/a/x"), Status: 200, At: later})
+	record(s, req{Name: []byte("/c/z"), Status: 200, At: later})
 	if got := s.Top("/c", 5, later).IDs; len(got) != 1 || got[0].ID != "z" || got[0].Requests != 1 {
 		t.Fatalf("Top(/c) after /b went quiet = %+v; want z once", got)
 	}
@@ -221,7 +245,7 @@ func TestNamespacesAreSeparateAndBounded(t *testing.T) {
 func TestTrafficHoldersAndAnswers(t *testing.T) {
 	s := newSketch(t, Config{MaxHolders: 2, Stripes: 1})
 	rec := func(holder string, status int, reason string) {
-		s.Record(&Request{Name: []byte("/a/x"), Holder: holder, Status: status, Reason: reason, At: t0})
+		record(s, req{Name: []byte("/a/x"), Holder: holder, Status: status, Reason: reason, At: t0})
 	}
 	for range 3 {
 		rec("s1", 200, "")
@@ -276,7 +300,7 @@ func TestErrorBoundGauge(t *testing.T) {
 	s.RegisterMetrics(set)
 	now := time.Now()
 	for i := range 100 {
-		s.Record(&Request{Name: []byte(fmt.Sprintf("/a/id-%d", i%10)), Status: 200, At: now})
+		record(s, req{Name: []byte(fmt.Sprintf("/a/id-%d", i%10)), Status: 200, At: now})
 	}
 	if b := s.ErrorBound(now); b == 0 {
 		t.Fatal("ErrorBound = 0 with 10 ids in 4 counters")
@@ -318,7 +342,7 @@ func TestConcurrent(t *testing.T) {
 	for w := range workers {
 		wg.Go(func() {
 			for i := range per {
-				s.Record(&Request{Name: all[(i*7+w)%len(all)], Holder: "h", Status: 200, At: t0})
+				record(s, req{Name: all[(i*7+w)%len(all)], Holder: "h", Status: 200, At: t0})
 			}
 		})
 	}
@@ -349,7 +373,7 @@ func BenchmarkRecord(b *testing.B) {
 	b.ReportAllocs()
 	i := 0
 	for b.Loop() {
-		s.Record(&Request{Name: all[ranks[i&(len(ranks)-1)]], Holder: "session", Status: 200, Bytes: 64, Latency: 300 * time.Microsecond, At: at})
+		record(s, req{Name: all[ranks[i&(len(ranks)-1)]], Holder: "session", Status: 200, Bytes: 64, Latency: 300 * time.Microsecond, At: at})
 		i++
 	}
 }
@@ -367,7 +391,7 @@ func BenchmarkRecordParallel(b *testing.B) {
 		start += 7919
 		seq.Unlock()
 		for pb.Next() {
-			s.Record(&Request{Name: all[ranks[i&(len(ranks)-1)]], Holder: "session", Status: 200, Bytes: 64, Latency: 300 * time.Microsecond, At: at})
+			record(s, req{Name: all[ranks[i&(len(ranks)-1)]], Holder: "session", Status: 200, Bytes: 64, Latency: 300 * time.Microsecond, At: at})
 			i++
 		}
 	})
@@ -381,7 +405,7 @@ func BenchmarkRecordParallelOneID(b *testing.B) {
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
-			s.Record(&Request{Name: name, Holder: "session", Status: 200, Bytes: 64, Latency: 300 * time.Microsecond, At: at})
+			record(s, req{Name: name, Holder: "session", Status: 200, Bytes: 64, Latency: 300 * time.Microsecond, At: at})
 		}
 	})
 }
@@ -391,7 +415,7 @@ func BenchmarkTop(b *testing.B) {
 	all, ranks := benchNames()
 	at := time.Now()
 	for i, r := range ranks {
-		s.Record(&Request{Name: all[r], Holder: "session", Status: 200, At: at.Add(time.Duration(i) * time.Millisecond)})
+		record(s, req{Name: all[r], Holder: "session", Status: 200, At: at.Add(time.Duration(i) * time.Millisecond)})
 	}
 	b.ReportAllocs()
 	for b.Loop() {

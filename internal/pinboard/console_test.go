@@ -88,7 +88,7 @@ func TestConsoleOnAdminListener(t *testing.T) {
 			// What the data plane records, GET /registry/hot reads.
 			now := time.Now()
 			for range 3 {
-				hot.Record(&hotids.Request{Name: []byte("/counter/alice"), Holder: sid, Status: 200, At: now})
+				hot.Record([]byte("/counter/alice"), sid, 200, "", 0, 0, now)
 			}
 			code, body = r.do("GET", r.admin, wire.PathHot+"?namespace=/counter", token, nil)
 			var hr wire.HotResponse

@@ -230,9 +230,9 @@ func TestHotAndTraffic(t *testing.T) {
 		if i%3 == 0 {
 			name = "/counter/bob"
 		}
-		sk.Record(&hotids.Request{Name: []byte(name), Holder: "sess-1", Status: 200, Bytes: 10, Latency: time.Millisecond, At: now})
+		sk.Record([]byte(name), "sess-1", 200, "", 10, time.Millisecond, now)
 	}
-	sk.Record(&hotids.Request{Name: []byte("/counter/carol"), Status: 503, Reason: wire.ReasonNoWorker, At: now})
+	sk.Record([]byte("/counter/carol"), "", 503, wire.ReasonNoWorker, 0, 0, now)
 	r := e.get(wire.PathHot + "?namespace=/counter&n=2")
 	var hot wire.HotResponse
 	r.decode(t, &hot)
