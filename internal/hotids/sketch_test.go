@@ -24,7 +24,9 @@ type req struct {
 	At      time.Time
 }
 
-func record(s *Sketch, r req) { s.Record(r.Name, r.Holder, r.Status, r.Reason, r.Bytes, r.Latency, r.At) }
+func record(s *Sketch, r req) {
+	s.Record(r.Name, r.Holder, r.Status, r.Reason, r.Bytes, r.Latency, r.At)
+}
 
 // t0 is a slot boundary, so tests know which slot a time falls in.
 var t0 = time.Unix(1_800_000_000, 0)
