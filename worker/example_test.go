@@ -32,7 +32,7 @@ func devPinboard() (url, token string, stop func()) {
 	pub, _ := net.Listen("tcp", "127.0.0.1:0")
 	adm, _ := net.Listen("tcp", "127.0.0.1:0")
 	p, err := pinboard.New(pinboard.Config{Settings: s, Logger: slog.New(slog.DiscardHandler),
-		NewDataPlane: pinboard.NewProxy, PublicListener: pub, AdminListener: adm})
+		PublicListener: pub, AdminListener: adm})
 	if err != nil {
 		panic(err)
 	}

@@ -13,5 +13,5 @@ import (
 )
 
 func main() {
-	os.Exit(pinboard.Main(os.Args[1:], os.Environ(), os.Stdout, os.Stderr, pinboard.NewProxy))
+	os.Exit(pinboard.Main(os.Args[1:], os.Environ(), os.Stdout, os.Stderr))
 }

@@ -126,8 +126,7 @@ func run(ctx context.Context, o options, logger *slog.Logger, ready func(fleet))
 		pub.Close()
 		return fmt.Errorf("pinboard admin: %w", err)
 	}
-	pb, err := pinboard.New(pinboard.Config{Settings: settings, Logger: logger, NewDataPlane: pinboard.NewProxy,
-		PublicListener: pub, AdminListener: adm})
+	pb, err := pinboard.New(pinboard.Config{Settings: settings, Logger: logger, PublicListener: pub, AdminListener: adm})
 	if err != nil {
 		pub.Close()
 		adm.Close()

@@ -89,10 +89,10 @@ type Settings struct {
 	Dev                 bool
 	LogLevel            slog.Level
 	LogJSON             bool
-	// Proxy and Endpoint hold the data plane's limits set by flags or
-	// variables (limits.go); zero fields mean the proxy package's defaults.
-	Proxy    proxy.Config
-	Endpoint proxy.EndpointConfig
+	// Proxy holds the data plane's limits set by flags or variables
+	// (limits.go), those of each worker's pool in Proxy.Endpoint; zero
+	// fields mean the proxy package's defaults.
+	Proxy proxy.Config
 	// Unknown lists the PINBOARD_* variables no setting declares (likely
 	// typos); Main logs a warning for each.
 	Unknown []cmdline.UnknownVar

@@ -14,7 +14,7 @@ import (
 
 // The data plane's limits, each a flag and a variable (PINBOARD_ + the flag
 // name in upper case with '_' for '-'). Their defaults are the proxy
-// package's; Settings.Proxy and Settings.Endpoint hold what was set.
+// package's; Settings.Proxy (with its Endpoint) holds what was set.
 var proxyIntLimits = []struct {
 	flag, usage string
 	def         int64
@@ -82,7 +82,7 @@ func limitEnv(flagName string) string {
 }
 
 // declareProxyLimits puts the data plane's limits on set, writing into
-// s.Proxy and s.Endpoint. A limit that is not set stays zero there (the
+// s.Proxy and s.Proxy.Endpoint. A limit that is not set stays zero there (the
 // proxy's default, which -h shows).
 func declareProxyLimits(set *cmdline.Set, s *Settings) {
 	for _, l := range proxyIntLimits {
@@ -94,7 +94,7 @@ func declareProxyLimits(set *cmdline.Set, s *Settings) {
 			case l.proxy != nil:
 				*l.proxy(&s.Proxy) = int(n)
 			default:
-				*l.endpoint(&s.Endpoint) = int(n)
+				*l.endpoint(&s.Proxy.Endpoint) = int(n)
 			}
 		}
 		def := l.def
@@ -115,7 +115,7 @@ func declareProxyLimits(set *cmdline.Set, s *Settings) {
 		if l.proxy != nil {
 			p = l.proxy(&s.Proxy)
 		} else {
-			p = l.endpoint(&s.Endpoint)
+			p = l.endpoint(&s.Proxy.Endpoint)
 		}
 		def := l.def
 		set.Var(cmdline.Parsed[time.Duration]{P: p, Parse: func(v string) (time.Duration, error) {

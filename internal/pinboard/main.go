@@ -22,12 +22,12 @@ const (
 )
 
 // Main is the whole pinboard command: it parses args and the environment
-// (environ, as os.Environ), wires a Pinboard with newDataPlane (nil:
-// registry only), and runs it until SIGTERM or SIGINT; SIGHUP re-reads the
-// token file. -h prints every setting to stdout. The dev token, when
-// generated, is printed to stdout; logs go to stderr, starting with a
-// warning per unknown PINBOARD_* variable. It returns the exit status.
-func Main(args, environ []string, stdout, stderr io.Writer, newDataPlane func(DataPlaneDeps) (DataPlane, error)) int {
+// (environ, as os.Environ), wires a Pinboard (registry and proxy), and runs
+// it until SIGTERM or SIGINT; SIGHUP re-reads the token file. -h prints
+// every setting to stdout. The dev token, when generated, is printed to
+// stdout; logs go to stderr, starting with a warning per unknown PINBOARD_*
+// variable. It returns the exit status.
+func Main(args, environ []string, stdout, stderr io.Writer) int {
 	s, err := ParseSettings(args, environ, stdout)
 	if errors.Is(err, flag.ErrHelp) {
 		return ExitOK
@@ -43,7 +43,7 @@ func Main(args, environ []string, stdout, stderr io.Writer, newDataPlane func(Da
 	}
 	logger := slog.New(h)
 	cmdline.Warn(logger, s.Unknown)
-	p, err := New(Config{Settings: s, Logger: logger, NewDataPlane: newDataPlane})
+	p, err := New(Config{Settings: s, Logger: logger})
 	if err != nil {
 		fmt.Fprintf(stderr, "pinboard: %v\n", err)
 		return ExitConfig

@@ -98,7 +98,8 @@ func TestObservability(t *testing.T) {
 		`pinned_proxy_responses_total{class="4xx"} 1`,
 		`pinned_proxy_responses_total{class="2xx"} 6`,
 		`pinned_proxy_tunnels_open 0`,
-		`pinned_placement_endpoints 1`,
+		`pinned_placement_sessions 1`,
+		`pinned_proxy_endpoints 1`,
 		`pinned_pinboard_lease_seconds 10`,
 		`pinned_registry_store_up 1`,
 	} {

@@ -154,7 +154,7 @@ func (c *capture) setRaw(raw string) {
 }
 
 // startInProcess runs a pinboard in this process the way cmd/pinboard does
-// (pinboard.New with pinboard.NewProxy), with the in-memory store, and
+// (pinboard.New, registry and proxy), with the in-memory store, and
 // returns its public address.
 func startInProcess(t *testing.T) string {
 	t.Helper()
@@ -167,8 +167,8 @@ func startInProcess(t *testing.T) string {
 		t.Fatal(err)
 	}
 	p, err := pinboard.New(pinboard.Config{
-		Settings: pinboard.Settings{Dev: true, Tokens: []string{token}, Lease: 3 * time.Second, ShutdownTimeout: 5 * time.Second},
-		Logger:   slog.New(slog.DiscardHandler), NewDataPlane: pinboard.NewProxy,
+		Settings:       pinboard.Settings{Dev: true, Tokens: []string{token}, Lease: 3 * time.Second, ShutdownTimeout: 5 * time.Second},
+		Logger:         slog.New(slog.DiscardHandler),
 		PublicListener: pub, AdminListener: adm,
 	})
 	if err != nil {
