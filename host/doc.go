@@ -92,8 +92,8 @@
 //     instance's context is cancelled (if abort did not already) and, in
 //     fleet mode, Worker.Release runs. The instance leaves the directory
 //     only after that.
-//   - Abort (Instance.Abort, a handler panic, AbortAll, Close past its
-//     deadline): the instance's context is cancelled (handlers, tasks,
+//   - Abort (Instance.Abort, a handler panic, AbortAll, Evict, Close past
+//     its deadline): the instance's context is cancelled (handlers, tasks,
 //     stream generators, turn waiters see it), open streams get a write
 //     deadline in the past so fasthttp ends them even when the client stopped
 //     reading, websocket connections are closed under their handlers; then

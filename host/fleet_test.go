@@ -395,3 +395,39 @@ func TestFleetCloseDetaches(t *testing.T) {
 		t.Fatal("a second Close detached again")
 	}
 }
+
+// Evict aborts one instance: its running task is cancelled, its teardown
+// runs once, its placement is released, other instances are untouched, and
+// the next request activates a fresh instance.
+func TestFleetEvict(t *testing.T) {
+	ts, w, e := newFleetHost(t, Config{})
+	h := ts.h
+	ts.expect(200, "GET", "/p/a/", auth("")...)
+	ts.expect(200, "GET", "/p/b/", auth("")...)
+	ts.expect(202, "POST", "/p/a/task", auth("")...)
+	e.waitEntered(t, "a") // the task runs, and would run until taskBlock
+
+	if h.Evict("nobody", EvictEvict) {
+		t.Fatal("Evict of an id without an instance reported true")
+	}
+	if !h.Evict("a", EvictEvict) {
+		t.Fatal("Evict(a) = false; want true")
+	}
+	e.waitTorn(t, "a") // the teardown waits for the task: the task was cancelled
+	w.waitReleased(t, "/p/a")
+	waitFor(t, "a to leave the directory", func() bool { return h.Len() == 1 })
+	if h.instance("b") == nil || e.tornCount("b") != 0 || w.releasedCount("/p/b") != 0 {
+		t.Fatal("Evict(a) touched b")
+	}
+	before := e.setups.Load()
+	ts.expect(200, "GET", "/p/a/", auth("")...)
+	if got := e.setups.Load(); got != before+1 {
+		t.Fatalf("setups after the evicted id's next request = %d; want %d (a fresh instance)", got, before+1)
+	}
+	if got := e.tornCount("a"); got != 1 {
+		t.Errorf("teardowns of a = %d; want 1", got)
+	}
+	if got := h.met.evictions[evictIndex(EvictEvict)].Get(); got != 1 {
+		t.Errorf("pinned_evictions_total{reason=evict} = %d; want 1", got)
+	}
+}

@@ -288,6 +288,25 @@ func (h *Host) abortAll(reason string) int {
 	return n
 }
 
+// Evict aborts the instance of id, if any, with the given eviction reason
+// (see Instance.Abort) without waiting for its teardown, and reports whether
+// there was one. The release of its placement follows the teardown, as for
+// every closed instance; until then requests for id answer 503 closing
+// (fleet mode), after it the next request activates a fresh instance.
+func (h *Host) Evict(id, reason string) bool {
+	sh := &h.shards[h.shardIndex([]byte(id))]
+	sh.mu.Lock()
+	inst := sh.m[id]
+	if inst != nil {
+		h.beginCloseLocked(sh, inst, reason, true)
+	}
+	sh.mu.Unlock()
+	if inst != nil {
+		h.log.Info("instance evicted", "instance", id, "reason", reason)
+	}
+	return inst != nil
+}
+
 // CloseIdle closes, with the given eviction reason, every instance that has
 // no in-flight request, open stream or websocket, or running task. It does
 // not wait for the teardowns.

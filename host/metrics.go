@@ -18,9 +18,10 @@ const (
 	EvictWindDown = "wind_down" // the worker is winding down
 	EvictLease    = "lease"     // the worker's lease was lost or superseded
 	EvictClose    = "close"     // Host.Close
+	EvictEvict    = "evict"     // an operator evicted it (wire.MessageEvict, Host.Evict)
 )
 
-var evictReasons = [...]string{EvictIdle, EvictAbort, EvictDrain, EvictWindDown, EvictLease, EvictClose, "other"}
+var evictReasons = [...]string{EvictIdle, EvictAbort, EvictDrain, EvictWindDown, EvictLease, EvictClose, EvictEvict, "other"}
 
 func evictIndex(reason string) int {
 	for i, r := range evictReasons[:len(evictReasons)-1] {

@@ -72,4 +72,11 @@ type Attached interface {
 	// CloseIdle closes every instance that has no in-flight request, open
 	// stream or websocket, or running task, with the given eviction reason.
 	CloseIdle(reason string)
+	// Evict force-ends the instance of id, if there is one (abort
+	// semantics: its context and tasks are cancelled, teardown runs once,
+	// then the placement is released as for any closed instance), with
+	// the given eviction reason, without waiting for its teardown. It
+	// reports whether there was one. Like AbortAll it never calls back
+	// into the Worker synchronously.
+	Evict(id, reason string) bool
 }

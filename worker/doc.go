@@ -112,6 +112,16 @@
 //
 // "drain complete" is logged once every host is empty.
 //
+// # Evict
+//
+// An evict message (DELETE /registry/placements/{namespace}/{id} on the
+// pinboard) names one instance: the host of its namespace aborts it
+// (Attached.Evict, reason "evict": context and tasks cancelled, teardown
+// once, then the usual release), so the next request for the id activates
+// a fresh instance. It takes effect when the ack carrying it arrives, so
+// within a heartbeat interval of the call plus the instance's close. An id
+// with no live instance here needs nothing; the worker does not drain.
+//
 // # Release and deregistration
 //
 // Release names the session the pinboard must compare against: the current

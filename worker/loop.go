@@ -20,6 +20,7 @@ const (
 	reasonLease    = wire.ReasonLease // lease lost: AbortAll
 	reasonWindDown = "wind_down"      // wind_down: CloseIdle, then AbortAll at the deadline
 	reasonShutdown = "shutdown"       // Shutdown and the end of Run
+	reasonEvict    = "evict"          // an evict message: Evict (host.EvictEvict)
 )
 
 // Labels of pinned_lease_lost_total.

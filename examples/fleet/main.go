@@ -11,8 +11,8 @@
 //	curl -H "Authorization: Bearer <token>" localhost:8080/registry/workers
 //
 // `fleet -h` lists the flags: -listen (the pinboard's public address,
-// default 127.0.0.1:8080), -admin-listen (its /metrics and /debug/pprof,
-// default 127.0.0.1:9090), -workers (default 3), -shutdown-timeout. Ctrl-C
+// default 127.0.0.1:8080), -admin-listen (the console, /metrics and
+// /debug/pprof, default 127.0.0.1:9090), -workers (default 3), -shutdown-timeout. Ctrl-C
 // drains the workers, then stops the pinboard. Every component, the workers'
 // fasthttp servers included, logs through slog on stderr (WARN and above).
 package main
@@ -55,7 +55,7 @@ func loadOptions(args []string, usage io.Writer) (options, error) {
 	set := cmdline.New("fleet", "", `pinned's fleet demo in one process: a pinboard in development mode and
 counter workers on their own 127.0.0.1 ports. It reads no environment variable.`)
 	set.String(&o.listen, "listen", "", "host:port", "127.0.0.1:8080", "the pinboard's public address (registry and proxy)")
-	set.String(&o.adminListen, "admin-listen", "", "host:port", "127.0.0.1:9090", "the pinboard's admin address (/metrics, /debug/pprof)")
+	set.String(&o.adminListen, "admin-listen", "", "host:port", "127.0.0.1:9090", "the pinboard's admin address (the console, /metrics, /debug/pprof)")
 	set.Int(&o.workers, "workers", "", 3, "counter workers to start (1 to 16)")
 	set.Duration(&o.shutdownTimeout, "shutdown-timeout", "", 5*time.Second, "bound on draining each worker at exit")
 	if err := set.Parse(args, nil, usage); err != nil {
@@ -98,6 +98,7 @@ type fleet struct {
 
 func (f fleet) print(w io.Writer) {
 	fmt.Fprintf(w, "pinboard   %s   (registry, proxy; admin %s/metrics)\n", f.Pinboard, f.Admin)
+	fmt.Fprintf(w, "console    %s/   (open it in a browser; it asks for the token)\n", f.Admin)
 	for i, u := range f.Workers {
 		fmt.Fprintf(w, "worker %d   %s   (counter host; reached through the pinboard)\n", i+1, u)
 	}

@@ -34,11 +34,12 @@ type testWorker struct {
 }
 
 // Attached, for the worker.
-func (tw *testWorker) Namespace() string { return "/counter" }
-func (tw *testWorker) Headroom() int     { return 1000 }
-func (tw *testWorker) Len() int          { return 0 }
-func (tw *testWorker) AbortAll(string)   {}
-func (tw *testWorker) CloseIdle(string)  {}
+func (tw *testWorker) Namespace() string         { return "/counter" }
+func (tw *testWorker) Headroom() int             { return 1000 }
+func (tw *testWorker) Len() int                  { return 0 }
+func (tw *testWorker) AbortAll(string)           {}
+func (tw *testWorker) CloseIdle(string)          {}
+func (tw *testWorker) Evict(string, string) bool { return false }
 
 var _ host.Attached = (*testWorker)(nil)
 

@@ -19,8 +19,21 @@
 // its 64 KiB bound (413) holds there too. The admin listener
 // (PINBOARD_ADMIN_LISTEN, default 127.0.0.1:9090) serves /metrics (the
 // pinboard's, the registry's and the data plane's sets plus go_* and
-// process_*) and /debug/pprof/*; neither is ever reachable on the public
+// process_*), /debug/pprof/*, and the operator console: the page at /
+// (console.go; index.html, console.js and console.css embedded from
+// console/, with a Content-Security-Policy that allows only them and calls
+// to the admin listener) and every /registry/* call, handed in process to
+// the registry's own router, so the token check, limits and metrics are
+// those of the public port. None of these is ever reachable on the public
 // port.
+//
+// # Hot ids
+//
+// New makes one hotids.Sketch (Config.HotIDs sizes it) and hands it to the
+// registry (GET /registry/hot, /registry/traffic); the data plane's proxy
+// records every routed request in it (Sketch.Record). Its error bound is
+// the gauge pinned_hotids_error_bound on the admin /metrics. Each pinboard
+// counts only what it routed (see internal/hotids).
 //
 // # Registry hardening settings
 //

@@ -18,6 +18,7 @@ import (
 	"github.com/valyala/fasthttp/pprofhandler"
 
 	"github.com/pinned-go/pinned/clock"
+	"github.com/pinned-go/pinned/internal/hotids"
 	"github.com/pinned-go/pinned/internal/registry"
 	"github.com/pinned-go/pinned/internal/store"
 	"github.com/pinned-go/pinned/internal/store/memstore"
@@ -42,6 +43,8 @@ type Config struct {
 	PublicListener, AdminListener net.Listener
 	// Clock is the pinboard's clock; nil means clock.Real.
 	Clock clock.Clock
+	// HotIDs sizes the hot-id sketch (zero fields: hotids' defaults).
+	HotIDs hotids.Config
 
 	// wrapDialControl, when set (tests), wraps the registry's address
 	// policy before the proxy dials through it.
@@ -59,6 +62,7 @@ type Pinboard struct {
 	redis *redisstore.Store // nil with -dev
 	mem   *memstore.Store   // nil without -dev
 	reg   *registry.Registry
+	hot   *hotids.Sketch
 	// dp is nil for a registry-only pinboard. New sets it before anything
 	// can call onInvalidate (the store reports invalidations only once Run
 	// connects it or writes to it) and never changes it: a plain field is
@@ -104,6 +108,13 @@ func New(cfg Config) (*Pinboard, error) {
 		}
 		p.st, p.redis = r, r
 	}
+	hot, err := hotids.New(cfg.HotIDs)
+	if err != nil {
+		p.st.Close()
+		return nil, err
+	}
+	p.hot = hot
+	hot.RegisterMetrics(p.own)
 	reg, err := registry.New(registry.Config{
 		Store:               p.st,
 		Tokens:              cfg.Tokens,
@@ -116,6 +127,7 @@ func New(cfg Config) (*Pinboard, error) {
 		AuthFailureLimit:    cfg.AuthFailureLimit,
 		MaxSessionsPerToken: cfg.MaxSessionsPerToken,
 		MaxTrackedClients:   cfg.MaxTrackedClients,
+		Hot:                 hot,
 		Clock:               p.clock,
 		Logger:              root,
 	})
@@ -164,7 +176,7 @@ func New(cfg Config) (*Pinboard, error) {
 		p.front = f
 	}
 	p.admin = &fasthttp.Server{
-		Handler:               p.adminRouter().Handler,
+		Handler:               p.adminRouter(reg.NewRouter(nil).Handler).Handler,
 		Name:                  "pinboard-admin",
 		NoDefaultServerHeader: true,
 		IdleTimeout:           90 * time.Second,
@@ -253,7 +265,11 @@ func (p *Pinboard) ReloadTokens() error {
 	return nil
 }
 
-func (p *Pinboard) adminRouter() *router.Router {
+// Hot returns the hot-id sketch (tests and tools). The data plane records
+// every routed request in it.
+func (p *Pinboard) Hot() *hotids.Sketch { return p.hot }
+
+func (p *Pinboard) adminRouter(registry fasthttp.RequestHandler) *router.Router {
 	rt := router.New()
 	rt.RedirectTrailingSlash = false
 	rt.RedirectFixedPath = false
@@ -263,6 +279,7 @@ func (p *Pinboard) adminRouter() *router.Router {
 	})
 	rt.GET("/debug/pprof/", pprofhandler.PprofHandler)
 	rt.GET("/debug/pprof/{profile:*}", pprofhandler.PprofHandler)
+	mountConsole(rt, registry)
 	return rt
 }
 

@@ -18,6 +18,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/pinned-go/pinned/clock"
+	"github.com/pinned-go/pinned/internal/hotids"
 	"github.com/pinned-go/pinned/internal/logthrottle"
 	"github.com/pinned-go/pinned/internal/store"
 	"github.com/pinned-go/pinned/internal/wire"
@@ -120,6 +121,10 @@ type Config struct {
 	// rest are summed under namespace="_other". Zero means
 	// DefaultMaxNamespaceSeries.
 	MaxNamespaceSeries int
+	// Hot is the pinboard's hot-id sketch, which its proxy records every
+	// routed request in: GET /registry/hot and GET /registry/traffic read
+	// it. Nil answers them with no traffic.
+	Hot *hotids.Sketch
 	// Clock drives Run's timer; nil means clock.Real.
 	Clock clock.Clock
 	// Logger is tagged logger=pinned.registry; nil means slog.Default().
@@ -150,6 +155,7 @@ type Registry struct {
 	clock     clock.Clock
 	log       *slog.Logger
 	m         *registryMetrics
+	hotids    *hotids.Sketch
 
 	tokens   atomic.Pointer[tokenSet]
 	shutdown atomic.Bool
@@ -237,6 +243,7 @@ func New(cfg Config) (*Registry, error) {
 		clock:     clk,
 		log:       cmp.Or(cfg.Logger, slog.Default()).With("logger", "pinned.registry"),
 		m:         newRegistryMetrics(set, cmp.Or(cfg.MaxNamespaceSeries, DefaultMaxNamespaceSeries)),
+		hotids:    cfg.Hot,
 		authLog:   logthrottle.Every{Interval: logEvery},
 		storeLog:  logthrottle.Every{Interval: logEvery},
 		limitLog:  logthrottle.Every{Interval: logEvery},
@@ -279,6 +286,11 @@ func (r *Registry) Routes(rt *router.Router) {
 	rt.POST(wire.PathPush, r.endpoint(epPush, true, r.push))
 	rt.GET(wire.PathWorkers, r.endpoint(epWorkers, true, r.workers))
 	rt.GET(wire.PathOverview, r.endpoint(epOverview, true, r.overview))
+	rt.GET(wire.PathPlacements+"/{namespace}/{id}", r.endpoint(epPlacement, true, r.placement))
+	rt.DELETE(wire.PathPlacements+"/{namespace}/{id}", r.endpoint(epEvict, true, r.evict))
+	rt.GET(wire.PathInstances, r.endpoint(epInstances, true, r.instances))
+	rt.GET(wire.PathHot, r.endpoint(epHot, true, r.hot))
+	rt.GET(wire.PathTraffic, r.endpoint(epTraffic, true, r.traffic))
 	rt.GET(wire.PathHealthz, r.endpoint(epHealthz, false, r.healthz))
 }
 

@@ -63,6 +63,9 @@ var (
 	// ErrUnavailable: the store cannot reach its backend (Redis down, not
 	// yet connected). It is temporary: retry later, and check Ping.
 	ErrUnavailable = errors.New("store: unavailable")
+	// ErrBadCursor: a listing cursor that this store did not hand out, or
+	// whose listing expired (ListingTTL after its last page). Start again.
+	ErrBadCursor = errors.New("store: invalid or expired listing cursor")
 )
 
 // Session is one worker registration. Times are unix milliseconds on the
@@ -218,4 +221,55 @@ type Reaper interface {
 type ReapStats struct {
 	Sessions   int // sessions collected
 	Placements int // placements deleted
+}
+
+// PlacementLister is implemented by stores that can page through the
+// placements of a namespace (GET /registry/instances): memstore and
+// redisstore. It is separate from Store so that fakes need not implement
+// it.
+//
+// Across the pages of one listing (the cursors handed out from one first
+// call onwards, each page within ListingTTL of the previous one), every
+// placement that exists for the whole listing, and matches the query's
+// filter throughout, is returned exactly once; one created, deleted or
+// moved meanwhile is returned at most once. A page holds at most
+// ListQuery.Limit placements and may hold fewer, none at all, before the
+// last; the last page has an empty Cursor. On Redis the work of one call is
+// bounded (a few SCAN calls of about Limit keys), whatever the number of
+// placements; memstore walks its map in memory.
+type PlacementLister interface {
+	ListPlacements(ctx context.Context, q ListQuery) (ListPage, error)
+}
+
+// ListingTTL is how long a listing may wait between two pages before its
+// cursor expires (ErrBadCursor).
+const ListingTTL = 10 * time.Minute
+
+// ListQuery selects one page of placements.
+type ListQuery struct {
+	// Namespace is "/name". Required.
+	Namespace string
+	// Sessions, when not nil, keeps only the placements held by one of
+	// these session ids (a worker's live sessions). An empty non-nil slice
+	// matches nothing.
+	Sessions []string
+	// Cursor is "" for the first page, then the previous page's Cursor. A
+	// cursor belongs to the query it was made for: pass the same Namespace
+	// (and Sessions filter, or nil for none) with it.
+	Cursor string
+	// Limit bounds the placements of the page (≥ 1).
+	Limit int
+}
+
+// ListedPlacement is one placement of a page.
+type ListedPlacement struct {
+	ID        string // the id within ListQuery.Namespace
+	SessionID string // its holder
+}
+
+// ListPage is one page of a listing.
+type ListPage struct {
+	Placements []ListedPlacement
+	// Cursor continues the listing; "" when it is complete.
+	Cursor string
 }

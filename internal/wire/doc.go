@@ -34,6 +34,15 @@
 //     no default port, IP literals as netip prints them, no trailing dot,
 //     numeric-obfuscated hosts refused (the pinboard normalises; a worker
 //     sends what it likes).
+//   - 2 (2026-12-03): the operator console. A new control message kind,
+//     [MessageEvict], carrying the instance's namespace and id in new
+//     [Message] fields (a worker of version 1 logs it as unknown and
+//     ignores it, so an eviction does not take effect on it);
+//     GET and DELETE /registry/placements/{namespace}/{id} ([PlacementInfo],
+//     [EvictResponse]), GET /registry/instances ([InstancesResponse]),
+//     GET /registry/hot ([HotResponse]) and GET /registry/traffic
+//     ([TrafficResponse]); key pinned:i:<iterationId>, the ids an
+//     instance listing has already returned.
 //
 // # Invariants
 //

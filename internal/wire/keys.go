@@ -42,6 +42,10 @@ import (
 //	                                 registered with one deployment token: the live-session
 //	                                 cap per token; a reservation script drops expired
 //	                                 members, counts and adds in one step
+//	pinned:i:<iterationId>    SET    the placement names one GET /registry/instances
+//	                                 listing has returned so far (and "" marking it
+//	                                 started), so no page repeats what SCAN returns twice;
+//	                                 PEXPIRE refreshed by every page, deleted by the last
 const (
 	KeyPrefix          = "pinned:"
 	KeyPrefixSession   = "pinned:s:"
@@ -54,6 +58,7 @@ const (
 	KeyPrefixOwned     = "pinned:o:"
 	KeyPrefixNonce     = "pinned:x:"
 	KeyPrefixToken     = "pinned:t:"
+	KeyPrefixListing   = "pinned:i:"
 )
 
 // Fields of the session hash (pinned:s:<sessionId>).
@@ -99,6 +104,9 @@ func KeyNonce(nonceID string) string { return KeyPrefixNonce + nonceID }
 
 // KeyToken is the set of sessions registered with one deployment token.
 func KeyToken(tokenID string) string { return KeyPrefixToken + tokenID }
+
+// KeyListing is the set of placement names a paged listing has returned.
+func KeyListing(iterationID string) string { return KeyPrefixListing + iterationID }
 
 // KeyOwned is the per-session placement index.
 func KeyOwned(sessionID string) string { return KeyPrefixOwned + sessionID }

@@ -1,7 +1,7 @@
 package wire
 
 // Version is the registry protocol version (see the package doc for its history).
-const Version = 1
+const Version = 2
 
 // Registry endpoints served by the pinboard.
 const (
@@ -14,7 +14,18 @@ const (
 	PathPush       = "/registry/push"
 	PathWorkers    = "/registry/workers"
 	PathOverview   = "/registry/overview"
-	PathHealthz    = "/healthz"
+	// PathPlacements is the prefix of GET and DELETE
+	// /registry/placements/{namespace}/{id} (the namespace without its
+	// leading slash): look a placement up, evict its instance.
+	PathPlacements = "/registry/placements"
+	// PathInstances pages through the placements of a namespace.
+	PathInstances = "/registry/instances"
+	// PathHot lists the ids this pinboard routed most in the last minute.
+	PathHot = "/registry/hot"
+	// PathTraffic summarises this pinboard's last minute of routed traffic:
+	// requests per worker session, non-2xx answers by status and reason.
+	PathTraffic = "/registry/traffic"
+	PathHealthz = "/healthz"
 )
 
 // PathChallenge is served by every worker on its advertise URL; the pinboard
@@ -75,6 +86,11 @@ const (
 const (
 	MessageDrain    = "drain"
 	MessageWindDown = "wind_down"
+	// MessageEvict asks the worker to close the instance (Message.Namespace,
+	// Message.ID): abort semantics (its context and tasks are cancelled,
+	// teardown runs once), then the placement is released, so the next
+	// request activates a fresh instance.
+	MessageEvict = "evict"
 )
 
 // Limits shared by both ends of the registry protocol.

@@ -69,11 +69,12 @@ type capture struct {
 }
 
 // host.Attached, for the worker.
-func (c *capture) Namespace() string { return "/counter" }
-func (c *capture) Headroom() int     { return 1 << 20 }
-func (c *capture) Len() int          { return 0 }
-func (c *capture) AbortAll(string)   {}
-func (c *capture) CloseIdle(string)  {}
+func (c *capture) Namespace() string         { return "/counter" }
+func (c *capture) Headroom() int             { return 1 << 20 }
+func (c *capture) Len() int                  { return 0 }
+func (c *capture) AbortAll(string)           {}
+func (c *capture) CloseIdle(string)          {}
+func (c *capture) Evict(string, string) bool { return false }
 
 var _ host.Attached = (*capture)(nil)
 

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -95,6 +96,7 @@ type index struct {
 var _ interface {
 	store.Store
 	store.Reaper
+	store.PlacementLister
 } = (*Store)(nil)
 
 // New returns a Store. It starts nothing; call Start for expiry
@@ -737,4 +739,58 @@ func (s *Store) Ping(ctx context.Context) error {
 	}
 	s.mu.Unlock()
 	return nil
+}
+
+// memCursorPrefix starts every cursor memstore hands out: the rest is the
+// last id returned.
+const memCursorPrefix = "m:"
+
+// ListPlacements implements store.PlacementLister. Pages are in id order and
+// the cursor is the last id returned, so every placement present for the
+// whole listing is returned exactly once, whatever changes meanwhile.
+func (s *Store) ListPlacements(ctx context.Context, q store.ListQuery) (store.ListPage, error) {
+	var after string
+	if q.Cursor != "" {
+		var ok bool
+		after, ok = strings.CutPrefix(q.Cursor, memCursorPrefix)
+		if !ok || wire.CheckSegment([]byte(after), 0) != wire.SegmentOK {
+			return store.ListPage{}, store.ErrBadCursor
+		}
+	}
+	if q.Limit < 1 {
+		return store.ListPage{}, errors.New("memstore: ListQuery.Limit must be at least 1")
+	}
+	if err := s.begin(ctx); err != nil {
+		return store.ListPage{}, err
+	}
+	prefix := q.Namespace + "/"
+	var found []store.ListedPlacement
+	keep := func(name, sid string) {
+		if id, ok := strings.CutPrefix(name, prefix); ok && id > after {
+			found = append(found, store.ListedPlacement{ID: id, SessionID: sid})
+		}
+	}
+	if q.Sessions == nil {
+		for name, sid := range s.placements {
+			keep(name, sid)
+		}
+	} else {
+		for _, sid := range q.Sessions {
+			if ix := s.owned[sid]; ix != nil {
+				for name := range ix.names {
+					if s.placements[name] == sid {
+						keep(name, sid)
+					}
+				}
+			}
+		}
+	}
+	s.mu.Unlock()
+	slices.SortFunc(found, func(a, b store.ListedPlacement) int { return strings.Compare(a.ID, b.ID) })
+	page := store.ListPage{Placements: found}
+	if len(found) > q.Limit {
+		page.Placements = found[:q.Limit:q.Limit]
+		page.Cursor = memCursorPrefix + found[q.Limit-1].ID
+	}
+	return page, nil
 }

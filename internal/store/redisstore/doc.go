@@ -52,6 +52,12 @@
 //     (NOSCRIPT after a restart or SCRIPT FLUSH) is re-run alone, which
 //     loads it.
 //   - Release and Reap: compare-and-delete script, then unindex.
+//   - ListPlacements (store.PlacementLister, listing.go): SCAN of every node
+//     with MATCH pinned:p:<ns>/* (or, for a worker's sessions, HSCAN of
+//     their pinned:o:<sid> with MATCH <ns>/*), a pipelined GET of each
+//     candidate's placement, and a script on pinned:i:<listing> that keeps
+//     only the names the listing has not returned (SCAN may repeat keys)
+//     and records them. Never KEYS; a page is a few SCAN calls.
 //   - Unindex is always "HDEL, then GET the placement, and index again if it
 //     names this session". Together with "index again after every winning
 //     write" this keeps the invariant "a placement naming session S is in

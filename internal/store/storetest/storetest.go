@@ -117,6 +117,10 @@ func Run(t *testing.T, newHarness NewHarness) {
 		{"ReplaceComparesAndSets", testReplace},
 		{"ReleaseComparesAndDeletes", testRelease},
 		{"PlacementCounts", testPlacementCounts},
+		{"ListPlacementsPagesEveryIDOnce", testListPages},
+		{"ListPlacementsBySession", testListBySession},
+		{"ListPlacementsExactlyOnceUnderChurn", testListChurn},
+		{"ListPlacementsRefusesBadCursor", testListBadCursor},
 		{"ReapCollectsDeadSessions", testReap},
 		{"InvalidatePlacement", testInvalidatePlacement},
 		{"InvalidateSession", testInvalidateSession},
@@ -942,5 +946,175 @@ func testReserveSlotConcurrent(t *testing.T, h Harness, _ *Invalidations) {
 	wg.Wait()
 	if wins != max {
 		t.Fatalf("%d concurrent reservations with a cap of %d: %d admitted; want exactly %d", n, max, wins, max)
+	}
+}
+
+func lister(t *testing.T, h Harness) store.PlacementLister {
+	t.Helper()
+	l, ok := h.Store.(store.PlacementLister)
+	if !ok {
+		t.Fatalf("%T does not implement store.PlacementLister", h.Store)
+	}
+	return l
+}
+
+// listAll pages through q with limit per page, calling between (if not
+// nil) after every page, and returns every (id, holder) returned, in order.
+// It fails on a page over the limit or a listing that does not end.
+func listAll(t *testing.T, l store.PlacementLister, q store.ListQuery, between func(page int)) []store.ListedPlacement {
+	t.Helper()
+	var out []store.ListedPlacement
+	for page := 0; ; page++ {
+		if page > 10_000 {
+			t.Fatal("the listing did not end after 10000 pages")
+		}
+		p, err := l.ListPlacements(bg, q)
+		if err != nil {
+			t.Fatalf("ListPlacements page %d: %v", page, err)
+		}
+		if len(p.Placements) > q.Limit {
+			t.Fatalf("page %d holds %d placements; limit %d", page, len(p.Placements), q.Limit)
+		}
+		out = append(out, p.Placements...)
+		if p.Cursor == "" {
+			return out
+		}
+		q.Cursor = p.Cursor
+		if between != nil {
+			between(page)
+		}
+	}
+}
+
+// onceEach fails unless every id in want appears exactly once in got, and
+// no id appears twice.
+func onceEach(t *testing.T, got []store.ListedPlacement, want map[string]string) {
+	t.Helper()
+	seen := map[string]int{}
+	for _, p := range got {
+		seen[p.ID]++
+		if seen[p.ID] > 1 {
+			t.Fatalf("id %q listed twice", p.ID)
+		}
+		if h, ok := want[p.ID]; ok && h != p.SessionID {
+			t.Fatalf("id %q listed with holder %q; want %q", p.ID, p.SessionID, h)
+		}
+	}
+	for id := range want {
+		if seen[id] != 1 {
+			t.Fatalf("id %q listed %d times; want once (got %d placements)", id, seen[id], len(got))
+		}
+	}
+}
+
+func testListPages(t *testing.T, h Harness, _ *Invalidations) {
+	l := lister(t, h)
+	want := map[string]string{}
+	for i := range 300 {
+		id, sid := fmt.Sprintf("id-%03d", i), fmt.Sprintf("s%d", i%3)
+		if _, err := h.Store.Claim(bg, "/a", id, sid); err != nil {
+			t.Fatal(err)
+		}
+		want[id] = sid
+	}
+	for i := range 40 { // another namespace, never listed under /a
+		h.Store.Claim(bg, "/ab", fmt.Sprintf("other-%d", i), "s0")
+	}
+	for _, limit := range []int{1, 7, 1000} {
+		got := listAll(t, l, store.ListQuery{Namespace: "/a", Limit: limit}, nil)
+		if len(got) != len(want) {
+			t.Fatalf("limit %d: listed %d placements; want %d", limit, len(got), len(want))
+		}
+		onceEach(t, got, want)
+	}
+	if got := listAll(t, l, store.ListQuery{Namespace: "/none", Limit: 10}, nil); len(got) != 0 {
+		t.Fatalf("a namespace without placements listed %v", got)
+	}
+}
+
+func testListBySession(t *testing.T, h Harness, _ *Invalidations) {
+	l := lister(t, h)
+	want := map[string]string{}
+	for i := range 200 {
+		id, sid := fmt.Sprintf("id-%03d", i), fmt.Sprintf("s%d", i%4)
+		h.Store.Claim(bg, "/a", id, sid)
+		if sid == "s1" || sid == "s3" {
+			want[id] = sid
+		}
+	}
+	h.Store.Claim(bg, "/b", "elsewhere", "s1")
+	// An index entry whose placement moved on is not listed for its old
+	// holder: id-001 now belongs to s2.
+	if w, _ := h.Store.Replace(bg, "/a", "id-001", "s1", "s2"); w != "s2" {
+		t.Fatalf("Replace = %q", w)
+	}
+	delete(want, "id-001")
+	got := listAll(t, l, store.ListQuery{Namespace: "/a", Sessions: []string{"s3", "s1"}, Limit: 9}, nil)
+	if len(got) != len(want) {
+		t.Fatalf("listed %d placements of s1 and s3; want %d", len(got), len(want))
+	}
+	onceEach(t, got, want)
+	if got := listAll(t, l, store.ListQuery{Namespace: "/a", Sessions: []string{}, Limit: 9}, nil); len(got) != 0 {
+		t.Fatalf("an empty session filter listed %v; want nothing", got)
+	}
+}
+
+// Placements that stay put are listed exactly once even while others come
+// and go between pages (many deletions make Redis shrink its tables, the
+// case where SCAN repeats keys); a churned id is listed at most once.
+func testListChurn(t *testing.T, h Harness, _ *Invalidations) {
+	l := lister(t, h)
+	stable := map[string]string{}
+	for i := range 150 {
+		id := fmt.Sprintf("stable-%03d", i)
+		h.Store.Claim(bg, "/a", id, "s1")
+		stable[id] = "s1"
+	}
+	for i := range 600 {
+		h.Store.Claim(bg, "/a", fmt.Sprintf("churn-%03d", i), "s2")
+	}
+	next := 0
+	for _, q := range []store.ListQuery{
+		{Namespace: "/a", Limit: 5},
+		{Namespace: "/a", Sessions: []string{"s1", "s2"}, Limit: 5},
+	} {
+		released := 0
+		got := listAll(t, l, q, func(page int) {
+			// Release many, place a few new ones, for the first pages.
+			for ; page < 40 && released < 15*(page+1); released++ {
+				h.Store.Release(bg, "/a", fmt.Sprintf("churn-%03d", released), "s2")
+			}
+			for range 3 {
+				if page < 40 {
+					h.Store.Claim(bg, "/a", fmt.Sprintf("new-%04d", next), "s2")
+					next++
+				}
+			}
+		})
+		for i := range released { // the next round churns again
+			h.Store.Claim(bg, "/a", fmt.Sprintf("churn-%03d", i), "s2")
+		}
+		onceEach(t, got, stable)
+	}
+}
+
+func testListBadCursor(t *testing.T, h Harness, _ *Invalidations) {
+	l := lister(t, h)
+	for i := range 30 {
+		h.Store.Claim(bg, "/a", fmt.Sprintf("id-%d", i), "s1")
+	}
+	for _, c := range []string{"not a cursor", "bTpub3QtYS1jdXJzb3I", "%%%"} {
+		if _, err := l.ListPlacements(bg, store.ListQuery{Namespace: "/a", Cursor: c, Limit: 5}); !errors.Is(err, store.ErrBadCursor) {
+			t.Fatalf("ListPlacements with cursor %q = %v; want ErrBadCursor", c, err)
+		}
+	}
+	// A finished listing's cursor cannot be reused to resume it, on Redis
+	// because its set is gone; a page's cursor stays valid until then.
+	p, err := l.ListPlacements(bg, store.ListQuery{Namespace: "/a", Limit: 5})
+	if err != nil || p.Cursor == "" {
+		t.Fatalf("first page = %+v, %v; want a cursor", p, err)
+	}
+	if _, err := l.ListPlacements(bg, store.ListQuery{Namespace: "/a", Cursor: p.Cursor, Limit: 5}); err != nil {
+		t.Fatalf("second page: %v", err)
 	}
 }
