@@ -11,10 +11,10 @@ import (
 	"github.com/redis/rueidis"
 	"go.uber.org/goleak"
 
-	"github.com/pinned-go/pinned/internal/testkit/leakcheck"
-	"github.com/pinned-go/pinned/internal/testkit/redistest"
 	"github.com/pinned-go/pinned/internal/store"
 	"github.com/pinned-go/pinned/internal/store/storetest"
+	"github.com/pinned-go/pinned/internal/testkit/leakcheck"
+	"github.com/pinned-go/pinned/internal/testkit/redistest"
 	"github.com/pinned-go/pinned/internal/wire"
 )
 
@@ -66,6 +66,25 @@ func TestConformance(t *testing.T) {
 			KillConnections: func() {
 				do(t, "CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes")
 			},
+		}
+	})
+}
+
+// TestConformanceCluster runs the same suite on a local three-master Redis
+// Cluster: every script, the placement scripts with their hash-tagged epoch
+// counter included, must run where its keys live.
+func TestConformanceCluster(t *testing.T) {
+	cl := redistest.StartCluster(t)
+	storetest.Run(t, func(t *testing.T, opts store.Options) storetest.Harness {
+		cl.Each(t, "FLUSHALL")
+		s := open(t, Config{Options: opts, URL: cl.URL})
+		const lease = 400 * time.Millisecond
+		return storetest.Harness{
+			Store:           s,
+			Lease:           lease,
+			Elapse:          func(d time.Duration) { time.Sleep(d) }, // time must pass on Redis's clock
+			Flush:           func() { cl.Each(t, "FLUSHALL") },
+			KillConnections: func() { cl.Each(t, "CLIENT", "KILL", "TYPE", "normal") },
 		}
 	})
 }
@@ -239,7 +258,7 @@ func TestKeyLayout(t *testing.T) {
 	want := map[string]string{
 		"pinned:s:sid": "hash", "pinned:c:cid": "string", "pinned:a:http://h:1": "string",
 		"pinned:q:cid": "list", "pinned:n:/n": "set", "pinned:w": "zset",
-		"pinned:p:/n/x": "string", "pinned:o:sid": "hash",
+		"pinned:p:{/n/x}": "string", "pinned:e:{/n/x}": "string", "pinned:o:sid": "hash",
 		"pinned:x:" + nonce: "string", "pinned:t:tok": "zset",
 	}
 	keys, err := adm.Do(ctx, adm.B().Keys().Pattern("*").Build()).AsStrSlice()
@@ -256,11 +275,18 @@ func TestKeyLayout(t *testing.T) {
 		}
 	}
 	for k, ttl := range map[string]bool{"pinned:s:sid": true, "pinned:c:cid": true, "pinned:a:http://h:1": true, "pinned:q:cid": true,
-		"pinned:p:/n/x": false, "pinned:o:sid": false, "pinned:x:" + nonce: true, "pinned:t:tok": true} {
+		"pinned:p:{/n/x}": false, "pinned:e:{/n/x}": true, "pinned:o:sid": false, "pinned:x:" + nonce: true, "pinned:t:tok": true} {
 		got, _ := adm.Do(ctx, adm.B().Pttl().Key(k).Build()).AsInt64()
 		if (got > 0) != ttl {
 			t.Errorf("PTTL %s = %d; want a TTL: %v", k, got, ttl)
 		}
+	}
+	p, _ := s.Lookup(ctx, "/n", "x")
+	if v, _ := adm.Do(ctx, adm.B().Get().Key("pinned:p:{/n/x}").Build()).ToString(); v != wire.FormatPlacement(p.Epoch, p.Since.UnixMilli(), "sid") || p.Epoch == 0 {
+		t.Errorf("placement value = %q; want \"<epoch> <since> sid\" for %+v", v, p)
+	}
+	if v, _ := adm.Do(ctx, adm.B().Get().Key("pinned:e:{/n/x}").Build()).ToString(); v != strconv.FormatUint(p.Epoch, 10) {
+		t.Errorf("epoch counter = %q; want the placement's epoch %d", v, p.Epoch)
 	}
 	if v, _ := adm.Do(ctx, adm.B().Get().Key("pinned:x:"+nonce).Build()).ToString(); v != "r:tok:http://h:1" {
 		t.Errorf("nonce record = %q; want the binding r:tok:http://h:1", v)
@@ -331,27 +357,11 @@ func TestRestartFence(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The fence is read from the server's uptime: wait for a young one.
-	up := func() int64 {
-		info, err := adm.Do(ctx, adm.B().Info().Section("server").Build()).ToString()
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, l := range strings.Split(info, "\r\n") {
-			if v, ok := strings.CutPrefix(l, "uptime_in_seconds:"); ok {
-				var n int64
-				for _, c := range v {
-					n = n*10 + int64(c-'0')
-				}
-				return n
-			}
-		}
-		t.Fatal("no uptime_in_seconds")
-		return 0
-	}
+	up := func() int64 { return uptime(t, adm) }
 	if up() >= 2 {
 		t.Skip("redis-server took 2 s to start; cannot observe the fence")
 	}
-	if err := adm.Do(ctx, adm.B().Set().Key(wire.KeyPlacement("/n", "b")).Value("old").Build()).Error(); err != nil {
+	if err := adm.Do(ctx, adm.B().Set().Key(wire.KeyPlacement("/n", "b")).Value(wire.FormatPlacement(1, 0, "old")).Build()).Error(); err != nil {
 		t.Fatal(err)
 	}
 	for _, op := range []func() (string, error){
@@ -368,13 +378,7 @@ func TestRestartFence(t *testing.T) {
 	if c, err := s.PlacementCounts(ctx, "s1"); err != nil || c["/n"] != 0 {
 		t.Fatalf("a fenced claim left an index entry: %v %v", c, err)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for up() < 2 {
-		if time.Now().After(deadline) {
-			t.Fatal("uptime did not reach 2 s")
-		}
-		time.Sleep(50 * time.Millisecond) // waiting for Redis's own clock
-	}
+	waitUptime(t, adm, 2)
 	if h, err := s.Claim(ctx, "/n", "a", "s1"); err != nil || h != "s1" {
 		t.Fatalf("claim after the fence = %q, %v; want s1", h, err)
 	}
@@ -382,5 +386,37 @@ func TestRestartFence(t *testing.T) {
 	srv.Restart(t)
 	if h, err := s.Claim(ctx, "/n", "a", "s1"); !errors.Is(err, ErrRestartFence) {
 		t.Fatalf("claim right after a restart = %q, %v; want the fence", h, err)
+	}
+}
+
+// uptime reads the server's uptime_in_seconds.
+func uptime(t *testing.T, adm rueidis.Client) int64 {
+	t.Helper()
+	info, err := adm.Do(context.Background(), adm.B().Info().Section("server").Build()).ToString()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(info, "\r\n") {
+		if v, ok := strings.CutPrefix(l, "uptime_in_seconds:"); ok {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return n
+		}
+	}
+	t.Fatal("no uptime_in_seconds")
+	return 0
+}
+
+// waitUptime waits (bounded) until the server has been up for secs.
+func waitUptime(t *testing.T, adm rueidis.Client, secs int64) {
+	t.Helper()
+	deadline := time.Now().Add(time.Duration(secs+3) * time.Second)
+	for uptime(t, adm) < secs {
+		if time.Now().After(deadline) {
+			t.Fatalf("uptime did not reach %d s", secs)
+		}
+		time.Sleep(50 * time.Millisecond) // waiting for Redis's own clock
 	}
 }
