@@ -104,12 +104,13 @@ func (h *Host) abortLocked(inst *Instance) {
 	for ws := range x.sockets {
 		ws.kick()
 	}
-	h.logDebug("instance aborted", "instance", inst.id, "reason", x.reason)
+	h.logDebug("instance aborted", "instance", inst.id, "epoch", inst.epoch, "reason", x.reason)
 }
 
 // closeInstance finishes closing inst: it waits until no handler, stream,
 // websocket or task of it runs, tears it down inside the turn, cancels its
-// context, releases the placement (fleet mode), and removes it from the
+// context, releases the placement (fleet mode, unless a newer epoch
+// superseded it), and removes it from the
 // directory. Requests that find it meanwhile answer 503 closing (fleet
 // mode) or wait for it (local mode). The instance's WaitGroup count, taken
 // at activation, ends here.
@@ -134,7 +135,7 @@ func (h *Host) closeInstance(inst *Instance) {
 	inst.cancel()
 	<-inst.turn
 
-	if h.w != nil {
+	if h.w != nil && !x.superseded {
 		err := h.releasePlacement(inst)
 		if err != nil {
 			h.logThrottled(slog.LevelWarn, "release failed", "instance", inst.id, "error", err)
@@ -154,7 +155,7 @@ func (h *Host) closeInstance(inst *Instance) {
 	h.live.Add(-1)
 	h.met.instances.Dec()
 	h.met.evictions[evictIndex(reason)].Inc()
-	h.logDebug("instance closed", "instance", inst.id, "reason", reason)
+	h.logDebug("instance closed", "instance", inst.id, "epoch", inst.epoch, "reason", reason)
 }
 
 func (h *Host) callTeardown(inst *Instance) {
