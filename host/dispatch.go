@@ -476,19 +476,21 @@ func (h *Host) reject(rc *fasthttp.RequestCtx, reason string) {
 		msg = "stale epoch: the id has a newer activation"
 	}
 	h.writeError(rc, status, msg, "")
-	if status == fasthttp.StatusServiceUnavailable {
-		rc.Response.Header.Set(wire.HeaderRetryAfter, h.retryAfter)
-	}
 	rc.Response.Header.Set(wire.HeaderReason, reason)
 }
 
-// writeError replaces the response with status and a JSON wire.Error body.
+// writeError replaces the response with status and a JSON wire.Error body;
+// a 503 (the host's own, or an *Error of the application) carries
+// Retry-After.
 func (h *Host) writeError(rc *fasthttp.RequestCtx, status int, msg, field string) {
 	rc.Response.ResetBody()
 	rc.SetStatusCode(status)
 	rc.SetContentType("application/json")
 	b, _ := json.Marshal(wire.Error{Error: msg, Field: field})
 	rc.SetBody(b)
+	if status == fasthttp.StatusServiceUnavailable {
+		rc.Response.Header.Set(wire.HeaderRetryAfter, h.retryAfter)
+	}
 }
 
 // upgradeError answers a failed websocket handshake with a JSON error.

@@ -113,7 +113,8 @@
 // # Statuses the host makes
 //
 // Every body is a JSON wire.Error. Every 503 carries Retry-After
-// (Config.RetryAfter) and X-Pinned-Reason:
+// (Config.RetryAfter), the application's own (*Error with Status 503)
+// included, and the host's carry X-Pinned-Reason:
 //
 //	400                 invalid id (field "id"); invalid x-pinned-epoch (fleet
 //	                    mode, field "X-Pinned-Epoch")

@@ -13,7 +13,11 @@
 // process_* ones (metricshttp).
 //
 // Flags (and environment): -listen (PINNED_LISTEN), -idle-timeout,
-// -max-instances, -shutdown-timeout. PINNED_HISTORY=<file> appends a chaos
+// -max-instances, -shutdown-timeout, -persist (PINNED_PERSIST): a Redis URL
+// (redis://host:port/db) where every count is kept, fenced by its
+// instance's activation epoch (counterapp, package fence), so a count
+// survives its instance and no acknowledged increment is lost when an id
+// moves. PINNED_HISTORY=<file> appends a chaos
 // history (history.go; for test/chaos). PINNED_ADMIN_LISTEN (a loopback
 // host:port) adds an admin listener with /metrics and /debug/pprof/*.
 //
@@ -42,6 +46,7 @@ import (
 
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/fasthttp/router"
+	"github.com/redis/rueidis"
 	"github.com/valyala/fasthttp"
 
 	"github.com/pinned-go/pinned/examples/counter/counterapp"
@@ -58,6 +63,7 @@ type options struct {
 	shutdownTimeout time.Duration
 	fleet           fleetOptions
 	history         string // PINNED_HISTORY (history.go)
+	persist         string // -persist / PINNED_PERSIST: Redis URL of the counts; empty = memory only
 	adminListen     string // PINNED_ADMIN_LISTEN: loopback /metrics and /debug/pprof (admin.go); empty = none
 }
 
@@ -88,6 +94,9 @@ func (f fleetOptions) check() error {
 	return nil
 }
 
+// EnvPersist names the variable -persist defaults to.
+const EnvPersist = "PINNED_PERSIST"
+
 // defaultListen is the demo's address when neither -listen nor
 // PINNED_LISTEN is set.
 const defaultListen = "127.0.0.1:8080"
@@ -105,8 +114,14 @@ func loadOptions(args []string, getenv func(string) string) (options, error) {
 	fs.DurationVar(&o.idleTimeout, "idle-timeout", host.DefaultIdleTimeout, "close an instance after this long without activity")
 	fs.IntVar(&o.maxInstances, "max-instances", host.DefaultMaxInstances, "live instances at most; more answer 503")
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 10*time.Second, "graceful shutdown bound; then remaining instances are aborted")
+	fs.StringVar(&o.persist, "persist", getenv(EnvPersist), "Redis URL (redis://host:port/db) that keeps every count, fenced by epoch (env "+EnvPersist+"); empty: memory only")
 	if err := fs.Parse(args); err != nil {
-		return o, fmt.Errorf("counter: %w (flags: -listen, -idle-timeout, -max-instances, -shutdown-timeout)", err)
+		return o, fmt.Errorf("counter: %w (flags: -listen, -idle-timeout, -max-instances, -shutdown-timeout, -persist)", err)
+	}
+	if o.persist != "" {
+		if _, err := rueidis.ParseURL(o.persist); err != nil {
+			return o, fmt.Errorf("counter: -persist %q: %w (want redis://host:port/db)", o.persist, err)
+		}
 	}
 	if fs.NArg() > 0 {
 		return o, fmt.Errorf("counter: unexpected arguments %q", fs.Args())
@@ -220,6 +235,14 @@ func run(ctx context.Context, opts options, logger *slog.Logger, ready func(net.
 	if err != nil {
 		return err
 	}
+	rdb, err := openPersist(opts.persist)
+	if err != nil {
+		return err
+	}
+	if rdb != nil {
+		defer rdb.Close() // after the host: teardowns and tasks may still write
+		logger.Info("counts persisted in redis, fenced by epoch", "key_prefix", counterapp.KeyPrefix)
+	}
 	h, err := host.New(host.Config{
 		Namespace:    "/counter",
 		Worker:       fl.hostWorker(),
@@ -227,7 +250,7 @@ func run(ctx context.Context, opts options, logger *slog.Logger, ready func(net.
 		MaxInstances: opts.maxInstances,
 		Logger:       logger,
 		Metrics:      set,
-	}, counterapp.TypeWithHooks(rec.hooks()))
+	}, counterapp.TypeWithOptions(counterapp.Options{Hooks: rec.hooks(), Persist: rdb}))
 	if err != nil {
 		return err
 	}
@@ -315,6 +338,25 @@ func run(ctx context.Context, opts options, logger *slog.Logger, ready func(net.
 		errs = append(errs, fmt.Errorf("counter: serving: %w", err))
 	}
 	return errors.Join(errs...)
+}
+
+// openPersist connects to the Redis of -persist (nil when empty). The
+// client caches nothing: every read is a fenced script.
+func openPersist(url string) (rueidis.Client, error) {
+	if url == "" {
+		return nil, nil
+	}
+	opt, err := rueidis.ParseURL(url)
+	if err != nil {
+		return nil, fmt.Errorf("counter: -persist %q: %w", url, err)
+	}
+	opt.DisableCache = true
+	opt.ClientName = "pinned-counter"
+	c, err := rueidis.NewClient(opt)
+	if err != nil {
+		return nil, fmt.Errorf("counter: -persist: cannot reach redis: %w", err)
+	}
+	return c, nil
 }
 
 // slogPrintf adapts fasthttp's Printf logger to slog.
