@@ -8,7 +8,9 @@
 // instance: it lives in Redis under "counter:<id>" as a fenced key (package
 // fence). Activation loads it with fence.Load, which fences out every older
 // activation of the id; every increment (POST /incr, and the task of POST
-// /incr-later) is written with fence.Incr before it is answered or counted.
+// /incr-later) writes the new count with fence.Set before it is answered or
+// counted (write-through: the instance's memory is its state, the store its
+// copy, which an older activation's late write must never overwrite).
 // A write refused as stale aborts the instance (503 stale from a request:
 // nothing was written, the proxy may send it to the current holder); a
 // store that cannot be reached answers 503 with Retry-After (the increment
@@ -163,15 +165,19 @@ func (c *Counter) load() error {
 	return nil
 }
 
-// persistIncr writes one increment to the store (a no-op without one) and
-// returns the stored count. Call it inside the turn.
+// persistIncr writes the incremented count to the store (a no-op without
+// one) and returns it. The count in memory is the instance's state; the
+// store gets it whole (fence.Set, write-through), so a late write of an
+// older activation would overwrite a newer one's if the epoch did not
+// refuse it. Call it inside the turn.
 func (c *Counter) persistIncr(ctx context.Context) (int64, error) {
+	n := c.count + 1
 	if c.store == nil {
-		return c.count + 1, nil
+		return n, nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, StoreTimeout)
 	defer cancel()
-	n, err := fence.Incr(ctx, c.store, KeyPrefix+c.inst.ID(), c.inst.Epoch(), 1)
+	err := fence.Set(ctx, c.store, KeyPrefix+c.inst.ID(), c.inst.Epoch(), strconv.FormatInt(n, 10))
 	return n, storeError(err)
 }
 
