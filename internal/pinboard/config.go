@@ -15,8 +15,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/pinned-go/pinned/proxy"
 	"github.com/pinned-go/pinned/internal/registry"
+	"github.com/pinned-go/pinned/internal/store"
+	"github.com/pinned-go/pinned/proxy"
 )
 
 // Defaults of the pinboard's settings.
@@ -53,6 +54,7 @@ const (
 	EnvLogLevel          = "PINBOARD_LOG_LEVEL"              // -log-level
 	EnvLogFormat         = "PINBOARD_LOG_FORMAT"             // -log-format
 	EnvRestartFence      = "PINBOARD_RESTART_FENCE"          // -restart-fence
+	EnvEpochTTL          = "PINBOARD_EPOCH_TTL"              // -epoch-ttl
 )
 
 // Settings is the parsed command line and environment: everything Main
@@ -71,7 +73,11 @@ type Settings struct {
 	// has forgotten every placement while workers may still serve under
 	// leases granted before, so no id is placed anew until those leases
 	// have run out. Turn it off only when Redis persists every write.
-	RestartFence      time.Duration
+	RestartFence time.Duration
+	// EpochTTL is the stores' EpochTTL: how long an id's last activation
+	// epoch is kept after its placement was written or released. Past it,
+	// epochs rest on the clock alone (wire.NextEpoch).
+	EpochTTL          time.Duration
 	AdvertiseNetworks []netip.Prefix
 	// The registry's hardening options (registry.Config fields of the same
 	// names); zero values mean the registry's defaults.
@@ -113,6 +119,7 @@ func ParseSettings(args []string, getenv func(string) string, usage io.Writer) (
 	fs.StringVar(&s.TokenFile, "token-file", getenv(EnvTokenFile), "file with the deployment token(s), one per line, reloaded on SIGHUP ("+EnvTokenFile+")")
 	lease := fs.String("lease", env(EnvLease, DefaultLease.String()), "lease granted to workers ("+EnvLease+")")
 	fence := fs.String("restart-fence", env(EnvRestartFence, "lease"), "refuse new placements (503 + Retry-After) while Redis has been up for less than this, so that a Redis restarted without persistence cannot get an id placed twice; \"lease\" = the lease, 0 = off (only when Redis persists every write) ("+EnvRestartFence+")")
+	epochTTL := fs.String("epoch-ttl", env(EnvEpochTTL, store.DefaultEpochTTL.String()), "how long an id's last activation epoch is kept after its placement was written or released; past it new epochs rest on Redis's clock alone, at least 1s ("+EnvEpochTTL+")")
 	nets := fs.String("advertise-networks", getenv(EnvAdvertiseNetworks), "comma-separated CIDRs advertise URLs must resolve into; empty = loopback, private and public addresses, no special-purpose ranges ("+EnvAdvertiseNetworks+")")
 	ports := fs.String("advertise-ports", getenv(EnvAdvertisePorts), "comma-separated ports advertise URLs may use; empty = any ("+EnvAdvertisePorts+")")
 	nonceTTL := fs.String("nonce-ttl", env(EnvNonceTTL, registry.DefaultNonceTTL.String()), "how long a used challenge is remembered, at most 30s ("+EnvNonceTTL+")")
@@ -153,6 +160,7 @@ func ParseSettings(args []string, getenv func(string) string, usage io.Writer) (
 	} else {
 		s.RestartFence = dur(EnvRestartFence, *fence, 0)
 	}
+	s.EpochTTL = dur(EnvEpochTTL, *epochTTL, time.Second)
 	s.ShutdownTimeout = dur(EnvShutdownTimeout, *shutdown, time.Millisecond)
 	s.ShutdownDelay = dur(EnvShutdownDelay, *delay, 0)
 	s.NonceTTL = dur(EnvNonceTTL, *nonceTTL, time.Second)
