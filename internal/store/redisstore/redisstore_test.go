@@ -165,6 +165,42 @@ func TestPlacementUntil(t *testing.T) {
 	}
 }
 
+// LookupUntil is PlacementUntil with the whole placement: the epoch and
+// since the claim returned, from the same cache entry (same until), and the
+// replacement's epoch once the invalidation of the cached entry arrived.
+func TestLookupUntil(t *testing.T) {
+	srv := redistest.Start(t)
+	s := open(t, Config{URL: srv.URL, CacheTTL: 10 * time.Second})
+	defer s.Close()
+	ctx := context.Background()
+	p, err := s.ClaimPlacement(ctx, "/a", "x", "s1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, until, err := s.LookupUntil(ctx, "/a", "x")
+	if err != nil || got.Session != "s1" || got.Epoch != p.Epoch || !got.Since.Equal(p.Since) || until.IsZero() {
+		t.Fatalf("LookupUntil = %+v, %v, %v; want %+v and a time", got, until, err, p)
+	}
+	if h, until2, err := s.PlacementUntil(ctx, "/a", "x"); h != "s1" || err != nil || !until2.Equal(until) {
+		t.Fatalf("PlacementUntil = %q, %v, %v; want s1 from the same entry (%v)", h, until2, err, until)
+	}
+	p2, err := s.ReplacePlacement(ctx, "/a", "x", "s1", "s2")
+	if err != nil || p2.Epoch <= p.Epoch {
+		t.Fatalf("ReplacePlacement = %+v, %v", p2, err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		got, _, err := s.LookupUntil(ctx, "/a", "x")
+		if err == nil && got.Session == "s2" && got.Epoch == p2.Epoch {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("LookupUntil after the replace = %+v, %v; want %+v once invalidated", got, err, p2)
+		}
+		time.Sleep(5 * time.Millisecond) // the invalidation arrives on its own connection
+	}
+}
+
 // Before Connect succeeds every call fails with ErrUnavailable naming the
 // dial error; Connect keeps retrying and succeeds once Redis is up.
 func TestConnectRetriesUntilRedisIsUp(t *testing.T) {
