@@ -19,21 +19,6 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m, leakcheck.Options()...) }
 
-func client(t *testing.T, url string) rueidis.Client {
-	t.Helper()
-	opt, err := rueidis.ParseURL(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	opt.DisableCache = true
-	c, err := rueidis.NewClient(opt)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
-	return c
-}
-
 // expect reads a key and requires its value and epoch.
 func expect(t *testing.T, c rueidis.Client, key, value string, epoch uint64) {
 	t.Helper()
@@ -55,7 +40,7 @@ func expectStale(t *testing.T, err error, epoch, current uint64) {
 
 func TestSetIncrLoad(t *testing.T) {
 	srv := redistest.Start(t)
-	c := client(t, srv.URL)
+	c := redistest.Client(t, srv.URL)
 	ctx := context.Background()
 
 	expect(t, c, "k", "", 0) // never written
@@ -106,7 +91,7 @@ func TestSetIncrLoad(t *testing.T) {
 // doubles: above 2^53 they would not), and by length before digits.
 func TestEpochComparisonExact(t *testing.T) {
 	srv := redistest.Start(t)
-	c := client(t, srv.URL)
+	c := redistest.Client(t, srv.URL)
 	ctx := context.Background()
 	const top = uint64(1<<64 - 1)
 	if err := fence.Set(ctx, c, "big", top, "top"); err != nil {
@@ -124,7 +109,7 @@ func TestEpochComparisonExact(t *testing.T) {
 // epoch and that writer's value, and its epoch never went down.
 func TestConcurrentWriters(t *testing.T) {
 	srv := redistest.Start(t)
-	c := client(t, srv.URL)
+	c := redistest.Client(t, srv.URL)
 	ctx := context.Background()
 	const writers, rounds = 8, 50
 	var wg sync.WaitGroup
@@ -155,7 +140,7 @@ func TestConcurrentWriters(t *testing.T) {
 // The scripts run on Redis Cluster: one key each.
 func TestOnCluster(t *testing.T) {
 	cl := redistest.StartCluster(t)
-	c := client(t, cl.URL)
+	c := redistest.Client(t, cl.URL)
 	ctx := context.Background()
 	for i := range 20 { // keys over every node
 		key := "counter:" + strconv.Itoa(i)

@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/fasthttp/websocket"
-	"github.com/redis/rueidis"
 	"go.uber.org/goleak"
 
 	"github.com/pinned-go/pinned/fence"
@@ -290,7 +289,7 @@ func TestPersist(t *testing.T) {
 	d.call(t, "POST", "/counter/alice/incr-later?delay=0s", 202) // 202: its effect is stored too
 	d.stop(t)
 
-	rdb := client(t, srv.URL)
+	rdb := redistest.Client(t, srv.URL)
 	v, e, err := fence.Get(context.Background(), rdb, "counter:alice")
 	if err != nil || v != "4" || e != last.Epoch {
 		t.Fatalf("stored count = %q epoch %d (%v); want 4 under epoch %d", v, e, err, last.Epoch)
@@ -309,19 +308,4 @@ func TestPersist(t *testing.T) {
 		t.Fatalf("a write under the old epoch: %v; want stale", err)
 	}
 	d.stop(t)
-}
-
-func client(t *testing.T, url string) rueidis.Client {
-	t.Helper()
-	opt, err := rueidis.ParseURL(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	opt.DisableCache = true
-	c, err := rueidis.NewClient(opt)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
-	return c
 }

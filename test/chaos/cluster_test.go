@@ -13,8 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/rueidis"
-
 	"github.com/pinned-go/pinned/examples/counter/counterapp"
 	"github.com/pinned-go/pinned/fence"
 	"github.com/pinned-go/pinned/internal/history"
@@ -237,16 +235,7 @@ func (c *cluster) stop() {
 // for each id (KindStored), for the checker's persisted-count invariant.
 func (c *cluster) recordStored(ids []string) {
 	c.t.Helper()
-	opt, err := rueidis.ParseURL(c.app.URL)
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	opt.DisableCache = true
-	rdb, err := rueidis.NewClient(opt)
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	defer rdb.Close()
+	rdb := redistest.Client(c.t, c.app.URL)
 	for _, id := range ids {
 		v, _, err := fence.Get(context.Background(), rdb, counterapp.KeyPrefix+id)
 		if err != nil {

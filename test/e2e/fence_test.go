@@ -13,8 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/rueidis"
-
 	"github.com/pinned-go/pinned/fence"
 	"github.com/pinned-go/pinned/internal/store"
 	"github.com/pinned-go/pinned/internal/store/redisstore"
@@ -126,7 +124,7 @@ func TestPausedWorkerFencedWrite(t *testing.T) {
 	}
 
 	// The newer value stays; B goes on from it; A's epoch stays fenced out.
-	rdb := appClient(t, app.URL)
+	rdb := redistest.Client(t, app.URL)
 	if v, e, err := fence.Get(ctx, rdb, "counter:x"); err != nil || v != "2" || e != pbp.Epoch {
 		t.Fatalf("stored count = %q under epoch %d (%v); want B's 2 under %d", v, e, err, pbp.Epoch)
 	}
@@ -144,21 +142,6 @@ func TestPausedWorkerFencedWrite(t *testing.T) {
 type counterState struct {
 	Count int64
 	Epoch uint64
-}
-
-func appClient(t *testing.T, url string) rueidis.Client {
-	t.Helper()
-	opt, err := rueidis.ParseURL(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	opt.DisableCache = true
-	c, err := rueidis.NewClient(opt)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
-	return c
 }
 
 // holdRelay is a TCP relay whose client-to-server direction the test can

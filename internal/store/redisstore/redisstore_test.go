@@ -47,27 +47,7 @@ func open(t *testing.T, cfg Config) *Store {
 
 func TestConformance(t *testing.T) {
 	srv := redistest.Start(t)
-	adm := admin(t, srv)
-	do := func(t *testing.T, args ...string) {
-		t.Helper()
-		if err := adm.Do(context.Background(), adm.B().Arbitrary(args...).Build()).Error(); err != nil {
-			t.Fatalf("%v: %v", args, err)
-		}
-	}
-	storetest.Run(t, func(t *testing.T, opts store.Options) storetest.Harness {
-		do(t, "FLUSHALL")
-		s := open(t, Config{Options: opts, URL: srv.URL})
-		const lease = 400 * time.Millisecond
-		return storetest.Harness{
-			Store:  s,
-			Lease:  lease,
-			Elapse: func(d time.Duration) { time.Sleep(d) }, // time must pass on Redis's clock
-			Flush:  func() { do(t, "FLUSHALL") },
-			KillConnections: func() {
-				do(t, "CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes")
-			},
-		}
-	})
+	conformance(t, srv.URL, srv)
 }
 
 // TestConformanceCluster runs the same suite on a local three-master Redis
@@ -75,16 +55,29 @@ func TestConformance(t *testing.T) {
 // counter included, must run where its keys live.
 func TestConformanceCluster(t *testing.T) {
 	cl := redistest.StartCluster(t)
+	conformance(t, cl.URL, cl.Nodes...)
+}
+
+// conformance runs storetest on the Redis at url, made of nodes.
+func conformance(t *testing.T, url string, nodes ...*redistest.Server) {
+	each := func(t *testing.T, args ...string) {
+		t.Helper()
+		for _, n := range nodes {
+			if _, err := n.Command(args...); err != nil {
+				t.Fatalf("%v on %s: %v", args, n.Addr, err)
+			}
+		}
+	}
 	storetest.Run(t, func(t *testing.T, opts store.Options) storetest.Harness {
-		cl.Each(t, "FLUSHALL")
-		s := open(t, Config{Options: opts, URL: cl.URL})
+		each(t, "FLUSHALL")
+		s := open(t, Config{Options: opts, URL: url})
 		const lease = 400 * time.Millisecond
 		return storetest.Harness{
 			Store:           s,
 			Lease:           lease,
 			Elapse:          func(d time.Duration) { time.Sleep(d) }, // time must pass on Redis's clock
-			Flush:           func() { cl.Each(t, "FLUSHALL") },
-			KillConnections: func() { cl.Each(t, "CLIENT", "KILL", "TYPE", "normal") },
+			Flush:           func() { each(t, "FLUSHALL") },
+			KillConnections: func() { each(t, "CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes") },
 		}
 	})
 }

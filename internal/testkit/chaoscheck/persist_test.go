@@ -36,7 +36,9 @@ func TestStoredCounts(t *testing.T) {
 		ok   func(*Report) bool
 	}{
 		{"every acknowledged increment stored", []history.Event{incr("x", 2, 200, 1), incr("x", 3, 200, 2), incr("x", 4, 200, 3), stored("x", 3)}, "",
-			func(r *Report) bool { return r.Stored.IDs == 1 && r.Stored.Exact == 1 && r.Stored.Final == 3 && r.Stored.Acked == 3 }},
+			func(r *Report) bool {
+				return r.Stored.IDs == 1 && r.Stored.Exact == 1 && r.Stored.Final == 3 && r.Stored.Acked == 3
+			}},
 		{"an effect and an unknown outcome explain more", []history.Event{incr("x", 2, 200, 1), effect, incr("x", 4, 0, 0), incr("x", 5, 502, 0), stored("x", 3)}, "",
 			func(r *Report) bool { return r.Stored.Effects == 1 && r.Stored.Unknown == 2 && r.Stored.Exact == 0 }},
 		{"refusals change nothing", []history.Event{incr("x", 2, 200, 1), refused("x", 3, "store"), refused("x", 3.2, "stale"), incr("x", 3.5, 400, 0), stored("x", 1)}, "",

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/redis/rueidis"
 )
 
 // clusterSlots is the number of hash slots of a Redis Cluster.
@@ -135,4 +137,21 @@ func (s *Server) Command(args ...string) (string, error) {
 		return string(buf[:n]), nil
 	}
 	return "", fmt.Errorf("%s: unsupported reply %q", args[0], line)
+}
+
+// Client returns a rueidis client for url (a Server's or a Cluster's URL)
+// without client-side caching, closed when the test ends.
+func Client(tb testing.TB, url string) rueidis.Client {
+	tb.Helper()
+	opt, err := rueidis.ParseURL(url)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	opt.DisableCache = true
+	c, err := rueidis.NewClient(opt)
+	if err != nil {
+		tb.Fatalf("redis client for %s: %v", url, err)
+	}
+	tb.Cleanup(c.Close)
+	return c
 }
