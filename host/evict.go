@@ -148,13 +148,16 @@ func (h *Host) closeInstance(inst *Instance) {
 	}
 	inst.state = stateClosed
 	reason := x.reason
+	// Counted before the waiters wake: a request that waited for this close
+	// activates against a live count (MaxInstances) and metrics that
+	// already include it.
+	h.live.Add(-1)
+	h.met.instances.Dec()
+	h.met.evictions[evictIndex(reason)].Inc()
 	close(x.done)
 	x.streams, x.sockets = nil, nil
 	sh.mu.Unlock()
 
-	h.live.Add(-1)
-	h.met.instances.Dec()
-	h.met.evictions[evictIndex(reason)].Inc()
 	h.logDebug("instance closed", "instance", inst.id, "epoch", inst.epoch, "reason", reason)
 }
 
