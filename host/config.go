@@ -79,7 +79,9 @@ type Config struct {
 	// CloseWait bounds how long a request in local mode waits for a closing
 	// instance of its id before answering 503 closing. Zero means
 	// DefaultCloseWait; negative means do not wait. In fleet mode requests
-	// never wait: they get 503 closing so the proxy re-resolves.
+	// never wait (they get 503 closing so the proxy re-resolves), except one
+	// whose epoch superseded the closing instance (see Epochs in the package
+	// doc), which waits as long to activate its own.
 	CloseWait time.Duration
 
 	// ReleaseTimeout bounds each Worker.Release call. Zero means

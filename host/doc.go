@@ -90,7 +90,8 @@
 //     fail and the client gets a 1001 close frame). Once its activity
 //     drains, Teardown runs once, inside the turn; then the
 //     instance's context is cancelled (if abort did not already) and, in
-//     fleet mode, Worker.Release runs. The instance leaves the directory
+//     fleet mode, Worker.Release runs (unless a newer epoch superseded
+//     it, see Epochs). The instance leaves the directory
 //     only after that.
 //   - Abort (Instance.Abort, a handler panic, AbortAll, Evict, Close past
 //     its deadline): the instance's context is cancelled (handlers, tasks,
@@ -112,9 +113,11 @@
 // # Statuses the host makes
 //
 // Every body is a JSON wire.Error. Every 503 carries Retry-After
-// (Config.RetryAfter) and X-Pinned-Reason:
+// (Config.RetryAfter), the application's own (*Error with Status 503)
+// included, and the host's carry X-Pinned-Reason:
 //
-//	400                 invalid id (field "id")
+//	400                 invalid id (field "id"); invalid x-pinned-epoch (fleet
+//	                    mode, field "X-Pinned-Epoch")
 //	403 forbidden       wrong or missing proxy secret (fleet mode)
 //	404, 405, 426       no route; route without this method; websocket route without upgrade
 //	500                 setup failed, handler error, handler panic
@@ -123,6 +126,9 @@
 //	503 closing         the instance or the host is closing, or the
 //	                    instance belongs to another lease; re-resolve
 //	503 lease           no valid lease, or a stale session header (fleet mode)
+//	503 stale           the request's epoch is older than the live instance's
+//	                    (fleet mode), or the application returned ErrStale;
+//	                    the request had no effect
 //	503 aborted         the instance was aborted under the handler: the
 //	                    request may have had effects; not retried by the proxy
 //
@@ -138,6 +144,34 @@
 // instance's, or whose instance's lease has ended, is not served by it: the
 // instance is aborted and the request answers 503 closing. New activations
 // are refused while Worker.Draining.
+//
+// # Epochs
+//
+// Every instance has an activation epoch (Instance.Epoch), strictly greater
+// than that of every earlier activation of its (namespace, id): the fencing
+// token an application passes to its own store, so that a write from an
+// instance that has lost its id is refused once a newer activation has
+// written (package fence, for Redis). In fleet mode the epoch is the
+// placement's, carried by the proxy in x-pinned-epoch (wire.HeaderEpoch) and
+// checked on every request, after Admit and without allocating:
+//
+//   - absent, or equal to the live instance's: served as usual (an instance
+//     activated by a request without the header has epoch 0);
+//   - older than the live instance's (or than the activation it joined):
+//     503 stale, the instance untouched; the proxy re-resolves;
+//   - newer: the live instance is stale (the id was placed again, on this
+//     worker, since it was activated): it is aborted (eviction reason
+//     stale) and, as its placement has already been replaced by the one
+//     the request names, closes without Worker.Release (which would delete
+//     the new one); the request waits for it to close (bounded by
+//     Config.CloseWait) and activates a new instance under its epoch;
+//   - malformed: 400.
+//
+// In local mode the header is ignored (no proxy vouches for it) and the
+// host allocates epochs itself: wire.NextEpoch of its last one and its
+// clock, increasing across its ids and, through the clock floor, across
+// restarts of the process. An application that finds itself stale in its
+// own store returns ErrStale (see there).
 //
 // # Invariants
 //

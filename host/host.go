@@ -62,10 +62,11 @@ type Host struct {
 	retryAfter string // Retry-After header value
 	maxIDLen   int
 
-	live    atomic.Int64 // instances in the directory (activating, active, closing)
-	closing atomic.Bool  // Close began: no new activations
-	wg      sync.WaitGroup
-	ctxPool sync.Pool
+	live      atomic.Int64  // instances in the directory (activating, active, closing)
+	lastEpoch atomic.Uint64 // the last local-mode epoch allocated (nextEpoch)
+	closing   atomic.Bool   // Close began: no new activations
+	wg        sync.WaitGroup
+	ctxPool   sync.Pool
 
 	// stopCtx bounds Release calls; cancelled when Close gives up waiting.
 	stopCtx    context.Context

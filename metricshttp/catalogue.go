@@ -7,9 +7,9 @@ package metricshttp
 var catalogue = []Family{
 	{"pinned_instances", "gauge", "namespace", "host", "live instances (activating, active or closing)"},
 	{"pinned_activations_total", "counter", "namespace", "host", "instances whose setup succeeded"},
-	{"pinned_evictions_total", "counter", "namespace, reason", "host", "instances that ended, by why: idle, abort, drain, wind_down, lease, close (Host.Close), evict (an operator's evict, Host.Evict), other"},
+	{"pinned_evictions_total", "counter", "namespace, reason", "host", "instances that ended, by why: idle, abort, drain, wind_down, lease, stale (a newer epoch arrived, or the application returned host.ErrStale), close (Host.Close), evict (an operator's evict, Host.Evict), other"},
 	{"pinned_aborts_total", "counter", "namespace", "host", "instances aborted (Instance.Abort, a handler panic, lease loss, a close deadline)"},
-	{"pinned_rejections_total", "counter", "namespace, reason", "host", "requests the host refused: capacity (503, MaxInstances), draining (503, new id on a draining worker), closing (503), lease (503, no valid lease), forbidden (403, missing or wrong proxy secret), aborted (503), invalid_id (400)"},
+	{"pinned_rejections_total", "counter", "namespace, reason", "host", "requests the host refused: capacity (503, MaxInstances), draining (503, new id on a draining worker), closing (503), lease (503, no valid lease), forbidden (403, missing or wrong proxy secret), aborted (503), stale (503: an epoch older than the live instance's, or host.ErrStale), invalid_id (400), invalid_epoch (400: a malformed x-pinned-epoch)"},
 	{"pinned_request_duration_seconds", "histogram", "namespace", "host", "from fasthttp's request time to the handler's end (a stream's first step)"},
 	{"pinned_open_streams", "gauge", "namespace", "host", "response streams in progress"},
 	{"pinned_open_websockets", "gauge", "namespace", "host", "websockets in progress"},

@@ -220,13 +220,13 @@ func TestEndToEnd(t *testing.T) {
 
 	// A placement claimed (as the proxy would) and released by the worker.
 	admin := redisClient(t, srv)
-	admin("SET", "pinned:p:/counter/abc", reg.SessionID)
+	admin("SET", wire.KeyPlacement("/counter", "abc"), wire.FormatPlacement(7, 0, reg.SessionID))
 	admin("HSET", "pinned:o:"+reg.SessionID, "/counter/abc", "1", "#/counter", "1")
 	code, body = call(t, "POST", p.public, wire.PathRelease, token, wire.ReleaseRequest{ClientID: "e2e-client", Namespace: "/counter", ID: "abc"})
 	if code != 200 || !strings.Contains(string(body), `"released":true`) {
 		t.Fatalf("release = %d %s", code, body)
 	}
-	if v := admin("EXISTS", "pinned:p:/counter/abc"); v != "0" {
+	if v := admin("EXISTS", wire.KeyPlacement("/counter", "abc")); v != "0" {
 		t.Fatalf("placement still in Redis after release: EXISTS = %s", v)
 	}
 

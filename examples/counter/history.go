@@ -46,7 +46,7 @@ func (r *recorder) close() error {
 func (r *recorder) instance(kind string, c *counterapp.Counter) history.Event {
 	inst := c.Instance()
 	sess, _ := worker.SessionOf(inst.Context())
-	return history.Event{Kind: kind, Proc: r.proc, ID: inst.ID(), Inst: c.Nonce(), Session: sess}
+	return history.Event{Kind: kind, Proc: r.proc, ID: inst.ID(), Inst: c.Nonce(), Session: sess, Epoch: inst.Epoch()}
 }
 
 // hooks returns the counter hooks that record into the history.

@@ -18,6 +18,10 @@
 // default). PINNED_HISTORY=<file> appends a chaos history (history.go; for
 // test/chaos). Unknown PINNED_* variables are reported at start, one
 // warning line each.
+// -persist (PINNED_PERSIST) names a Redis (redis://host:port/db) where
+// every count is kept, fenced by its instance's activation epoch
+// (counterapp, package fence), so a count survives its instance and no
+// acknowledged increment is lost when an id moves.
 //
 // Fleet mode: when PINNED_PINBOARD_URL, PINNED_TOKEN and PINNED_ADVERTISE_URL
 // are all set, the counter runs a worker that registers with that pinboard
@@ -44,6 +48,7 @@ import (
 
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/fasthttp/router"
+	"github.com/redis/rueidis"
 	"github.com/valyala/fasthttp"
 
 	"github.com/pinned-go/pinned/examples/counter/counterapp"
@@ -61,6 +66,7 @@ type options struct {
 	shutdownTimeout time.Duration
 	fleet           fleetOptions
 	history         string // PINNED_HISTORY (history.go)
+	persist         string // -persist / PINNED_PERSIST: Redis URL of the counts; empty = memory only
 	adminListen     string // loopback /metrics and /debug/pprof (admin.go); empty = none (local mode) or 127.0.0.1:0 (fleet mode)
 	unknown         []cmdline.UnknownVar
 }
@@ -91,6 +97,9 @@ func (f fleetOptions) check() error {
 	}
 	return nil
 }
+
+// EnvPersist names the variable -persist defaults to.
+const EnvPersist = "PINNED_PERSIST"
 
 // defaultListen is the demo's address when neither -listen nor
 // PINNED_LISTEN is set.
@@ -125,6 +134,8 @@ PINNED_PINBOARD_URL, PINNED_TOKEN and PINNED_ADVERTISE_URL are all set.`)
 		"fleet mode: where the pinboard reaches this process (-listen), e.g. http://127.0.0.1:8081")
 	set.String(&o.fleet.token, "", "PINNED_TOKEN", "token", "",
 		"fleet mode: the pinboard's deployment token (no flag: argv is visible to every user)")
+	set.Var(cmdline.Parsed[string]{P: &o.persist, Parse: redisURL, Format: func(v string) string { return v }}, "persist", EnvPersist, "url",
+		"keep every count in this Redis (redis://host:port/db), fenced by its instance's activation epoch; empty: memory only")
 	set.String(&o.history, "", EnvHistory, "path", "",
 		"append the chaos history (instances, requests, effects, lease events) to this file; for test/chaos")
 	set.Known("PINNED_FAULTS") // read by internal/faults in binaries built with the pinned_faults tag
@@ -251,6 +262,14 @@ func run(ctx context.Context, opts options, logger *slog.Logger, ready func(list
 	if err != nil {
 		return err
 	}
+	rdb, err := openPersist(opts.persist)
+	if err != nil {
+		return err
+	}
+	if rdb != nil {
+		defer rdb.Close() // after the host: teardowns and tasks may still write
+		logger.Info("counts persisted in redis, fenced by epoch", "key_prefix", counterapp.KeyPrefix)
+	}
 	h, err := host.New(host.Config{
 		Namespace:    "/counter",
 		Worker:       fl.hostWorker(),
@@ -258,7 +277,7 @@ func run(ctx context.Context, opts options, logger *slog.Logger, ready func(list
 		MaxInstances: opts.maxInstances,
 		Logger:       logger,
 		Metrics:      set,
-	}, counterapp.TypeWithHooks(rec.hooks()))
+	}, counterapp.TypeWithOptions(counterapp.Options{Hooks: rec.hooks(), Persist: rdb}))
 	if err != nil {
 		return err
 	}
@@ -356,4 +375,41 @@ func run(ctx context.Context, opts options, logger *slog.Logger, ready func(list
 		errs = append(errs, fmt.Errorf("counter: serving: %w", err))
 	}
 	return errors.Join(errs...)
+}
+
+// redisURL checks a -persist value ("" is none).
+func redisURL(v string) (string, error) {
+	if v == "" {
+		return "", nil
+	}
+	if _, err := rueidis.ParseURL(v); err != nil {
+		return "", fmt.Errorf("%v (want redis://host:port/db)", err)
+	}
+	return v, nil
+}
+
+// openPersist connects to the Redis of -persist (nil when empty). The
+// client caches nothing: every read is a fenced script.
+func openPersist(url string) (rueidis.Client, error) {
+	if url == "" {
+		return nil, nil
+	}
+	opt, err := rueidis.ParseURL(url)
+	if err != nil {
+		return nil, fmt.Errorf("counter: -persist %q: %w", url, err)
+	}
+	opt.DisableCache = true
+	opt.ClientName = "pinned-counter"
+	c, err := rueidis.NewClient(opt)
+	if err != nil {
+		return nil, fmt.Errorf("counter: -persist: cannot reach redis: %w", err)
+	}
+	return c, nil
+}
+
+// slogPrintf adapts fasthttp's Printf logger to slog.
+type slogPrintf struct{ l *slog.Logger }
+
+func (s slogPrintf) Printf(format string, args ...any) {
+	s.l.Warn(fmt.Sprintf(format, args...), "logger", "fasthttp")
 }

@@ -16,15 +16,13 @@ import (
 	"github.com/fasthttp/websocket"
 	"go.uber.org/goleak"
 
+	"github.com/pinned-go/pinned/fence"
+	"github.com/pinned-go/pinned/internal/testkit/leakcheck"
 	"github.com/pinned-go/pinned/internal/testkit/promcheck"
+	"github.com/pinned-go/pinned/internal/testkit/redistest"
 )
 
-func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m,
-		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.updateServerDate.func1"),
-		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*workerPool).Start.func2"),
-	)
-}
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m, leakcheck.Options()...) }
 
 const timeout = 10 * time.Second
 
@@ -53,6 +51,15 @@ func TestLoadOptions(t *testing.T) {
 	f([]string{"-listen", "127.0.0.1:7"}, map[string]string{"PINNED_LISTEN": "127.0.0.1:9"}, "127.0.0.1:7")
 	if _, err := loadOptions([]string{"-nope"}, env(nil), io.Discard); err == nil {
 		t.Error("an unknown flag was accepted")
+	}
+	if o, err := loadOptions(nil, env(map[string]string{EnvPersist: "redis://127.0.0.1:1/0"}), io.Discard); err != nil || o.persist != "redis://127.0.0.1:1/0" {
+		t.Errorf("%s: persist = %q, %v", EnvPersist, o.persist, err)
+	}
+	if o, _ := loadOptions([]string{"-persist", "redis://127.0.0.1:2/0"}, env(map[string]string{EnvPersist: "redis://127.0.0.1:1/0"}), io.Discard); o.persist != "redis://127.0.0.1:2/0" {
+		t.Errorf("-persist does not beat %s: %q", EnvPersist, o.persist)
+	}
+	if _, err := loadOptions([]string{"-persist", "mysql://x"}, env(nil), io.Discard); err == nil || !strings.Contains(err.Error(), "-persist") {
+		t.Errorf("a bad -persist URL: %v; want an error naming -persist", err)
 	}
 	if _, err := loadOptions(nil, env(map[string]string{"PINNED_IDLE_TIMEOUT": "soon"}), io.Discard); err == nil || !strings.Contains(err.Error(), "PINNED_IDLE_TIMEOUT") {
 		t.Errorf("a bad PINNED_IDLE_TIMEOUT gave %v; want an error naming it", err)
@@ -127,8 +134,8 @@ func TestDemo(t *testing.T) {
 		t.Errorf("healthz = %v", m)
 	}
 	first := call("GET", "/counter/alice/", 200)
-	if first["id"] != "alice" || first["count"] != 0.0 || first["instance"] == "" {
-		t.Errorf("GET /counter/alice/ = %v; want id alice, count 0, an instance nonce", first)
+	if first["id"] != "alice" || first["count"] != 0.0 || first["instance"] == "" || first["epoch"].(float64) <= 0 {
+		t.Errorf("GET /counter/alice/ = %v; want id alice, count 0, an instance nonce, an epoch", first)
 	}
 
 	// A websocket sees the pushes.
@@ -231,4 +238,107 @@ func TestDemo(t *testing.T) {
 	case <-time.After(timeout):
 		t.Fatal("run did not return after its context ended")
 	}
+}
+
+// demo is one run of the counter on a 127.0.0.1 listener.
+type demo struct {
+	base   string
+	cancel context.CancelFunc
+	done   chan error
+	client *http.Client
+}
+
+func startDemo(t *testing.T, args ...string) *demo {
+	t.Helper()
+	opts, err := loadOptions(append([]string{"-listen", "127.0.0.1:0"}, args...), nil, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	d := &demo{cancel: cancel, done: make(chan error, 1)}
+	addrs := make(chan listening, 1)
+	go func() { d.done <- run(ctx, opts, slog.New(slog.DiscardHandler), func(l listening) { addrs <- l }) }()
+	select {
+	case l := <-addrs:
+		d.base = "http://" + l.addr.String()
+	case err := <-d.done:
+		t.Fatalf("run: %v", err)
+	}
+	tr := &http.Transport{}
+	d.client = &http.Client{Transport: tr, Timeout: timeout}
+	t.Cleanup(tr.CloseIdleConnections)
+	return d
+}
+
+// state is the JSON of GET / and POST /incr.
+type state struct {
+	Count    int64
+	Instance string
+	Epoch    uint64
+}
+
+func (d *demo) call(t *testing.T, method, path string, want int) state {
+	t.Helper()
+	req, _ := http.NewRequest(method, d.base+path, nil)
+	resp, err := d.client.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	var s state
+	if err := json.Unmarshal(b, &s); resp.StatusCode != want || err != nil {
+		t.Fatalf("%s %s = %d %s; want %d", method, path, resp.StatusCode, b, want)
+	}
+	return s
+}
+
+func (d *demo) stop(t *testing.T) {
+	t.Helper()
+	d.cancel()
+	select {
+	case err := <-d.done:
+		if err != nil {
+			t.Fatalf("run returned %v", err)
+		}
+	case <-time.After(timeout):
+		t.Fatal("run did not return after its context ended")
+	}
+}
+
+// TestPersist: with -persist the count outlives its instance and its
+// process: stored (fenced by epoch) before each answer, loaded by the next
+// activation, which has a larger epoch, also in a restarted process.
+func TestPersist(t *testing.T) {
+	srv := redistest.Start(t)
+	d := startDemo(t, "-persist", srv.URL)
+	var last state
+	for i := int64(1); i <= 3; i++ {
+		last = d.call(t, "POST", "/counter/alice/incr", 200)
+		if last.Count != i || last.Epoch == 0 {
+			t.Fatalf("incr %d = %+v", i, last)
+		}
+	}
+	d.call(t, "POST", "/counter/alice/incr-later?delay=0s", 202) // 202: its effect is stored too
+	d.stop(t)
+
+	rdb := redistest.Client(t, srv.URL)
+	v, e, err := fence.Get(context.Background(), rdb, "counter:alice")
+	if err != nil || v != "4" || e != last.Epoch {
+		t.Fatalf("stored count = %q epoch %d (%v); want 4 under epoch %d", v, e, err, last.Epoch)
+	}
+
+	d = startDemo(t, "-persist", srv.URL)
+	got := d.call(t, "GET", "/counter/alice/", 200)
+	if got.Count != 4 || got.Epoch <= last.Epoch || got.Instance == last.Instance {
+		t.Fatalf("after a restart: %+v; want count 4 from the store, a new instance, an epoch above %d", got, last.Epoch)
+	}
+	if n := d.call(t, "POST", "/counter/alice/incr", 200); n.Count != 5 {
+		t.Fatalf("incr after the restart = %+v; want 5", n)
+	}
+	// The old activation's epoch is fenced out.
+	if err := fence.Set(context.Background(), rdb, "counter:alice", last.Epoch, "99"); !errors.Is(err, fence.ErrStale) {
+		t.Fatalf("a write under the old epoch: %v; want stale", err)
+	}
+	d.stop(t)
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/pinned-go/pinned/internal/cmdline"
 
 	"github.com/pinned-go/pinned/internal/registry"
+	"github.com/pinned-go/pinned/internal/store"
 	"github.com/pinned-go/pinned/proxy"
 )
 
@@ -56,6 +57,7 @@ const (
 	EnvLogFormat         = "PINBOARD_LOG_FORMAT"             // -log-format
 	EnvRestartFence      = "PINBOARD_RESTART_FENCE"          // -restart-fence
 	EnvLoops             = "PINBOARD_LOOPS"                  // -loops
+	EnvEpochTTL          = "PINBOARD_EPOCH_TTL"              // -epoch-ttl
 )
 
 // Settings is the parsed command line and environment: everything Main
@@ -74,7 +76,11 @@ type Settings struct {
 	// has forgotten every placement while workers may still serve under
 	// leases granted before, so no id is placed anew until those leases
 	// have run out. Turn it off only when Redis persists every write.
-	RestartFence      time.Duration
+	RestartFence time.Duration
+	// EpochTTL is the stores' EpochTTL: how long an id's last activation
+	// epoch is kept after its placement was written or released. Past it,
+	// epochs rest on the clock alone (wire.NextEpoch).
+	EpochTTL          time.Duration
 	AdvertiseNetworks []netip.Prefix
 	// The registry's hardening options (registry.Config fields of the same
 	// names); zero values mean the registry's defaults.
@@ -146,6 +152,10 @@ Exit status: 0 after a clean shutdown, 1 when a listener fails,
 		"refuse new placements (503 + Retry-After) while Redis has been up for less than this, so that a Redis\n"+
 			"restarted without persistence cannot get an id placed twice; lease = the lease, 0 = off (only when\n"+
 			"Redis persists every write)")
+	s.EpochTTL = store.DefaultEpochTTL
+	set.Var(minDuration(&s.EpochTTL, time.Second), "epoch-ttl", EnvEpochTTL, "duration",
+		"how long an id's last activation epoch is kept after its placement was written or released; past it,\n"+
+			"new epochs rest on Redis's clock alone (they still increase unless that clock steps back)")
 	set.Var(cmdline.Parsed[[]netip.Prefix]{P: &s.AdvertiseNetworks, Parse: cidrs, Format: prefixesString}, "advertise-networks", EnvAdvertiseNetworks, "cidr-list",
 		"comma-separated CIDRs advertise URLs must resolve into; empty = loopback, private and public addresses,\nno special-purpose ranges")
 	set.Var(cmdline.Parsed[[]uint16]{P: &s.AdvertisePorts, Parse: ports, Format: portsString}, "advertise-ports", EnvAdvertisePorts, "port-list",

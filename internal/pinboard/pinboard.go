@@ -96,13 +96,13 @@ func New(cfg Config) (*Pinboard, error) {
 	root := cmp.Or(cfg.Logger, slog.Default())
 	opts := store.Options{OnInvalidate: p.onInvalidate}
 	if cfg.Dev {
-		m, err := memstore.New(memstore.Config{Options: opts, Clock: p.clock})
+		m, err := memstore.New(memstore.Config{Options: opts, Clock: p.clock, EpochTTL: cfg.EpochTTL})
 		if err != nil {
 			return nil, err
 		}
 		p.st, p.mem = m, m
 	} else {
-		r, err := redisstore.New(redisstore.Config{Options: opts, URL: cfg.RedisURL, Clock: p.clock, Logger: root, CacheTTL: cfg.Lease, RestartFence: cfg.RestartFence})
+		r, err := redisstore.New(redisstore.Config{Options: opts, URL: cfg.RedisURL, Clock: p.clock, Logger: root, CacheTTL: cfg.Lease, RestartFence: cfg.RestartFence, EpochTTL: cfg.EpochTTL})
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", EnvRedisURL, err)
 		}

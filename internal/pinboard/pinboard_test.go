@@ -60,6 +60,15 @@ func TestParseSettings(t *testing.T) {
 	if s.RestartFence != DefaultLease {
 		t.Fatalf("restart fence defaults to %v, want the lease %v", s.RestartFence, DefaultLease)
 	}
+	if s.EpochTTL != store.DefaultEpochTTL {
+		t.Fatalf("epoch TTL defaults to %v, want %v", s.EpochTTL, store.DefaultEpochTTL)
+	}
+	if s, err := ParseSettings([]string{"-epoch-ttl", "2h"}, envOf(map[string]string{EnvToken: token, EnvEpochTTL: "1h"}), io.Discard); err != nil || s.EpochTTL != 2*time.Hour {
+		t.Errorf("-epoch-ttl 2h over %s=1h: %v, %v", EnvEpochTTL, s.EpochTTL, err)
+	}
+	if _, err := ParseSettings(nil, envOf(map[string]string{EnvToken: token, EnvEpochTTL: "10ms"}), io.Discard); err == nil || !strings.Contains(err.Error(), EnvEpochTTL) {
+		t.Errorf("%s=10ms: %v; want an error naming it", EnvEpochTTL, err)
+	}
 	for _, c := range []struct {
 		args []string
 		want time.Duration

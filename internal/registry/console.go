@@ -25,13 +25,6 @@ const (
 	MaxHotN     = 200
 )
 
-// placementDetails is the optional store read of a placement's epoch and
-// the time it was written (unix ms). A store that records them implements
-// it; GET /registry/placements reports zeros otherwise.
-type placementDetails interface {
-	PlacementDetail(ctx context.Context, ns, id string) (holder string, epoch uint64, since int64, err error)
-}
-
 // placementTarget reads {namespace} and {id} of /registry/placements/...
 // and checks them, and that the raw request target spells exactly that
 // path: the router matches a decoded path, and no percent-escape may turn
@@ -60,10 +53,10 @@ func placementTarget(ctx *fasthttp.RequestCtx) (ns, id string, e *badRequest) {
 // false) when the holder has ended.
 func (r *Registry) lookupPlacement(sctx context.Context, ns, id string) (info wire.PlacementInfo, ok bool, err error) {
 	info = wire.PlacementInfo{Namespace: ns, ID: id}
-	if d, has := r.st.(placementDetails); has {
-		info.SessionID, info.Epoch, info.Since, err = d.PlacementDetail(sctx, ns, id)
-	} else {
-		info.SessionID, err = r.st.Placement(sctx, ns, id)
+	pl, err := r.st.Lookup(sctx, ns, id)
+	info.SessionID, info.Epoch = pl.Session, pl.Epoch
+	if !pl.Since.IsZero() {
+		info.Since = pl.Since.UnixMilli()
 	}
 	if err != nil || info.SessionID == "" {
 		return info, false, err

@@ -12,7 +12,6 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/pinned-go/pinned/internal/hotids"
-	"github.com/pinned-go/pinned/internal/store"
 	"github.com/pinned-go/pinned/internal/testkit/fakeworker"
 	"github.com/pinned-go/pinned/internal/wire"
 )
@@ -40,8 +39,9 @@ func TestPlacementLookup(t *testing.T) {
 	forEachStore(t, func(t *testing.T, e *env) {
 		w := fakeworker.Start(t, "s")
 		sid := e.register(registerBody(w, "c1"))
-		if h, err := e.st.Claim(context.Background(), "/counter", "alice", sid); h != sid || err != nil {
-			t.Fatalf("Claim = %q, %v", h, err)
+		pl, err := e.st.ClaimPlacement(context.Background(), "/counter", "alice", sid)
+		if pl.Session != sid || pl.Epoch == 0 || err != nil {
+			t.Fatalf("ClaimPlacement = %+v, %v", pl, err)
 		}
 		r := e.get(wire.PathPlacements + "/counter/alice")
 		if r.code != 200 {
@@ -49,7 +49,9 @@ func TestPlacementLookup(t *testing.T) {
 		}
 		var info wire.PlacementInfo
 		r.decode(t, &info)
-		want := wire.PlacementInfo{Namespace: "/counter", ID: "alice", SessionID: sid, ClientID: "c1", AdvertiseURL: w.URL, Live: true}
+		// The epoch and the time of the claim, as the store recorded them.
+		want := wire.PlacementInfo{Namespace: "/counter", ID: "alice", SessionID: sid, ClientID: "c1", AdvertiseURL: w.URL, Live: true,
+			Epoch: pl.Epoch, Since: pl.Since.UnixMilli()}
 		if info != want {
 			t.Fatalf("placement = %+v; want %+v", info, want)
 		}
@@ -267,23 +269,3 @@ func TestHotAndTraffic(t *testing.T) {
 	}
 }
 
-// detailStore reports an epoch and a time with every placement, as a store
-// recording them does.
-type detailStore struct{ store.Store }
-
-func (d detailStore) PlacementDetail(ctx context.Context, ns, id string) (string, uint64, int64, error) {
-	h, err := d.Placement(ctx, ns, id)
-	return h, 7, 1_700_000_000_123, err
-}
-
-func TestPlacementLookupReportsEpochWhenStored(t *testing.T) {
-	e := newEnv(t, "memstore", func(c *Config) { c.Store = detailStore{c.Store} })
-	w := fakeworker.Start(t, "s")
-	sid := e.register(registerBody(w, "c1"))
-	e.st.Claim(context.Background(), "/counter", "alice", sid)
-	var info wire.PlacementInfo
-	e.get(wire.PathPlacements+"/counter/alice").decode(t, &info)
-	if info.Epoch != 7 || info.Since != 1_700_000_000_123 || info.SessionID != sid {
-		t.Fatalf("placement = %+v; want epoch 7 and since from the store", info)
-	}
-}

@@ -184,7 +184,9 @@
 // # Redis key layout (internal/wire/keys.go)
 //
 // Every key is touched only by single-key commands or single-key Lua
-// scripts, so the layout works on Redis Cluster without hash tags:
+// scripts, except a placement and its epoch counter, which share a hash tag
+// (one cluster slot) and are written together by one script, so the layout
+// works on Redis Cluster:
 //
 //	pinned:s:<sessionId>      HASH   session: cid secret url ns headroom draining deadline
 //	                                 verified sup reg hb exp tok; PEXPIRE = lease; refreshed
@@ -195,8 +197,11 @@
 //	pinned:q:<clientId>       LIST   queued messages (JSON); take-all script; capped; TTL
 //	pinned:n:<namespace>      SET    sessions registered for a namespace
 //	pinned:w                  ZSET   session -> expiry (ms); the janitor's work list
-//	pinned:p:<namespace>/<id> STRING session holding the placement; no TTL; SET NX /
+//	pinned:p:{<namespace>/<id>}
+//	                          STRING "<epoch> <since ms> <session>"; no TTL; SET NX /
 //	                                 compare-and-set / compare-and-delete only
+//	pinned:e:{<namespace>/<id>}
+//	                          STRING the id's last activation epoch; PX the epoch TTL
 //	pinned:o:<sessionId>      HASH   placement index: "<ns>/<id>" -> 1, "#<ns>" -> count
 //	pinned:x:<nonceId>        STRING a used challenge; SET NX PX NonceTTL; value = its binding
 //	pinned:t:<tokenId>        ZSET   session -> expiry (ms) of the token's live sessions (cap)

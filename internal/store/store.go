@@ -22,6 +22,18 @@
 //     winner); Replace is compare-and-set from a given session; Release is
 //     compare-and-delete on a given session. A placement is never written
 //     without one of these checks.
+//   - Epochs: every placement carries an epoch, allocated by the Claim or
+//     Replace that wrote it with wire.NextEpoch from the id's last epoch and
+//     the store's clock, so it is strictly greater than the epoch of every
+//     earlier placement of that (namespace, id), whoever held it and however
+//     it ended (release, reap, replace). The store remembers an id's last
+//     epoch for at least its epoch TTL (DefaultEpochTTL unless configured)
+//     after the placement it belongs to was written or released; past that
+//     (and after a Redis restart without persistence, which forgets it) the
+//     time floor of wire.NextEpoch keeps epochs increasing as long as the
+//     store's clock did not step back by more than the time since the last
+//     allocation. A lost claim or replace allocates nothing and answers the
+//     placement that won, epoch included.
 //   - Deregister ends a session at once: afterwards it is unknown to every
 //     read, exactly as if its lease had run out (so the proxy re-places its
 //     ids on demand and the janitor collects its placements after its
@@ -129,6 +141,24 @@ type Options struct {
 	OnInvalidate func(Invalidation)
 }
 
+// DefaultEpochTTL is how long a store keeps an id's last epoch after the
+// placement it belongs to was written or released, by default: a day. Past
+// it, only the time floor of wire.NextEpoch orders epochs.
+const DefaultEpochTTL = 24 * time.Hour
+
+// Placement is where (namespace, id) is placed.
+type Placement struct {
+	// Session is the session id holding the placement; "" for none (then
+	// the other fields are zero).
+	Session string
+	// Epoch is the activation epoch of the placement: strictly greater than
+	// that of every earlier placement of the same (namespace, id).
+	Epoch uint64
+	// Since is when the placement was written, on the store's clock (to the
+	// millisecond).
+	Since time.Time
+}
+
 // CachedPlacements is implemented by a Store whose Placement may be answered
 // from a client-side cache (redisstore: rueidis DoCache). PlacementUntil is
 // Placement plus the wall-clock time at which that cache stops serving the
@@ -139,6 +169,14 @@ type Options struct {
 // bound both caches promise.
 type CachedPlacements interface {
 	PlacementUntil(ctx context.Context, ns, id string) (holder string, until time.Time, err error)
+}
+
+// CachedLookups is CachedPlacements for the whole placement: LookupUntil is
+// Lookup plus the wall-clock time at which the cache behind the answer stops
+// serving it (zero: no such cache). The same rule applies: a layer caching
+// the value on top must not keep it past until.
+type CachedLookups interface {
+	LookupUntil(ctx context.Context, ns, id string) (p Placement, until time.Time, err error)
 }
 
 // Store is the directory. All methods are safe for concurrent use and honour
@@ -180,13 +218,22 @@ type Store interface {
 	// afterwards (before, when refused) and whether sessionID holds one.
 	ReserveSlot(ctx context.Context, tokenID, sessionID string, max int, lease time.Duration) (held int, ok bool, err error)
 
-	// Placement returns the session id holding (ns, id), or "" for none.
+	// Lookup returns the placement of (ns, id): its holder, epoch and
+	// since; the zero Placement for none.
+	Lookup(ctx context.Context, ns, id string) (Placement, error)
+	// ClaimPlacement places (ns, id) on sessionID under a new epoch if no
+	// placement exists, and returns the placement that holds afterwards:
+	// the new one when the claim won, the winner's otherwise.
+	ClaimPlacement(ctx context.Context, ns, id, sessionID string) (Placement, error)
+	// ReplacePlacement places (ns, id) on sessionID under a new epoch only
+	// if it is currently held by old, and returns the placement afterwards
+	// (the zero Placement when there is none).
+	ReplacePlacement(ctx context.Context, ns, id, old, sessionID string) (Placement, error)
+	// Placement is Lookup's session: the holder of (ns, id), or "".
 	Placement(ctx context.Context, ns, id string) (string, error)
-	// Claim sets (ns, id) -> sessionID if no placement exists, and returns
-	// the session id that holds it afterwards (sessionID when the claim won).
+	// Claim is ClaimPlacement's session: the holder afterwards.
 	Claim(ctx context.Context, ns, id, sessionID string) (string, error)
-	// Replace sets (ns, id) -> sessionID only if it is currently held by
-	// old, and returns the holder afterwards.
+	// Replace is ReplacePlacement's session: the holder afterwards.
 	Replace(ctx context.Context, ns, id, old, sessionID string) (string, error)
 	// Release deletes (ns, id) only if it is held by sessionID, and reports
 	// whether it did.

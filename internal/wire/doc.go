@@ -43,6 +43,17 @@
 //     GET /registry/hot ([HotResponse]) and GET /registry/traffic
 //     ([TrafficResponse]); key pinned:i:<iterationId>, the ids an
 //     instance listing has already returned.
+//   - 3 (2026-12-03): activation epochs. Every placement carries an epoch,
+//     strictly greater than that of any earlier activation of its
+//     (namespace, id) ([NextEpoch]): the placement key is hash-tagged and
+//     holds "<epoch> <since> <session>" ([KeyPlacement], [FormatPlacement];
+//     was pinned:p:<ns>/<id> holding the session id), next to the new epoch
+//     counter pinned:e:{<ns>/<id>} ([KeyEpoch]) in the same cluster slot.
+//     Proxied requests carry the epoch in [HeaderEpoch] (x-pinned-epoch,
+//     decimal); a host answers a request older than its live instance 503
+//     [ReasonStale] (new reason), and aborts an instance older than the
+//     request before activating anew. Pinboards of version 3 and earlier ones must not
+//     share a Redis: each would see the other's placements as absent.
 //
 // # Invariants
 //
@@ -54,5 +65,9 @@
 //     and a Redis key unescaped: it contains no '/', '%', '{', '}', space,
 //     control byte or non-ASCII byte, and is never "." or "..".
 //   - Every Redis key built here is touched only by single-key atomic
-//     operations, so the schema works unchanged on Redis Cluster.
+//     operations, or by scripts whose keys are hash-tagged into one slot (a
+//     placement and its epoch counter), so the schema works unchanged on
+//     Redis Cluster.
+//   - An epoch is a uint64 sent in decimal; 0 means "none" (a request or an
+//     instance without one).
 package wire

@@ -6,11 +6,16 @@ import (
 )
 
 // Redis key schema. Every key is read and written only by single-key atomic
-// commands or single-key Lua scripts, so no two keys ever need to share a
-// Redis Cluster slot and no key carries a hash tag. Ids, namespaces, client
-// ids and session ids pass CheckSegment, so they contain no '{' or '}' that
-// could form an accidental hash tag (an advertise URL could, which only moves
-// that one key to another slot: it is still touched alone).
+// commands or Lua scripts whose keys share one Redis Cluster slot, so the
+// schema works unchanged on Redis Cluster. The one script that touches two
+// keys (claim, replace and release of a placement, which also move its
+// epoch counter) names a placement key and its epoch key, both hash-tagged
+// with the placement name ("{<namespace>/<id>}"), so they always live in the
+// same slot. Ids, namespaces, client ids and session ids pass CheckSegment,
+// so they contain no '{' or '}' that could form an accidental hash tag (an
+// advertise URL could, which only moves that one key to another slot: it is
+// still touched alone), and a placement name starts with '/', so its hash tag
+// is never empty.
 //
 //	pinned:s:<sessionId>      HASH   one worker session (fields below); PEXPIRE = the
 //	                                 pinboard's lease, refreshed only by an owner-checked
@@ -26,9 +31,18 @@ import (
 //	                                 only: liveness is the session hash); emptied by the janitor
 //	pinned:w                  ZSET   sessionId -> lease expiry (unix ms) of every session
 //	                                 (ZADD XX GT on heartbeat); the janitor scans it by score
-//	pinned:p:<namespace>/<id> STRING sessionId holding the placement; no TTL (SET NX to
-//	                                 claim, compare-and-set to replace, compare-and-delete
-//	                                 to release or reap)
+//	pinned:p:{<namespace>/<id>}
+//	                          STRING the placement: "<epoch> <since> <sessionId>"
+//	                                 (FormatPlacement): the activation epoch, when it was
+//	                                 placed (unix ms) and the session holding it; no TTL
+//	                                 (SET NX to claim, compare-and-set to replace,
+//	                                 compare-and-delete to release or reap)
+//	pinned:e:{<namespace>/<id>}
+//	                          STRING the last epoch allocated to the placement (decimal);
+//	                                 written by the claim and replace scripts and raised
+//	                                 to the released epoch by release; PEXPIRE = the epoch
+//	                                 retention (a guard against the Redis host's clock
+//	                                 stepping back: see NextEpoch)
 //	pinned:o:<sessionId>      HASH   the session's placement index: field "<namespace>/<id>"
 //	                                 -> "1" for every placement it may hold, and field
 //	                                 "#<namespace>" -> how many of those are in namespace
@@ -55,6 +69,7 @@ const (
 	KeyPrefixNamespace = "pinned:n:"
 	KeyWorkers         = "pinned:w"
 	KeyPrefixPlacement = "pinned:p:"
+	KeyPrefixEpoch     = "pinned:e:"
 	KeyPrefixOwned     = "pinned:o:"
 	KeyPrefixNonce     = "pinned:x:"
 	KeyPrefixToken     = "pinned:t:"
@@ -133,14 +148,37 @@ func SplitPlacementName(name string) (ns, id string, ok bool) {
 	return "", "", false
 }
 
-// KeyPlacement is the placement key of (namespace, id).
-func KeyPlacement(ns, id string) string { return KeyPrefixPlacement + ns + "/" + id }
+// KeyPlacement is the placement key of (namespace, id):
+// "pinned:p:{<namespace>/<id>}".
+func KeyPlacement(ns, id string) string { return KeyPlacementName(PlacementName(ns, id)) }
+
+// KeyPlacementName is the placement key of a placement name ("/ns/id").
+func KeyPlacementName(name string) string { return KeyPrefixPlacement + "{" + name + "}" }
+
+// KeyEpoch is the epoch counter of (namespace, id), in the same Redis
+// Cluster slot as its placement key: "pinned:e:{<namespace>/<id>}".
+func KeyEpoch(ns, id string) string { return KeyEpochName(PlacementName(ns, id)) }
+
+// KeyEpochName is the epoch counter key of a placement name ("/ns/id").
+func KeyEpochName(name string) string { return KeyPrefixEpoch + "{" + name + "}" }
+
+// PlacementOfKey returns the placement name of a placement key (the inverse
+// of KeyPlacementName), and false for any other key.
+func PlacementOfKey(key string) (name string, ok bool) {
+	if len(key) < len(KeyPrefixPlacement)+3 || key[:len(KeyPrefixPlacement)] != KeyPrefixPlacement ||
+		key[len(KeyPrefixPlacement)] != '{' || key[len(key)-1] != '}' {
+		return "", false
+	}
+	return key[len(KeyPrefixPlacement)+1 : len(key)-1], true
+}
 
 // AppendKeyPlacement appends the placement key for a placement name
 // ("/ns/id") to dst without allocating when dst has room.
 func AppendKeyPlacement(dst []byte, name []byte) []byte {
 	dst = append(dst, KeyPrefixPlacement...)
-	return append(dst, name...)
+	dst = append(dst, '{')
+	dst = append(dst, name...)
+	return append(dst, '}')
 }
 
 // NonceIDLen is the length of a NonceID: 22 base64url characters, 128 bits.

@@ -1,7 +1,7 @@
 package wire
 
 // Version is the registry protocol version (see the package doc for its history).
-const Version = 2
+const Version = 3
 
 // Registry endpoints served by the pinboard.
 const (
@@ -44,6 +44,10 @@ const (
 	// HeaderSession carries the session id of the placement a proxied request
 	// was routed by: a fencing token the host checks against its current session.
 	HeaderSession = "X-Pinned-Session"
+	// HeaderEpoch carries the activation epoch of the placement a proxied
+	// request was routed by, in decimal (ParseEpoch): a fencing token the host
+	// compares with its live instance's epoch (see Epochs in the package doc).
+	HeaderEpoch = "X-Pinned-Epoch"
 	// HeaderReason says why pinned itself (not the application) answered a
 	// 503 or 403; its values are the Reason* constants.
 	HeaderReason = "X-Pinned-Reason"
@@ -56,7 +60,7 @@ const (
 // client-supplied headers with this prefix (case-insensitively).
 const HeaderPrefix = "x-pinned-"
 
-// Values of HeaderReason. The host produces the first six; the proxy adds
+// Values of HeaderReason. The host produces the first seven; the proxy adds
 // its own for answers it makes without reaching a host.
 const (
 	ReasonCapacity  = "capacity"  // host: max instances reached
@@ -69,6 +73,11 @@ const (
 	// does not say "the request never reached an instance": the proxy passes
 	// it to the client and never retries it.
 	ReasonAborted = "aborted"
+	// ReasonStale: the request's HeaderEpoch is older than the epoch of the
+	// instance live for its id (it was routed by a placement that has since
+	// moved), or the application found its own activation stale; the request
+	// had no effect. The proxy re-resolves the placement and may send it again.
+	ReasonStale = "stale"
 
 	ReasonNoWorker    = "no_worker"   // proxy: no live, undrained worker serves the namespace
 	ReasonUnreachable = "unreachable" // proxy: worker could not be reached; request provably not sent

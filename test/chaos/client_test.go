@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -115,6 +116,11 @@ func (lc *loadClient) loop(ctx context.Context, rng *rand.Rand) {
 			e.Status = resp.StatusCode()
 			e.Reason = string(resp.Header.Peek(wire.HeaderReason))
 			e.RetryAfter = len(resp.Header.Peek(wire.HeaderRetryAfter)) > 0
+			if path == "/incr" && e.Status/100 == 2 {
+				var b struct{ Count int64 }
+				_ = json.Unmarshal(resp.Body(), &b) // no count: 0, which the checker refuses
+				e.Count = b.Count
+			}
 		}
 		lc.c.hist.Write(e)
 		lc.total.Add(1)

@@ -1,13 +1,17 @@
 // Package chaos is pinned's chaos harness: real processes on 127.0.0.1
 // (a redis-server, two pinboards sharing it, three counter workers in fleet
-// mode) under a closed-loop client over 200 ids sent through both
-// pinboards, while one nemesis at a time breaks something. Every worker
-// writes its history (internal/history: activations, teardowns, requests
-// served, task effects, lease acks with their send times, lease losses),
-// the client logs every request with its outcome, the harness logs every
-// nemesis and process death, and internal/testkit/chaoscheck checks the whole
-// history: no two live instances of one id, nothing served or done under an
-// ended lease, every request answered as the proxy promises.
+// mode that keep their counts in a second redis-server through package
+// fence, -persist) under a closed-loop client over 200 ids sent through
+// both pinboards, while one nemesis at a time breaks something. Every
+// worker writes its history (internal/history: activations, teardowns,
+// requests served, task effects, lease acks with their send times, lease
+// losses), the client logs every request with its outcome (the count of
+// each acknowledged increment), the harness logs every nemesis and process
+// death and, after the run, the count the counters' store holds for every
+// id; internal/testkit/chaoscheck checks the whole history: no two live
+// instances of one id, nothing served or done under an ended lease, no
+// acknowledged increment lost from the store and nothing stored that no
+// request explains, every request answered as the proxy promises.
 //
 // Runs:
 //

@@ -1,9 +1,11 @@
 // Package redisstore is the Redis implementation of store.Store (and
 // store.Reaper), on rueidis. It works on a single Redis node and on Redis
-// Cluster unchanged: every command and every Lua script touches exactly one
-// key (the layout is documented in internal/wire/keys.go and the registry
-// package doc), so nothing depends on two keys sharing a slot. It needs
-// Redis ≥ 6.2 (RESP3 client tracking, ZADD GT, SET GET).
+// Cluster unchanged (the conformance suite runs on both): every command and
+// every Lua script touches exactly one key, except the placement scripts,
+// whose two keys (the placement and its epoch counter) share a hash tag and
+// so a slot (the layout is documented in internal/wire/keys.go and the
+// registry package doc). It needs Redis ≥ 6.2 (RESP3 client tracking, ZADD
+// GT, SET GET, TIME in scripts).
 //
 // # Operations
 //
@@ -26,6 +28,16 @@
 //     nodes and that ordering is best effort); an index add again after
 //     winning (see the race below); on losing, the index entry is removed
 //     unless the placement turned out to be ours. Two or three round trips.
+//   - Epochs: the claim and replace scripts allocate the new placement's
+//     epoch in the same script, from its counter pinned:e:{<ns>/<id>}:
+//     max(counter + 1, replaced epoch + 1, TIME in µs) (wire.NextEpoch on
+//     Redis's clock), stored back with PX Config.EpochTTL; the placement
+//     value is "<epoch> <since ms> <session>", since on Config.Clock. Release
+//     (and Reap) raises the counter to the released epoch and restarts its
+//     TTL. A lost claim or replace writes neither key. A Redis that lost its
+//     data (restart without persistence) also lost the counters: the time
+//     floor, taken at least RestartFence after the restart, is above every
+//     epoch allocated before it.
 //   - Restart fence (Config.RestartFence > 0): the claim and replace scripts
 //     read the server's uptime (INFO server, inside the script, on the node
 //     that holds the placement) and refuse to write while it is below the

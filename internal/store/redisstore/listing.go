@@ -87,7 +87,7 @@ const listIterLen = 16
 // ListPlacements implements store.PlacementLister with SCAN, never KEYS.
 //
 // Without a session filter it SCANs every node (sorted by address) with
-// MATCH pinned:p:<ns>/*; with one it HSCANs each session's placement index
+// MATCH pinned:p:{<ns>/*}; with one it HSCANs each session's placement index
 // pinned:o:<sid> (sorted by session id) with MATCH <ns>/*, which reads only
 // that worker's entries instead of the whole keyspace. Either way each
 // candidate's placement key is read (one pipelined round trip) and kept
@@ -157,12 +157,15 @@ func (s *Store) ListPlacements(ctx context.Context, q store.ListQuery) (store.Li
 		var next uint64
 		if q.Sessions == nil {
 			node := nodes[src]
-			e, err := node.Do(ctx, node.B().Scan().Cursor(scan).Match(wire.KeyPrefixPlacement+q.Namespace+"/*").Count(count).Build()).AsScanEntry()
+			// pinned:p:{<ns>/<id>}: the glob's braces are literal.
+			e, err := node.Do(ctx, node.B().Scan().Cursor(scan).Match(wire.KeyPrefixPlacement+"{"+q.Namespace+"/*}").Count(count).Build()).AsScanEntry()
 			if err != nil {
 				return store.ListPage{}, s.wrap(ctx, "list placements", err)
 			}
 			for _, k := range e.Elements {
-				names = append(names, strings.TrimPrefix(k, wire.KeyPrefixPlacement))
+				if name, ok := wire.PlacementOfKey(k); ok {
+					names = append(names, name)
+				}
 			}
 			next = e.Cursor
 		} else {
@@ -228,7 +231,7 @@ func (s *Store) holders(ctx context.Context, c rueidis.Client, names []string) (
 	}
 	cmds := make(rueidis.Commands, len(names))
 	for i, name := range names {
-		cmds[i] = c.B().Get().Key(wire.KeyPrefixPlacement + name).Build()
+		cmds[i] = c.B().Get().Key(wire.KeyPlacementName(name)).Build()
 	}
 	out := make([]string, len(names))
 	for i, r := range c.DoMulti(ctx, cmds...) {
@@ -239,7 +242,9 @@ func (s *Store) holders(ctx context.Context, c rueidis.Client, names []string) (
 		if err != nil {
 			return nil, s.wrap(ctx, "list placements", err)
 		}
-		out[i] = v
+		if _, _, sid, ok := wire.ParsePlacement(v); ok {
+			out[i] = sid
+		}
 	}
 	return out, nil
 }

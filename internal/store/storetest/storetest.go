@@ -116,6 +116,10 @@ func Run(t *testing.T, newHarness NewHarness) {
 		{"ClaimConcurrentOneWinner", testClaimConcurrent},
 		{"ReplaceComparesAndSets", testReplace},
 		{"ReleaseComparesAndDeletes", testRelease},
+		{"EpochsStrictlyIncrease", testEpochs},
+		{"EpochsConcurrentClaimsAgree", testEpochsConcurrent},
+		{"EpochsIncreaseAcrossReap", testEpochsReap},
+		{"EpochsIncreaseAcrossFlush", testEpochsFlush},
 		{"PlacementCounts", testPlacementCounts},
 		{"ListPlacementsPagesEveryIDOnce", testListPages},
 		{"ListPlacementsBySession", testListBySession},
@@ -537,6 +541,131 @@ func testReplace(t *testing.T, h Harness, _ *Invalidations) {
 	if w, _ := h.Store.Replace(bg, "/a", "x", "s1", "s3"); w != "s2" {
 		t.Fatalf("a second Replace from the old holder = %q; want s2 (lost)", w)
 	}
+}
+
+// mustPlace runs a claim or replace that must win for session and
+// returns its placement, which must be strictly newer than after.
+func mustPlace(t *testing.T, what string, after store.Placement, p store.Placement, err error, session string) store.Placement {
+	t.Helper()
+	if err != nil || p.Session != session {
+		t.Fatalf("%s = %+v, %v; want a placement on %s", what, p, err, session)
+	}
+	if p.Epoch <= after.Epoch {
+		t.Fatalf("%s: epoch %d; want more than the previous %d", what, p.Epoch, after.Epoch)
+	}
+	if p.Since.IsZero() || p.Since.Before(after.Since) {
+		t.Fatalf("%s: since %v; want set, not before the previous %v", what, p.Since, after.Since)
+	}
+	return p
+}
+
+// lookup reads a placement and requires it to equal want.
+func lookup(t *testing.T, h Harness, ns, id string, want store.Placement) {
+	t.Helper()
+	got, err := h.Store.Lookup(bg, ns, id)
+	if err != nil || !got.Since.Equal(want.Since) || got.Session != want.Session || got.Epoch != want.Epoch {
+		t.Fatalf("Lookup(%s, %s) = %+v, %v; want %+v", ns, id, got, err, want)
+	}
+}
+
+// testEpochs: every way a placement ends (release: eviction, idle, drain;
+// replace: failover from a dead session) is followed by a strictly larger
+// epoch, a lost claim or replace allocates none, and Lookup reads exactly
+// what the winning write returned.
+func testEpochs(t *testing.T, h Harness, _ *Invalidations) {
+	lookup(t, h, "/a", "x", store.Placement{})
+	p1, err := h.Store.ClaimPlacement(bg, "/a", "x", "s1")
+	p1 = mustPlace(t, "first ClaimPlacement", store.Placement{}, p1, err, "s1")
+	lookup(t, h, "/a", "x", p1)
+	if p, err := h.Store.ClaimPlacement(bg, "/a", "x", "s2"); err != nil || p != p1 && !(p.Session == p1.Session && p.Epoch == p1.Epoch && p.Since.Equal(p1.Since)) {
+		t.Fatalf("losing ClaimPlacement = %+v, %v; want the winner's placement %+v", p, err, p1)
+	}
+	if p, err := h.Store.ReplacePlacement(bg, "/a", "x", "s9", "s2"); err != nil || p.Session != "s1" || p.Epoch != p1.Epoch {
+		t.Fatalf("ReplacePlacement from the wrong holder = %+v, %v; want %+v unchanged", p, err, p1)
+	}
+	lookup(t, h, "/a", "x", p1)
+	p2, err := h.Store.ReplacePlacement(bg, "/a", "x", "s1", "s2")
+	p2 = mustPlace(t, "ReplacePlacement s1 -> s2 (failover)", p1, p2, err, "s2")
+	lookup(t, h, "/a", "x", p2)
+	if ok, err := h.Store.Release(bg, "/a", "x", "s2"); !ok || err != nil {
+		t.Fatalf("Release = %v, %v", ok, err)
+	}
+	lookup(t, h, "/a", "x", store.Placement{})
+	if p, err := h.Store.ReplacePlacement(bg, "/a", "x", "s2", "s3"); err != nil || p.Session != "" || p.Epoch != 0 {
+		t.Fatalf("ReplacePlacement of a released placement = %+v, %v; want none", p, err)
+	}
+	// The same session claims again after its release (an idle eviction
+	// and a new request): still a new epoch.
+	last := p2
+	for i := range 20 {
+		p, err := h.Store.ClaimPlacement(bg, "/a", "x", "s2")
+		last = mustPlace(t, fmt.Sprintf("ClaimPlacement after release #%d", i+1), last, p, err, "s2")
+		if _, err := h.Store.Release(bg, "/a", "x", "s2"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The holder-only forms agree.
+	if w, err := h.Store.Claim(bg, "/a", "x", "s4"); w != "s4" || err != nil {
+		t.Fatalf("Claim = %q, %v; want s4", w, err)
+	}
+	p, err := h.Store.Lookup(bg, "/a", "x")
+	mustPlace(t, "Claim", last, p, err, "s4")
+	if p, _ := h.Store.Lookup(bg, "/b", "x"); p.Session != "" {
+		t.Fatalf("Lookup(/b, x) = %+v; want none (namespaces are separate)", p)
+	}
+}
+
+func testEpochsConcurrent(t *testing.T, h Harness, _ *Invalidations) {
+	const n = 16
+	got := make([]store.Placement, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			p, err := h.Store.ClaimPlacement(bg, "/a", "race", fmt.Sprintf("s%d", i))
+			if err != nil {
+				t.Error(err)
+			}
+			got[i] = p
+		})
+	}
+	wg.Wait()
+	for _, p := range got {
+		if p.Session == "" || p.Session != got[0].Session || p.Epoch != got[0].Epoch || !p.Since.Equal(got[0].Since) {
+			t.Fatalf("concurrent claims returned %+v; want one winning placement for all", got)
+		}
+	}
+	lookup(t, h, "/a", "race", got[0])
+}
+
+// testEpochsReap: a placement collected with its dead session (Reap, the
+// janitor after a kill -9) is followed by a larger epoch.
+func testEpochsReap(t *testing.T, h Harness, _ *Invalidations) {
+	register(t, h, sess("dead", "c1", "http://h1", "/a"))
+	p1, err := h.Store.ClaimPlacement(bg, "/a", "x", "dead")
+	p1 = mustPlace(t, "ClaimPlacement", store.Placement{}, p1, err, "dead")
+	h.Elapse(h.Lease + h.Lease/5)
+	if st, err := h.Store.(store.Reaper).Reap(bg, 0); err != nil || st.Placements != 1 {
+		t.Fatalf("Reap = %+v, %v; want the dead session's placement", st, err)
+	}
+	lookup(t, h, "/a", "x", store.Placement{})
+	p2, err := h.Store.ClaimPlacement(bg, "/a", "x", "next")
+	mustPlace(t, "ClaimPlacement after Reap", p1, p2, err, "next")
+}
+
+// testEpochsFlush: the store forgets everything (FLUSHALL; a Redis
+// restarted without persistence forgets the same), epoch counters
+// included; the time floor alone keeps the next epoch above the last one.
+func testEpochsFlush(t *testing.T, h Harness, _ *Invalidations) {
+	last := store.Placement{}
+	for i := range 5 { // the counter runs ahead of the microsecond clock
+		p, err := h.Store.ClaimPlacement(bg, "/a", "x", "s1")
+		last = mustPlace(t, fmt.Sprintf("ClaimPlacement #%d", i+1), last, p, err, "s1")
+		h.Store.Release(bg, "/a", "x", "s1")
+	}
+	h.Elapse(10 * time.Millisecond) // a restart takes at least this long
+	h.Flush()
+	p, err := h.Store.ClaimPlacement(bg, "/a", "x", "s2")
+	mustPlace(t, "ClaimPlacement after a flush", last, p, err, "s2")
 }
 
 func testRelease(t *testing.T, h Harness, _ *Invalidations) {

@@ -17,7 +17,13 @@
 //  3. Every instance is aborted when its lease ends: it is torn down (or its
 //     process is dead) within Config.AbortGrace of the end, or of the end of
 //     a pause of its process across the end.
-//  4. Every client request is classified: 2xx, 4xx, 503 with Retry-After,
+//  4. With a persisting application (KindStored events: the count the
+//     application's store holds per id after the run), no acknowledged
+//     increment is lost and nothing is stored that no request explains
+//     (see checkStored): the stored count equals the acknowledged
+//     increments, up to the task effects and the increments whose outcome
+//     the client could not know.
+//  5. Every client request is classified: 2xx, 4xx, 503 with Retry-After,
 //     502/504 (possibly sent), or a connection error while its pinboard was
 //     being killed. Anything else (a client timeout, i.e. a hang; a 5xx
 //     without Retry-After other than 502/504; a connection error while the
@@ -120,6 +126,8 @@ type Report struct {
 	// live (0 when never), and OverlapID the id.
 	MaxOverlap time.Duration
 	OverlapID  string
+	// Stored compares the stored counts with the acknowledged increments.
+	Stored Stored
 	// Violations counts every violation by kind; Examples keeps the first
 	// MaxExamples of each.
 	Violations map[string]int
@@ -138,6 +146,7 @@ func (r *Report) String() string {
 	if r.OverlapID != "" {
 		fmt.Fprintf(&b, " (id %s)", r.OverlapID)
 	}
+	fmt.Fprintf(&b, "\n%s", r.Stored)
 	b.WriteString("\nrequests:")
 	for _, k := range slices.Sorted(maps.Keys(r.Requests)) {
 		fmt.Fprintf(&b, " %s=%d", k, r.Requests[k])
@@ -218,6 +227,7 @@ func Check(cfg Config, events []history.Event) *Report {
 	pbDown := map[int][]interval{}
 	instances := map[string]*instance{}
 	var serves, effects, requests []history.Event
+	stored := map[string]int64{}
 
 	for _, e := range ev {
 		switch e.Kind {
@@ -246,6 +256,8 @@ func Check(cfg Config, events []history.Event) *Report {
 			effects = append(effects, e)
 		case history.KindRequest:
 			requests = append(requests, e)
+		case history.KindStored:
+			stored[e.ID] = e.Count
 		case history.KindNemesis:
 			r.Nemeses[e.Nemesis]++
 			switch e.Nemesis {
@@ -393,7 +405,10 @@ func Check(cfg Config, events []history.Event) *Report {
 			e.ID, e.Inst, sessionOf(e), e.Proc, time.Duration(e.T-end))
 	}
 
-	// 4. Client requests.
+	// 4. Stored counts.
+	checkStored(r, stored, requests, effects, violate)
+
+	// 5. Client requests.
 	for _, e := range requests {
 		c := classify(e, pbDown[e.Via])
 		r.Requests[c]++
