@@ -87,6 +87,10 @@ type Config struct {
 	// attaches its endpoints to the Sessions.
 	Resolver Resolver
 
+	// Recorder, when set, hears of every request the proxy routed (once
+	// its answer's head is decided): the pinboard's hot-id sketch.
+	Recorder Recorder
+
 	// Endpoint configures the connection pool, in-flight cap and retry
 	// budget the proxy keeps per worker session.
 	Endpoint EndpointConfig

@@ -203,6 +203,29 @@ func newEndpoint(cfg *EndpointConfig, s *Session, loops int) (*endpoint, error) 
 	return e, nil
 }
 
+// setRouteFields sets what a worker checks on every proxied request: the
+// session's secret and id, and the placement's epoch (X-Pinned-Epoch; none
+// when the route does not know it). first says the client's copies were
+// removed and none was set yet, so adding is enough. buf is scratch for the
+// epoch's digits. It does not allocate.
+func setRouteFields(h *fasthttp.RequestHeader, ep *endpoint, epoch uint64, first bool, buf []byte) {
+	if first {
+		h.AddBytesV(wire.HeaderProxySecret, ep.secret)
+		h.AddBytesV(wire.HeaderSession, ep.session)
+		if epoch != 0 {
+			h.AddBytesV(wire.HeaderEpoch, wire.AppendEpoch(buf[:0], epoch))
+		}
+		return
+	}
+	h.SetBytesV(wire.HeaderProxySecret, ep.secret)
+	h.SetBytesV(wire.HeaderSession, ep.session)
+	if epoch != 0 {
+		h.SetBytesV(wire.HeaderEpoch, wire.AppendEpoch(buf[:0], epoch))
+	} else {
+		h.Del(wire.HeaderEpoch)
+	}
+}
+
 // loopPool returns the pool of event loop i.
 func (e *endpoint) loopPool(i int) *loopPool { return &e.pools[i] }
 

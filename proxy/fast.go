@@ -381,6 +381,7 @@ func (c *cconn) tryRequest(b []byte, fromScratch bool) int {
 		return 0
 	}
 	x.body = append(x.body[:0], b[headLen:headLen+need]...)
+	x.recvNs = lp.nl.Now()
 	c.x = x
 	c.state = stBusy
 	lp.nl.Disarm(&c.timer)

@@ -47,7 +47,8 @@ type lx struct {
 	reused  bool // wc served a request before this one
 	out     []byte
 	sent    int
-	startNs int64
+	startNs int64 // when the current attempt took its worker connection
+	recvNs  int64 // when the request was read whole
 	stripe  uint8
 
 	// The worker's answer: rbuf[:rn] read so far, headLen of it the head.
@@ -417,20 +418,13 @@ func (x *lx) send(w *wconn, reused bool) {
 	x.write()
 }
 
-// setEndpointHeaders sets what depends on the worker: the proxy secret, the
-// session, and the path prefix of its advertise URL.
+// setEndpointHeaders sets what depends on the route: the proxy secret, the
+// session, the placement's epoch, and the path prefix of the advertise URL.
 func (x *lx) setEndpointHeaders() {
 	h := &x.req
 	ep := x.ep
-	if !x.epHeaders {
-		// The client's copies were removed (sanitizeHeader): add is enough.
-		h.AddBytesV(wire.HeaderProxySecret, ep.secret)
-		h.AddBytesV(wire.HeaderSession, ep.session)
-		x.epHeaders = true
-	} else {
-		h.SetBytesV(wire.HeaderProxySecret, ep.secret)
-		h.SetBytesV(wire.HeaderSession, ep.session)
-	}
+	setRouteFields(h, ep, x.route.Epoch, !x.epHeaders, x.scratch[:0])
+	x.epHeaders = true
 	if len(ep.prefix) > 0 {
 		x.uri = append(append(x.uri[:0], ep.prefix...), x.target...)
 		h.SetRequestURIBytes(x.uri)
@@ -671,7 +665,7 @@ func (x *lx) onFinalHead() bool {
 	switch rh.StatusCode() {
 	case fasthttp.StatusServiceUnavailable:
 		switch string(rh.Peek(wire.HeaderReason)) {
-		case wire.ReasonClosing, wire.ReasonDraining, wire.ReasonLease:
+		case wire.ReasonClosing, wire.ReasonDraining, wire.ReasonLease, wire.ReasonStale:
 			// The host refused the request before any application code
 			// ran: drop the placement and try the new holder.
 			p.resolver.Refused(x.name, x.route)
@@ -723,6 +717,7 @@ func (x *lx) respond() bool {
 		out := x.appendHead(x.lp.getOut(), false)
 		x.releaseConn()
 		p.countResponse(code)
+		x.record(code, knownReason(rh.Peek(wire.HeaderReason)), 0)
 		x.finish(out)
 		return false
 	}
@@ -807,8 +802,25 @@ func (x *lx) finishBuffered() {
 	out := x.appendHead(x.lp.getOut(), false)
 	out = append(out, x.rbuf[x.headLen:x.need]...)
 	x.releaseConn()
-	p.countResponse(x.resp.StatusCode())
+	code := x.resp.StatusCode()
+	p.countResponse(code)
+	x.record(code, knownReason(x.resp.Peek(wire.HeaderReason)), int64(x.need-x.headLen))
 	x.finish(out)
+}
+
+// record tells the Recorder about x, once its answer's head is decided:
+// status and reason of the answer, bytes of the bodies as far as known.
+func (x *lx) record(status int, reason string, bytes int64) {
+	rec := x.lp.p.cfg.Recorder
+	if rec == nil {
+		return
+	}
+	holder := ""
+	if x.ep != nil {
+		holder = x.ep.id
+	}
+	rec.Record(x.name, holder, status, reason, int64(len(x.body))+max(bytes, 0),
+		time.Duration(x.lp.nl.Now()-x.recvNs), netloop.Time(x.recvNs))
 }
 
 // finish hands the answer to the client connection and retires x.
@@ -827,6 +839,7 @@ func (x *lx) fail(rp *reply) {
 		x.dropConn()
 	}
 	x.lp.p.countResponse(rp.status)
+	x.record(rp.status, rp.reason, 0)
 	if x.clientClose || x.lp.f.closing.Load() {
 		c.closeAfter = true
 	}

@@ -442,7 +442,7 @@ func (x *exchange) hostUnavailable(attempt int) outcome {
 	rh := &x.ctx.Response.Header
 	reason := rh.Peek(wire.HeaderReason)
 	switch string(reason) {
-	case wire.ReasonClosing, wire.ReasonDraining, wire.ReasonLease:
+	case wire.ReasonClosing, wire.ReasonDraining, wire.ReasonLease, wire.ReasonStale:
 	default:
 		return outOK
 	}
@@ -470,13 +470,7 @@ func (x *exchange) hostUnavailable(attempt int) outcome {
 func (x *exchange) setEndpointHeaders(attempt int) {
 	h := &x.ctx.Request.Header
 	ep := x.ep
-	if attempt == 1 {
-		h.AddBytesV(wire.HeaderProxySecret, ep.secret)
-		h.AddBytesV(wire.HeaderSession, ep.session)
-	} else {
-		h.SetBytesV(wire.HeaderProxySecret, ep.secret)
-		h.SetBytesV(wire.HeaderSession, ep.session)
-	}
+	setRouteFields(h, ep, x.route.Epoch, attempt == 1, x.scratch[:0])
 	if len(ep.prefix) > 0 || x.stable {
 		x.stabilize()
 		x.uri = append(append(x.uri[:0], ep.prefix...), x.target...)

@@ -17,6 +17,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/pinned-go/pinned/internal/logthrottle"
+	"github.com/pinned-go/pinned/internal/wire"
 )
 
 // Proxy is the pinboard's data plane: a fasthttp.RequestHandler that routes
@@ -95,6 +96,11 @@ func (p *Proxy) Handler(ctx *fasthttp.RequestCtx) {
 	x := p.exchanges.Get().(*exchange)
 	x.ctx = ctx
 	handed := p.serve(x)
+	if p.cfg.Recorder != nil && x.name != nil {
+		// The answer's head is decided; a streamed body has not been
+		// written yet, and the server touches x only after this returns.
+		p.record(x)
+	}
 	if ctx.Request.Header.ContentLength() == -1 {
 		// A chunked body, forwarded or not: where it ends is decided by
 		// fasthttp's decoder, which the raw scan cannot check, and which
@@ -356,6 +362,49 @@ func (p *Proxy) trustedAddr(ip netip.Addr) bool {
 		}
 	}
 	return false
+}
+
+// record tells the Recorder about a routed request of the fasthttp path.
+func (p *Proxy) record(x *exchange) {
+	ctx := x.ctx
+	resp := &ctx.Response
+	holder := ""
+	if x.ep != nil {
+		holder = x.ep.id
+	}
+	bytes := max(int64(ctx.Request.Header.ContentLength()), 0) + max(int64(resp.Header.ContentLength()), 0)
+	p.cfg.Recorder.Record(x.name, holder, resp.StatusCode(), knownReason(resp.Header.Peek(wire.HeaderReason)), bytes,
+		time.Since(ctx.Time()), ctx.Time())
+}
+
+// knownReason returns the wire constant an X-Pinned-Reason value spells, or
+// "" (without allocating).
+func knownReason(b []byte) string {
+	switch string(b) {
+	case wire.ReasonCapacity:
+		return wire.ReasonCapacity
+	case wire.ReasonDraining:
+		return wire.ReasonDraining
+	case wire.ReasonClosing:
+		return wire.ReasonClosing
+	case wire.ReasonLease:
+		return wire.ReasonLease
+	case wire.ReasonForbidden:
+		return wire.ReasonForbidden
+	case wire.ReasonAborted:
+		return wire.ReasonAborted
+	case wire.ReasonStale:
+		return wire.ReasonStale
+	case wire.ReasonNoWorker:
+		return wire.ReasonNoWorker
+	case wire.ReasonUnreachable:
+		return wire.ReasonUnreachable
+	case wire.ReasonOverloaded:
+		return wire.ReasonOverloaded
+	case wire.ReasonStore:
+		return wire.ReasonStore
+	}
+	return ""
 }
 
 // countResponse counts a response the client gets by its status class.

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"math/rand/v2"
 	"net"
@@ -644,5 +645,72 @@ func TestNoAnswerNotResent(t *testing.T) {
 		if got := requests(); got != tc.requests {
 			t.Errorf("%s: the worker got it %d times; want %d", method, got, tc.requests)
 		}
+	}
+}
+
+// Every proxied request carries its route's epoch (X-Pinned-Epoch); a host
+// that answers 503 stale (an older epoch than its live instance) makes the
+// proxy re-resolve like closing, and the request goes again with the new
+// route's epoch.
+func TestEpochSentAndStaleReresolved(t *testing.T) {
+	var stale atomic.Bool
+	stale.Store(true)
+	w := startWorker(t, func(ctx *fasthttp.RequestCtx) {
+		if string(ctx.Request.Header.Peek(wire.HeaderEpoch)) == "7" && stale.Load() {
+			hostUnavailable(wire.ReasonStale)(ctx)
+			return
+		}
+		ctx.SetBody(ctx.Request.Header.Peek(wire.HeaderEpoch))
+	})
+	s := w.session("s", "k")
+	res := proxytest.NewStatic()
+	res.PlaceRoute("/counter/a", proxy.Route{Session: s, Epoch: 7})
+	res.SetOnRefused(func(name string, r proxy.Route) {
+		if r.Epoch == 7 {
+			res.PlaceRoute(name, proxy.Route{Session: s, Epoch: 9})
+		}
+	})
+	f := startProxy(t, res, nil)
+	resp := raw(t, f.addr, "GET /counter/a HTTP/1.1\r\nHost: h\r\nX-Pinned-Epoch: 1\r\n\r\n")
+	if !strings.HasPrefix(resp, "HTTP/1.1 200") || !strings.HasSuffix(resp, "\r\n\r\n9") {
+		t.Fatalf("response %q; want 200 from the request sent again with epoch 9", resp)
+	}
+	reqs := w.requests()
+	if len(reqs) != 2 || reqs[0].get(wire.HeaderEpoch) != "7" || len(reqs[1].headers[strings.ToLower(wire.HeaderEpoch)]) != 1 {
+		t.Errorf("worker saw %d requests, epochs %v; want 7 then 9, the client's own dropped", len(reqs), reqs)
+	}
+}
+
+// recorded is a proxy.Recorder that keeps what it hears.
+type recorded struct {
+	mu   sync.Mutex
+	recs []string
+}
+
+func (r *recorded) Record(name []byte, holder string, status int, reason string, bytes int64, latency time.Duration, at time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.recs = append(r.recs, fmt.Sprintf("%s %s %d %s %d", name, holder, status, reason, bytes))
+	if latency < 0 || at.IsZero() {
+		r.recs = append(r.recs, "bad latency or time")
+	}
+}
+
+// The Recorder hears of every routed request: name, holder, status,
+// reason, body bytes; refused requests (no route) are not recorded.
+func TestRecorder(t *testing.T) {
+	rec := &recorded{}
+	w := startWorker(t, func(ctx *fasthttp.RequestCtx) { ctx.SetBodyString("12345") })
+	res := proxytest.NewStatic()
+	res.Place("/counter/a", w.session("s", "k"))
+	f := startProxy(t, res, func(c *proxy.Config) { c.Recorder = rec })
+	raw(t, f.addr, "POST /counter/a HTTP/1.1\r\nHost: h\r\nContent-Length: 3\r\n\r\nabc")
+	raw(t, f.addr, "GET /counter/b HTTP/1.1\r\nHost: h\r\n\r\n")      // not placed: 503 no_worker
+	raw(t, f.addr, "GET /counter/%2e%2e HTTP/1.1\r\nHost: h\r\n\r\n") // refused: never routed
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	want := []string{"/counter/a s 200  8", "/counter/b  503 no_worker 0"}
+	if fmt.Sprint(rec.recs) != fmt.Sprint(want) {
+		t.Errorf("recorded %q; want %q", rec.recs, want)
 	}
 }

@@ -60,3 +60,14 @@ type TunnelWatcher interface {
 // the namespace; the proxy answers 503 no_worker with Retry-After. Start a
 // worker for the namespace, or wait for one to register.
 var ErrNoWorker = errors.New("proxy: no worker serves the namespace")
+
+// Recorder hears of every request the proxy routed, on the request's path:
+// it must be fast, safe for concurrent use, and must not allocate or block.
+// name is the placement name "/<ns>/<id>" (valid only during the call),
+// holder the worker session it went to ("" when none was reached), status
+// the client's status and reason its X-Pinned-Reason (a wire constant or
+// ""), bytes the request and response bodies as far as known, latency from
+// receiving the request to its answer's head, at the request's time.
+type Recorder interface {
+	Record(name []byte, holder string, status int, reason string, bytes int64, latency time.Duration, at time.Time)
+}

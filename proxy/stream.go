@@ -7,6 +7,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/pinned-go/pinned/internal/netloop"
+	"github.com/pinned-go/pinned/internal/wire"
 )
 
 // A loop relays a response body that it does not buffer (longer than
@@ -87,6 +88,7 @@ func (x *lx) startStream(cl int) {
 		return
 	}
 	p.countResponse(rh.StatusCode())
+	x.record(rh.StatusCode(), knownReason(rh.Peek(wire.HeaderReason)), int64(cl))
 	c.streaming = true
 	st.armed = lp.nl.Now()
 	x.arm(tStream, p.cfg.StreamIdleTimeout)

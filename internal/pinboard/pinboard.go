@@ -142,7 +142,9 @@ func New(cfg Config) (*Pinboard, error) {
 		if cfg.wrapDialControl != nil {
 			control = cfg.wrapDialControl(control)
 		}
-		dp, err := newDataPlane(p.st, reg.Lease(), root, p.dpSet, p.clock, control, cfg.Settings.Proxy)
+		pc := cfg.Settings.Proxy
+		pc.Recorder = p.hot // every routed request feeds the console's hot ids
+		dp, err := newDataPlane(p.st, reg.Lease(), root, p.dpSet, p.clock, control, pc)
 		if err != nil {
 			p.st.Close()
 			return nil, fmt.Errorf("cannot build the data plane: %w", err)

@@ -256,15 +256,16 @@ func (r *Resolver) miss(name []byte) (proxy.Route, error) {
 	return f.rt, f.err
 }
 
-// readPlacement reads the holder of (ns, id) and, when the store answers
-// from a client-side cache of its own, until when that cache serves it: the
-// placecache keeps the value no longer (store.CachedPlacements).
-func (r *Resolver) readPlacement(ctx context.Context, ns, id string) (string, time.Time, error) {
-	if cp, ok := r.st.(store.CachedPlacements); ok {
-		return cp.PlacementUntil(ctx, ns, id)
+// readPlacement reads the placement of (ns, id) (holder and epoch) and, when
+// the store answers from a client-side cache of its own, until when that
+// cache serves it: the placecache keeps the value no longer
+// (store.CachedLookups).
+func (r *Resolver) readPlacement(ctx context.Context, ns, id string) (store.Placement, time.Time, error) {
+	if cl, ok := r.st.(store.CachedLookups); ok {
+		return cl.LookupUntil(ctx, ns, id)
 	}
-	h, err := r.st.Placement(ctx, ns, id)
-	return h, time.Time{}, err
+	pl, err := r.st.Lookup(ctx, ns, id)
+	return pl, time.Time{}, err
 }
 
 // load decides where name lives: the live holder of its placement, or a
@@ -292,12 +293,12 @@ func (r *Resolver) load(key string, name []byte) (proxy.Route, error) {
 		// nothing beyond the cached membership read.
 		return proxy.Route{}, r.noWorker(ns)
 	}
-	holder, until, err := r.readPlacement(ctx, ns, id)
+	pl, until, err := r.readPlacement(ctx, ns, id)
 	if err != nil {
 		return proxy.Route{}, r.storeErr(key, "cannot read the placement", err)
 	}
 	for range maxRounds {
-		if holder == "" {
+		if pl.Session == "" {
 			c, sess, err := r.pick(ns, live)
 			if err != nil {
 				return proxy.Route{}, err
@@ -305,30 +306,31 @@ func (r *Resolver) load(key string, name []byte) (proxy.Route, error) {
 			// SET NX: the first claim wins; a loser learns the winner from
 			// the reply and never re-reads (a cached read right after a
 			// write can be stale: rueidis#534).
-			won, err := r.st.Claim(ctx, ns, id, c)
+			won, err := r.st.ClaimPlacement(ctx, ns, id, c)
 			if err != nil {
 				return proxy.Route{}, r.storeErr(key, "cannot claim the placement", err)
 			}
-			if won == c {
+			if won.Session == c {
 				// Won, or another pinboard claimed for the same session
 				// first: either way c holds it.
 				r.m.claimsWon.Inc()
 				r.placed(c)
-				r.log.Debug("instance placed", "namespace", ns, "instance", id, "session", c)
-				rt := proxy.Route{Session: sess}
+				r.log.Debug("instance placed", "namespace", ns, "instance", id, "session", c, "epoch", won.Epoch)
+				rt := proxy.Route{Session: sess, Epoch: won.Epoch}
 				r.cache.Put(name, rt, tok)
 				return rt, nil
 			}
 			r.m.claimsLost.Inc()
-			holder, until = won, time.Time{} // the script's reply: fresh
+			pl, until = won, time.Time{} // the script's reply: fresh
 			continue
 		}
+		holder := pl.Session
 		sess, gone, err := r.holderSession(ctx, key, holder, live)
 		if err != nil {
 			return proxy.Route{}, err
 		}
 		if !gone {
-			rt := proxy.Route{Session: sess}
+			rt := proxy.Route{Session: sess, Epoch: pl.Epoch}
 			r.cache.PutUntil(name, rt, tok, until)
 			return rt, nil
 		}
@@ -341,21 +343,21 @@ func (r *Resolver) load(key string, name []byte) (proxy.Route, error) {
 		if err != nil {
 			return proxy.Route{}, err
 		}
-		got, err := r.st.Replace(ctx, ns, id, holder, c)
+		got, err := r.st.ReplacePlacement(ctx, ns, id, holder, c)
 		if err != nil {
 			return proxy.Route{}, r.storeErr(key, "cannot replace the placement", err)
 		}
-		if got == c {
+		if got.Session == c {
 			r.m.replacesWon.Inc()
 			r.placed(c)
 			r.log.Debug("instance re-placed: its session expired", "namespace", ns, "instance", id,
-				"session", c, "previous", holder)
-			rt := proxy.Route{Session: sess}
+				"session", c, "previous", holder, "epoch", got.Epoch)
+			rt := proxy.Route{Session: sess, Epoch: got.Epoch}
 			r.cache.Put(name, rt, tok)
 			return rt, nil
 		}
 		r.m.replacesLost.Inc()
-		holder, until = got, time.Time{}
+		pl, until = got, time.Time{}
 	}
 	return proxy.Route{}, r.storeErr(key, "placement kept changing", fmt.Errorf("%d rounds", maxRounds))
 }

@@ -291,13 +291,13 @@ type countingStore struct {
 	mu         sync.Mutex
 	placements int
 	claims     int
-	// hold, when set, runs inside Placement after the real read, before
-	// its result is returned.
+	// hold, when set, runs inside Lookup after the real read, before its
+	// result is returned.
 	hold func()
 }
 
-func (c *countingStore) Placement(ctx context.Context, ns, id string) (string, error) {
-	h, err := c.Store.Placement(ctx, ns, id)
+func (c *countingStore) Lookup(ctx context.Context, ns, id string) (store.Placement, error) {
+	pl, err := c.Store.Lookup(ctx, ns, id)
 	c.mu.Lock()
 	c.placements++
 	hold := c.hold
@@ -305,14 +305,14 @@ func (c *countingStore) Placement(ctx context.Context, ns, id string) (string, e
 	if hold != nil {
 		hold()
 	}
-	return h, err
+	return pl, err
 }
 
-func (c *countingStore) Claim(ctx context.Context, ns, id, sid string) (string, error) {
+func (c *countingStore) ClaimPlacement(ctx context.Context, ns, id, sid string) (store.Placement, error) {
 	c.mu.Lock()
 	c.claims++
 	c.mu.Unlock()
-	return c.Store.Claim(ctx, ns, id, sid)
+	return c.Store.ClaimPlacement(ctx, ns, id, sid)
 }
 
 func (c *countingStore) counts() (placements, claims int) {
@@ -330,12 +330,12 @@ type untilStore struct {
 	reads int
 }
 
-func (u *untilStore) PlacementUntil(ctx context.Context, ns, id string) (string, time.Time, error) {
+func (u *untilStore) LookupUntil(ctx context.Context, ns, id string) (store.Placement, time.Time, error) {
 	u.mu.Lock()
 	u.reads++
 	u.mu.Unlock()
-	h, err := u.Store.Placement(ctx, ns, id)
-	return h, u.until(), err
+	pl, err := u.Store.Lookup(ctx, ns, id)
+	return pl, u.until(), err
 }
 
 func (u *untilStore) count() int {
