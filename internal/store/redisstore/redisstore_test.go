@@ -421,9 +421,18 @@ func TestRestartFence(t *testing.T) {
 // uptime reads the server's uptime_in_seconds.
 func uptime(t *testing.T, adm rueidis.Client) int64 {
 	t.Helper()
-	info, err := adm.Do(context.Background(), adm.B().Info().Section("server").Build()).ToString()
-	if err != nil {
-		t.Fatal(err)
+	// Around a restart of the server a command may fail on a dead
+	// connection while the client reconnects.
+	var info string
+	var err error
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		info, err = adm.Do(context.Background(), adm.B().Info().Section("server").Build()).ToString()
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal(err)
+		}
 	}
 	for _, l := range strings.Split(info, "\r\n") {
 		if v, ok := strings.CutPrefix(l, "uptime_in_seconds:"); ok {
