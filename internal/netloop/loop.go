@@ -3,6 +3,7 @@ package netloop
 import (
 	"errors"
 	"fmt"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -42,6 +43,9 @@ const (
 	DefaultWheelSlots = 4096
 	// DefaultMaxEvents is how many events one wait returns at most.
 	DefaultMaxEvents = 256
+	// DefaultYieldEvery is how often a busy loop passes through the Go
+	// scheduler (runtime.Gosched), and the longest a wait lasts.
+	DefaultYieldEvery = 8 * time.Millisecond
 )
 
 // Config configures a Loop. A zero field means its default.
@@ -52,6 +56,13 @@ type Config struct {
 	WheelSlots int
 	// MaxEvents: DefaultMaxEvents.
 	MaxEvents int
+	// YieldEvery: DefaultYieldEvery. The runtime's monitor takes a
+	// goroutine that has not been rescheduled for 10 ms for a runaway:
+	// it preempts it and, when it sits in a system call (epoll_wait),
+	// hands its P to another thread and goes back to polling every 20 µs
+	// (each poll a nanosleep). A loop that yields this often is never
+	// such a runaway, and an idle one wakes this often to do so.
+	YieldEvery time.Duration
 }
 
 // ErrStopped is returned by Run when it is called on a stopped loop.
@@ -69,6 +80,9 @@ type Loop struct {
 
 	wheel wheel
 	now   int64 // monotonic ns, read after every wait and before every batch
+
+	yieldEvery int64 // ns
+	yielded    int64 // when the loop last passed through the scheduler
 
 	mu       sync.Mutex
 	posted   []Task
@@ -102,6 +116,9 @@ func New(cfg Config) (*Loop, error) {
 	if cfg.MaxEvents <= 0 {
 		cfg.MaxEvents = DefaultMaxEvents
 	}
+	if cfg.YieldEvery <= 0 {
+		cfg.YieldEvery = DefaultYieldEvery
+	}
 	epfd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
 	if err != nil {
 		return nil, fmt.Errorf("netloop: epoll_create1: %w", err)
@@ -114,8 +131,9 @@ func New(cfg Config) (*Loop, error) {
 	l := &Loop{
 		epfd:   epfd,
 		evfd:   evfd,
-		events: make([]unix.EpollEvent, cfg.MaxEvents),
-		slots:  make([]slot, 1, 64), // slot 0 is the eventfd's
+		events:     make([]unix.EpollEvent, cfg.MaxEvents),
+		slots:      make([]slot, 1, 64), // slot 0 is the eventfd's
+		yieldEvery: int64(cfg.YieldEvery),
 	}
 	l.wheel.init(cfg.Tick, cfg.WheelSlots)
 	l.now = nanotime()
@@ -233,8 +251,15 @@ func (l *Loop) Run() error {
 	for !l.stopped.Load() {
 		l.runPosted()
 		l.now = nanotime()
+		if l.now-l.yielded >= l.yieldEvery {
+			runtime.Gosched()
+			l.yielded = l.now
+		}
 		l.wheel.advance(l.now)
 		timeout := l.wheel.timeout(l.now)
+		if maxMs := int(l.yieldEvery / int64(time.Millisecond)); timeout < 0 || timeout > maxMs {
+			timeout = max(maxMs, 1)
+		}
 		if timeout != 0 {
 			l.sleeping.Store(true)
 			// A Post that came in before the flag was set did not wake
