@@ -32,6 +32,36 @@
 //     no default port, IP literals as netip prints them, no trailing dot,
 //     numeric-obfuscated hosts refused (the pinboard normalises; a worker
 //     sends what it likes).
+//   - 2 (2026-12-03): durable alarms. New registry calls
+//     [PathAlarmSet], [PathAlarmDelete], [PathAlarmList] (the worker's,
+//     for an id its session holds) and [PathAlarmsDead] (dead letters),
+//     with the bodies in alarms.go; the delivery POST
+//     /<ns>/<id>[PathAlarm] with the [HeaderAlarm] field
+//     ("<attempt> <scheduled ms> <name>"), sent by a pinboard to the worker
+//     holding the id with its secret and session; the keys pinned:al:{<s>}:*
+//     (see keys.go), the first ones that share a hash tag and are written by
+//     multi-key scripts (all keys of one script in one slot). An old worker
+//     never calls the new paths; an old pinboard answers them 404 and
+//     delivers no alarm, so the version changes.
+//
+// # Alarms
+//
+// An alarm is set, replaced, deleted and listed by the worker holding its
+// instance: the registry checks that the calling session is live and holds
+// the placement of (namespace, id), so a worker that lost its lease cannot
+// touch the alarms of an id placed elsewhere since. Every pinboard runs a
+// scheduler that claims due alarms from the shards (a script moves each
+// claimed alarm's score to the end of a claim, so no other pinboard takes
+// it before the claim ends), delivers each one as POST
+// /<ns>/<id>/_pinned/alarm to the worker holding the id (placing and
+// activating it like any request), and then applies the outcome with a
+// compare-and-set on the record it claimed ([Alarm.AfterSuccess],
+// [Alarm.AfterFailure], [Alarm.AfterUnavailable]): a record set again
+// meanwhile (a new Gen) is left alone. Delivery is at least once: an alarm
+// is deleted only after a 2xx, and a pinboard that dies with a claim leaves
+// the alarm to be claimed again when the claim ends. The handler receives
+// the name, the scheduled time (AtMs) and the attempt number; (name,
+// scheduled time) names an occurrence, so a handler can be idempotent.
 //
 // # Invariants
 //
@@ -43,5 +73,7 @@
 //     and a Redis key unescaped: it contains no '/', '%', '{', '}', space,
 //     control byte or non-ASCII byte, and is never "." or "..".
 //   - Every Redis key built here is touched only by single-key atomic
-//     operations, so the schema works unchanged on Redis Cluster.
+//     operations, except the keys of one alarm shard, which share the hash
+//     tag {<shard>} and are touched together; so the schema works unchanged
+//     on Redis Cluster.
 package wire

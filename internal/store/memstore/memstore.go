@@ -54,6 +54,7 @@ type Store struct {
 	nonces     map[string]expiring            // nonce id -> when it was used
 	noncePrune int                            // prune nonces when the map reaches this size
 	slots      map[string]map[string]expiring // token id -> session id -> slot
+	alarms     [wire.AlarmShards]alarmShard   // alarms.go
 
 	started bool
 	kick    chan struct{} // wakes the reaper to recompute its deadline
@@ -95,6 +96,7 @@ type index struct {
 var _ interface {
 	store.Store
 	store.Reaper
+	store.Alarms
 } = (*Store)(nil)
 
 // New returns a Store. It starts nothing; call Start for expiry
@@ -247,6 +249,7 @@ func (s *Store) Flush() {
 	clear(s.owned)
 	clear(s.nonces)
 	clear(s.slots)
+	s.alarms = [wire.AlarmShards]alarmShard{}
 	s.mu.Unlock()
 	s.invalidate(store.Invalidation{All: true})
 }

@@ -384,3 +384,14 @@ func TestRestartFence(t *testing.T) {
 		t.Fatalf("claim right after a restart = %q, %v; want the fence", h, err)
 	}
 }
+
+func TestAlarmConformance(t *testing.T) {
+	srv := redistest.Start(t)
+	adm := admin(t, srv)
+	storetest.RunAlarms(t, func(t *testing.T, opts store.Options) storetest.Harness {
+		if err := adm.Do(context.Background(), adm.B().Flushall().Build()).Error(); err != nil {
+			t.Fatal(err)
+		}
+		return storetest.Harness{Store: open(t, Config{Options: opts, URL: srv.URL})}
+	})
+}
