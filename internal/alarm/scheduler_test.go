@@ -57,14 +57,14 @@ func (f *stepDeliverer) Deliver(ctx context.Context, namespace, id string, d wir
 
 // rig is a scheduler on a memory store with a fake clock and a stepDeliverer.
 type rig struct {
-	t     *testing.T
-	clk   *clock.Fake
-	st    *memstore.Store
-	d     *stepDeliverer
-	s     *Scheduler
-	mset  *metrics.Set
-	stop  context.CancelFunc
-	done  chan struct{}
+	t    *testing.T
+	clk  *clock.Fake
+	st   *memstore.Store
+	d    *stepDeliverer
+	s    *Scheduler
+	mset *metrics.Set
+	stop context.CancelFunc
+	done chan struct{}
 }
 
 func newRig(t *testing.T, tweak func(*Config)) *rig {
