@@ -45,6 +45,11 @@ func (h *Host) serve(rc *fasthttp.RequestCtx, rest []byte) {
 		h.writeError(rc, fasthttp.StatusBadRequest, "invalid id: "+e.Error(), "id")
 		return
 	}
+	if lease != nil && isAlarmDelivery(rc, rest) {
+		// Admitted with the worker's secret: only a pinboard sends this.
+		h.serveAlarmRequest(rc, idb, lease)
+		return
+	}
 
 	c := h.ctxPool.Get().(*Ctx)
 	e := h.table.match(rest, &c.vals)
