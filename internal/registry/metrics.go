@@ -26,7 +26,8 @@ const (
 	epHealthz    = "healthz"
 )
 
-var endpoints = []string{epRegister, epHeartbeat, epRelease, epDeregister, epPush, epWorkers, epOverview, epHealthz}
+var endpoints = []string{epRegister, epHeartbeat, epRelease, epDeregister, epPush, epWorkers, epOverview, epHealthz,
+	epAlarmSet, epAlarmDelete, epAlarmList, epAlarmsDead}
 
 // codes are the status codes the registry answers; anything else is
 // counted as code="other".
@@ -58,6 +59,8 @@ type registryMetrics struct {
 	reapedSessions    *metrics.Counter
 	reapedPlacements  *metrics.Counter
 	sweepErrors       *metrics.Counter
+	alarmsSet         *metrics.Counter
+	alarmRefused      *metrics.Counter
 
 	liveWorkers *metrics.Gauge
 	sessions    *metrics.Gauge
@@ -145,6 +148,8 @@ func newRegistryMetrics(set *metrics.Set, maxSeries int) *registryMetrics {
 	m.reapedSessions = set.NewCounter(`pinned_registry_reaped_sessions_total`)
 	m.reapedPlacements = set.NewCounter(`pinned_registry_reaped_placements_total`)
 	m.sweepErrors = set.NewCounter(`pinned_registry_sweep_errors_total`)
+	m.alarmsSet = set.NewCounter(`pinned_registry_alarms_set_total`)
+	m.alarmRefused = set.NewCounter(`pinned_registry_alarm_calls_refused_total`)
 	m.liveWorkers = set.NewGauge(`pinned_registry_live_workers`, nil)
 	m.sessions = set.NewGauge(`pinned_registry_sessions`, nil)
 	m.storeUp = set.NewGauge(`pinned_registry_store_up`, nil)
