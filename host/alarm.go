@@ -2,7 +2,6 @@ package host
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"log/slog"
 	"runtime/debug"
@@ -317,17 +316,4 @@ func (h *Host) DeadAlarms() []DeadAlarm {
 		return nil
 	}
 	return h.alarms.deadLetters()
-}
-
-// errorMessage is the "error" member of a JSON wire.Error body, or the body
-// itself (bounded) when it is not one.
-func errorMessage(body []byte) string {
-	var e wire.Error
-	if json.Unmarshal(body, &e) == nil && e.Error != "" {
-		return e.Error
-	}
-	if len(body) > 200 {
-		body = body[:200]
-	}
-	return string(body)
 }

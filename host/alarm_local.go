@@ -287,7 +287,7 @@ func (h *Host) deliverLocal(id string, d wire.AlarmDelivery) (int, string) {
 	var rc fasthttp.RequestCtx
 	rc.Init(&req, nil, nil)
 	h.runAlarm(&rc, []byte(id), nil, d)
-	return rc.Response.StatusCode(), errorMessage(rc.Response.Body())
+	return rc.Response.StatusCode(), wire.ErrorText(rc.Response.Body())
 }
 
 // alarmHeap orders alarms by due time, then by the order they were set.

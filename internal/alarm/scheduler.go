@@ -102,6 +102,19 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Store == nil || c.Deliverer == nil {
 		return c, errors.New("alarm: Config.Store and Config.Deliverer are required")
 	}
+	return c.settings()
+}
+
+// CheckSettings validates c's settings (everything but Store and
+// Deliverer) as New would, so that a configuration error is reported
+// before anything starts.
+func CheckSettings(c Config) error {
+	_, err := c.settings()
+	return err
+}
+
+// settings validates the settings and fills in their defaults.
+func (c Config) settings() (Config, error) {
 	for name, v := range map[string]int64{
 		"PollInterval": int64(c.PollInterval), "Claim": int64(c.Claim), "DeliveryTimeout": int64(c.DeliveryTimeout),
 		"StoreTimeout": int64(c.StoreTimeout), "Concurrency": int64(c.Concurrency), "Batch": int64(c.Batch),

@@ -91,6 +91,9 @@ type Settings struct {
 	// variables (limits.go); zero fields mean the proxy package's defaults.
 	Proxy    proxy.Config
 	Endpoint proxy.EndpointConfig
+	// Alarms holds the alarm scheduler's settings and the per-instance
+	// alarm cap (alarms.go); zero fields mean the defaults.
+	Alarms AlarmSettings
 }
 
 // ParseSettings reads flags (args, without the program name) and the
@@ -127,10 +130,14 @@ func ParseSettings(args []string, getenv func(string) string, usage io.Writer) (
 	format := fs.String("log-format", env(EnvLogFormat, "text"), "text or json ("+EnvLogFormat+")")
 	fs.BoolVar(&s.Dev, "dev", false, "development mode: in-memory store, generated token printed at start")
 	proxyLimits := addProxyFlags(fs, getenv, &s)
+	alarmSettings := addAlarmFlags(fs, getenv, &s)
 	if err := fs.Parse(args); err != nil {
 		return s, err
 	}
 	if err := proxyLimits(); err != nil {
+		return s, err
+	}
+	if err := alarmSettings(); err != nil {
 		return s, err
 	}
 	if fs.NArg() > 0 {

@@ -20,13 +20,14 @@ import (
 	"github.com/valyala/fasthttp/pprofhandler"
 
 	"github.com/pinned-go/pinned/clock"
+	"github.com/pinned-go/pinned/internal/alarm"
+	"github.com/pinned-go/pinned/internal/registry"
 	"github.com/pinned-go/pinned/internal/store"
 	"github.com/pinned-go/pinned/internal/store/memstore"
 	"github.com/pinned-go/pinned/internal/store/redisstore"
 	"github.com/pinned-go/pinned/internal/wire"
 	"github.com/pinned-go/pinned/metricshttp"
 	"github.com/pinned-go/pinned/proxy"
-	"github.com/pinned-go/pinned/internal/registry"
 )
 
 // DataPlane is the handler for every public request that is not a registry
@@ -112,6 +113,9 @@ type Pinboard struct {
 	public, admin *fasthttp.Server
 	invalidate    atomic.Pointer[func(store.Invalidation)]
 
+	sched *alarm.Scheduler // nil without a store that keeps alarms or a resolver to deliver them
+	deliv *alarmDeliverer
+
 	mu         sync.Mutex
 	publicAddr string
 	adminAddr  string
@@ -144,19 +148,21 @@ func New(cfg Config) (*Pinboard, error) {
 		p.st, p.redis = r, r
 	}
 	reg, err := registry.New(registry.Config{
-		Store:               p.st,
-		Tokens:              cfg.Tokens,
-		Lease:               cfg.Lease,
-		AdvertiseNetworks:   cfg.AdvertiseNetworks,
-		AdvertisePorts:      cfg.AdvertisePorts,
-		NonceTTL:            cfg.NonceTTL,
-		RegisterIPLimit:     cfg.RegisterIPLimit,
-		RegisterTokenLimit:  cfg.RegisterTokenLimit,
-		AuthFailureLimit:    cfg.AuthFailureLimit,
-		MaxSessionsPerToken: cfg.MaxSessionsPerToken,
-		MaxTrackedClients:   cfg.MaxTrackedClients,
-		Clock:               p.clock,
-		Logger:              root,
+		Store:                p.st,
+		Tokens:               cfg.Tokens,
+		Lease:                cfg.Lease,
+		AdvertiseNetworks:    cfg.AdvertiseNetworks,
+		AdvertisePorts:       cfg.AdvertisePorts,
+		NonceTTL:             cfg.NonceTTL,
+		RegisterIPLimit:      cfg.RegisterIPLimit,
+		RegisterTokenLimit:   cfg.RegisterTokenLimit,
+		AuthFailureLimit:     cfg.AuthFailureLimit,
+		MaxSessionsPerToken:  cfg.MaxSessionsPerToken,
+		MaxTrackedClients:    cfg.MaxTrackedClients,
+		MaxAlarmsPerInstance: cfg.Alarms.MaxAlarmsPerInstance,
+		OnAlarmSet:           p.nudgeAlarms,
+		Clock:                p.clock,
+		Logger:               root,
 	})
 	if err != nil {
 		p.st.Close()
@@ -183,6 +189,10 @@ func New(cfg Config) (*Pinboard, error) {
 			handler = g.Guard(handler)
 		}
 		handler = dispatch(handler, dp.Handle)
+	}
+	if err := p.newAlarmScheduler(root); err != nil {
+		p.st.Close()
+		return nil, err
 	}
 	if ns, ok := p.dp.(interface{ NewServer() *fasthttp.Server }); ok {
 		// The data plane's server (the proxy's: streamed request bodies,
@@ -372,6 +382,12 @@ func (p *Pinboard) Run(ctx context.Context) error {
 		p.mem.Start()
 	}
 	wg.Go(func() { _ = p.reg.Run(bg) })
+	if p.sched != nil {
+		wg.Go(func() {
+			_ = p.sched.Run(bg) // returns once its deliveries in flight have finished
+			p.deliv.close()
+		})
+	}
 	if r, ok := p.dp.(interface{ Run(context.Context) error }); ok {
 		wg.Go(func() {
 			if err := r.Run(bg); err != nil {

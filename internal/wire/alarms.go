@@ -1,6 +1,7 @@
 package wire
 
 import (
+	"encoding/json"
 	"errors"
 	"hash/fnv"
 	"strconv"
@@ -361,4 +362,18 @@ func SplitAlarmMember(m string) (ns, id, name string, ok bool) {
 		return "", "", "", false
 	}
 	return ns, id, m[last+1:], true
+}
+
+// ErrorText is the "error" member of a JSON Error body, or the body itself
+// (at most 200 bytes) when it is not one: what a dead letter records of a
+// failed delivery's answer.
+func ErrorText(body []byte) string {
+	var e Error
+	if json.Unmarshal(body, &e) == nil && e.Error != "" {
+		return e.Error
+	}
+	if len(body) > 200 {
+		body = body[:200]
+	}
+	return string(body)
 }
