@@ -141,6 +141,15 @@ var (
 	// ErrTooManyAlarms: the instance holds Config.MaxAlarmsPerInstance
 	// alarms already (the pinboard's limit in fleet mode).
 	ErrTooManyAlarms = errors.New("host: too many alarms for this instance")
+	// ErrAlarmNotHolder: the pinboard refused the call because this
+	// instance's session no longer holds its id (its lease ended, or the
+	// directory lost it). A handler returning it (or an error wrapping it)
+	// answers 503 lease + Retry-After: the proxy re-resolves the id.
+	ErrAlarmNotHolder = errors.New("host: this instance's session no longer holds its id")
+	// ErrAlarmUnavailable: the alarm could not be stored now (the pinboard
+	// or its store did not answer within Config.AlarmTimeout); a later try
+	// may succeed. A handler returning it answers 503 store + Retry-After.
+	ErrAlarmUnavailable = errors.New("host: the alarm store is unavailable; retry later")
 )
 
 // SetAlarm sets the alarm name of the instance to fire at at, replacing an

@@ -373,6 +373,7 @@ type fakeAlarmWorker struct {
 	mu     sync.Mutex
 	alarms map[string]Alarm // "<id>/<name>"
 	calls  []string         // op ns id session
+	fail   error            // SetAlarm's answer when set
 }
 
 func (w *fakeAlarmWorker) record(ctx context.Context, op, ns, id string) {
@@ -385,6 +386,9 @@ func (w *fakeAlarmWorker) SetAlarm(ctx context.Context, ns, id string, a Alarm) 
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.record(ctx, "set", ns, id)
+	if w.fail != nil {
+		return fmt.Errorf("scripted: %w", w.fail)
+	}
 	w.alarms[id+"/"+a.Name] = a
 	return nil
 }
@@ -493,4 +497,21 @@ func TestFleetAlarmWithoutAlarmStore(t *testing.T) {
 	w := newFakeWorker()
 	ts, _ := newFleetRingHost(t, w, true)
 	ts.expect(501, "POST", "/r/x/set?name=tick&at=5000", wire.HeaderProxySecret, w.secret)
+}
+
+// A handler whose SetAlarm failed because the instance no longer holds its
+// id, or the store is unreachable, answers 503 + Retry-After (lease, store):
+// retry later, elsewhere.
+func TestFleetAlarmUnavailableIs503(t *testing.T) {
+	w := &fakeAlarmWorker{fakeWorker: newFakeWorker(), alarms: map[string]Alarm{}}
+	ts, _ := newFleetRingHost(t, w, true)
+	for _, c := range []struct {
+		err    error
+		reason string
+	}{{ErrAlarmNotHolder, wire.ReasonLease}, {ErrAlarmUnavailable, wire.ReasonStore}} {
+		w.mu.Lock()
+		w.fail = c.err
+		w.mu.Unlock()
+		ts.expect503(c.reason, "POST", "/r/x/set?name=tick&at=5000", wire.HeaderProxySecret, w.secret)
+	}
 }

@@ -160,6 +160,10 @@ func (h *Host) handlerError(c *Ctx, err error) {
 	switch {
 	case errors.As(err, &he):
 		h.writeError(rc, he.Status, he.Message, he.Field)
+	case errors.Is(err, ErrAlarmNotHolder): // alarm.go: the directory no longer places the id here
+		h.reject(rc, wire.ReasonLease)
+	case errors.Is(err, ErrAlarmUnavailable):
+		h.reject(rc, wire.ReasonStore)
 	case c.inst.ctx.Err() != nil && !panicked:
 		// The instance was aborted under the handler: the outcome is unknown.
 		h.reject(rc, wire.ReasonAborted)

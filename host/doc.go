@@ -156,6 +156,8 @@
 //	503 lease           no valid lease, or a stale session header (fleet mode)
 //	503 aborted         the instance was aborted under the handler: the
 //	                    request may have had effects; not retried by the proxy
+//	503 lease, store    a handler returned ErrAlarmNotHolder (the directory no
+//	                    longer places the id here) or ErrAlarmUnavailable
 //
 // # Fleet mode
 //

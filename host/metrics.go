@@ -37,7 +37,7 @@ const rejectInvalidID = "invalid_id"
 
 var rejectReasons = [...]string{
 	wire.ReasonCapacity, wire.ReasonDraining, wire.ReasonClosing, wire.ReasonLease,
-	wire.ReasonForbidden, wire.ReasonAborted, rejectInvalidID,
+	wire.ReasonForbidden, wire.ReasonAborted, rejectInvalidID, wire.ReasonStore,
 }
 
 func rejectIndex(reason string) int {

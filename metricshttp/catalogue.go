@@ -9,7 +9,7 @@ var catalogue = []Family{
 	{"pinned_activations_total", "counter", "namespace", "host", "instances whose setup succeeded"},
 	{"pinned_evictions_total", "counter", "namespace, reason", "host", "instances that ended, by why: idle, abort, drain, wind_down, lease, close (Host.Close), other"},
 	{"pinned_aborts_total", "counter", "namespace", "host", "instances aborted (Instance.Abort, a handler panic, lease loss, a close deadline)"},
-	{"pinned_rejections_total", "counter", "namespace, reason", "host", "requests the host refused: capacity (503, MaxInstances), draining (503, new id on a draining worker), closing (503), lease (503, no valid lease), forbidden (403, missing or wrong proxy secret), aborted (503), invalid_id (400)"},
+	{"pinned_rejections_total", "counter", "namespace, reason", "host", "requests the host refused: capacity (503, MaxInstances), draining (503, new id on a draining worker), closing (503), lease (503, no valid lease), forbidden (403, missing or wrong proxy secret), aborted (503), invalid_id (400), store (503, a handler's alarm call found the pinboard's store unavailable)"},
 	{"pinned_request_duration_seconds", "histogram", "namespace", "host", "from fasthttp's request time to the handler's end (a stream's first step)"},
 	{"pinned_open_streams", "gauge", "namespace", "host", "response streams in progress"},
 	{"pinned_open_websockets", "gauge", "namespace", "host", "websockets in progress"},

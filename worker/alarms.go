@@ -13,11 +13,6 @@ import (
 	"github.com/pinned-go/pinned/internal/wire"
 )
 
-// ErrNotHolder is returned (wrapped) by the alarm calls when the pinboard
-// refused them because the session they name no longer holds the instance
-// (its lease ended, or the id was placed elsewhere).
-var ErrNotHolder = errors.New("the session does not hold the instance")
-
 // ErrAlarmRefused is returned (wrapped) by the alarm calls for any other
 // refusal a retry cannot fix (an invalid alarm, a wrong token, a pinboard
 // that keeps no alarms).
@@ -35,7 +30,8 @@ var _ host.AlarmStore = (*Worker)(nil)
 // SetAlarm implements host.AlarmStore: POST /registry/alarms/set for the
 // session ctx carries (SessionOf; the host passes the instance's context),
 // else the current one. The pinboard stores the alarm only while that
-// session holds the placement of (namespace, id).
+// session holds the placement of (namespace, id) (host.ErrAlarmNotHolder
+// otherwise).
 func (w *Worker) SetAlarm(ctx context.Context, namespace, id string, a host.Alarm) error {
 	body := wire.AlarmSetRequest{SessionID: w.alarmSession(ctx), Namespace: namespace, ID: id, Alarm: wire.Alarm{
 		Name: a.Name, AtMs: a.At.UnixMilli(), EveryMs: a.Every.Milliseconds(), SkipMissed: a.SkipMissed,
@@ -110,7 +106,7 @@ func (w *Worker) alarmCall(ctx context.Context, path string, body any) ([]byte, 
 			return nil, fmt.Errorf("%s: %w: %s (set Config.Token to the pinboard's token)", path, ErrAlarmRefused, rep.describe())
 		case rep.err == nil && rep.status == fasthttp.StatusConflict && rep.field() == "sessionId":
 			w.m.alarmCalls[resultRefused].Inc()
-			return nil, fmt.Errorf("%s: %w: %s", path, ErrNotHolder, rep.describe())
+			return nil, fmt.Errorf("%s: %w: %s", path, host.ErrAlarmNotHolder, rep.describe())
 		case rep.err == nil && rep.status == fasthttp.StatusConflict && rep.field() == "alarm":
 			w.m.alarmCalls[resultRefused].Inc()
 			return nil, fmt.Errorf("%s: %w: %s", path, host.ErrTooManyAlarms, rep.describe())
@@ -124,7 +120,7 @@ func (w *Worker) alarmCall(ctx context.Context, path string, body any) ([]byte, 
 		case <-t.C():
 		case <-ctx.Done():
 			t.Stop()
-			return nil, fmt.Errorf("%s: %w (last answer: %s)", path, context.Cause(ctx), rep.describe())
+			return nil, fmt.Errorf("%s: %w: %w (last answer: %s)", path, host.ErrAlarmUnavailable, context.Cause(ctx), rep.describe())
 		}
 		wait = min(2*wait, alarmRetryMax)
 	}

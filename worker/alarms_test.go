@@ -124,7 +124,7 @@ func TestAlarmCalls(t *testing.T) {
 		answer func(*fasthttp.RequestCtx)
 		want   error
 	}{
-		{status(409, "not the holder", "sessionId"), ErrNotHolder},
+		{status(409, "not the holder", "sessionId"), host.ErrAlarmNotHolder},
 		{status(409, "too many", "alarm"), host.ErrTooManyAlarms},
 		{status(400, "bad name", "alarm.name"), ErrAlarmRefused},
 		{status(501, "no alarms here", ""), ErrAlarmRefused},
@@ -157,8 +157,8 @@ func TestAlarmCallRetriesWithinItsContext(t *testing.T) {
 	tctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
 	defer cancel()
 	err := w.SetAlarm(tctx, "/counter", "x", host.Alarm{Name: "a", At: time.UnixMilli(1)})
-	if !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("SetAlarm while the pinboard fails = %v; want the context's deadline", err)
+	if !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, host.ErrAlarmUnavailable) {
+		t.Fatalf("SetAlarm while the pinboard fails = %v; want the context's deadline and host.ErrAlarmUnavailable", err)
 	}
 	if n := len(p.recorded()); n < 2 {
 		t.Errorf("%d calls before the deadline; want retries", n)

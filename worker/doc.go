@@ -124,10 +124,11 @@
 // Instance.SetAlarm, DeleteAlarm and Alarms become POST
 // /registry/alarms/{set,delete,list} naming the session of the instance's
 // lease (SessionOf), and the pinboard accepts them only while that session
-// holds the id's placement (409 otherwise: ErrNotHolder). Transport errors,
-// 5xx and 429 are retried within the caller's context (host.Config
-// AlarmTimeout) after 100 ms doubling to 1 s; other refusals return at once
-// (ErrAlarmRefused, host.ErrTooManyAlarms). The pinboard delivers due
+// holds the id's placement (409 otherwise: host.ErrAlarmNotHolder, which a
+// handler turns into 503 lease). Transport errors, 5xx and 429 are retried
+// within the caller's context (host.Config AlarmTimeout) after 100 ms
+// doubling to 1 s, then host.ErrAlarmUnavailable (503 store); other refusals
+// return at once (ErrAlarmRefused, host.ErrTooManyAlarms). The pinboard delivers due
 // alarms to the worker holding the id like any proxied request; Admit
 // checks them the same way.
 //

@@ -88,9 +88,9 @@ func (d *alarmDeliverer) Deliver(ctx context.Context, ns, id string, a wire.Alar
 		deadline = time.Now().Add(alarm.DefaultDeliveryTimeout)
 	}
 	if err := d.client.DoDeadline(req, resp, deadline); err != nil {
+		d.res.Invalidate(name, ep) // the next delivery re-reads the placement
 		var op *net.OpError
 		if errors.Is(err, fasthttp.ErrDialTimeout) || errors.As(err, &op) && op.Op == "dial" {
-			d.res.Invalidate(name, ep)
 			return 0, notDelivered("cannot reach the worker at %s: %v", ep.Addr, err)
 		}
 		return 0, fmt.Errorf("delivery to the worker at %s: %w", ep.Addr, err) // it may have run
