@@ -53,7 +53,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) int {
 	fs.StringVar(&o.PinGen, "pin-gen", "", "taskset CPU list for loadgen (default: not pinned)")
 	fs.StringVar(&o.PinProxy, "pin-proxy", "", "taskset CPU list for pinboard, nginx, HAProxy")
 	fs.StringVar(&o.PinBackend, "pin-backend", "", "taskset CPU list for counter workers and redis-server")
-	fs.IntVar(&o.Workers, "workers", 0, "fleet workers in the activation suite (default 2)")
+	fs.IntVar(&o.Workers, "workers", 0, "fleet workers in the activation and alarms suites (default 2)")
 	fs.StringVar(&o.PinboardB, "pinboard-b", "", "a second pinboard binary alternated with the built one (before/after)")
 	workloads := fs.String("workloads", "", "proxy suite: comma-separated workloads to run (closed-64, closed-256, open-12k, cost-5k; default all)")
 	if err := fs.Parse(args); err != nil {
