@@ -1,5 +1,5 @@
 // Package store is the pinboard's shared directory: worker sessions,
-// control-message queues and placements. Store is implemented twice, on Redis
+// control-message queues, placements and (Alarms, optional) durable alarms. Store is implemented twice, on Redis
 // (redisstore, via rueidis) and in memory (memstore, for `pinboard -dev` and
 // unit tests); one conformance suite (storetest) runs against both.
 //

@@ -62,7 +62,7 @@ const (
 	ReasonNoWorker    = "no_worker"   // proxy: no live, undrained worker serves the namespace
 	ReasonUnreachable = "unreachable" // proxy: worker could not be reached; request provably not sent
 	ReasonOverloaded  = "overloaded"  // proxy: per-worker queue full or queue timeout
-	ReasonStore       = "store"       // proxy: the directory (Redis) could not be read
+	ReasonStore       = "store"       // proxy: the directory (Redis) could not be read; host: an alarm call found it unavailable
 )
 
 // Registry NACK values, sent as 409 {"nack": ...}.

@@ -4,7 +4,9 @@
 // an injected clock, owner-checked heartbeats that never re-create a session,
 // supersede-by-clientId-or-URL, exactly-once take-all message queues,
 // SET NX / compare-and-set / compare-and-delete placements, a placement index
-// per session that Reap uses to collect dead sessions' placements.
+// per session that Reap uses to collect dead sessions' placements, and
+// alarms in per-shard maps (alarms.go; claims scan a shard, which suits
+// `pinboard -dev`, not large alarm sets).
 //
 // # Invariants
 //

@@ -2,7 +2,9 @@
 // store.Reaper), on rueidis. It works on a single Redis node and on Redis
 // Cluster unchanged: every command and every Lua script touches exactly one
 // key (the layout is documented in internal/wire/keys.go and the registry
-// package doc), so nothing depends on two keys sharing a slot. It needs
+// package doc), so nothing depends on two keys sharing a slot, except the
+// alarm scripts (alarms.go), whose keys all belong to one alarm shard and
+// share its hash tag {<shard>}. It needs
 // Redis ≥ 6.2 (RESP3 client tracking, ZADD GT, SET GET).
 //
 // # Operations
@@ -52,6 +54,13 @@
 //     (NOSCRIPT after a restart or SCRIPT FLUSH) is re-run alone, which
 //     loads it.
 //   - Release and Reap: compare-and-delete script, then unindex.
+//   - Alarms (store.Alarms): one script per call on the instance's shard:
+//     set (cap check, HSET record, ZADD due, SADD index), delete, list (the
+//     index, then each record and score), claim (ZRANGEBYSCORE due ≤ now,
+//     HMGET the records, one ZADD moving them all to the claim's end, the
+//     earliest score left), finish (compare the record, then remove or
+//     rewrite and reschedule, and add a dead letter, dropping the oldest
+//     beyond the cap); dead letters: one script per shard, pipelined.
 //   - Unindex is always "HDEL, then GET the placement, and index again if it
 //     names this session". Together with "index again after every winning
 //     write" this keeps the invariant "a placement naming session S is in
