@@ -129,74 +129,68 @@ func mintGen() string {
 	return fmt.Sprintf("%x", b)
 }
 
-func (r *Registry) alarmSet(ctx *fasthttp.RequestCtx, _ string) int {
+// holderCall serves one of the worker's alarm calls: the store must keep
+// alarms (501), the body must parse (400), and the session it names must
+// hold the placement (holds); then fn answers with the store context.
+func holderCall[T any](r *Registry, ctx *fasthttp.RequestCtx, parse func([]byte) (T, *badRequest), inst func(T) (sid, ns, id string),
+	fn func(sctx context.Context, req T) int) int {
 	if code, off := r.noAlarms(ctx); off {
 		return code
 	}
-	req, e := decodeRequest(ctx, parseAlarmSet)
+	req, e := decodeRequest(ctx, parse)
 	if e != nil {
 		return writeBad(ctx, e)
 	}
 	sctx, cancel := r.storeContext()
 	defer cancel()
-	if code, ok := r.holds(ctx, sctx, req.SessionID, req.Namespace, req.ID); !ok {
+	sid, ns, id := inst(req)
+	if code, ok := r.holds(ctx, sctx, sid, ns, id); !ok {
 		return code
 	}
-	a := req.Alarm.Normalized(mintGen())
-	err := r.alarms.SetAlarm(sctx, req.Namespace, req.ID, a, r.maxAlarms)
-	switch {
-	case errors.Is(err, store.ErrTooManyAlarms):
-		r.m.alarmRefused.Inc()
-		return writeError(ctx, fasthttp.StatusConflict, fmt.Sprintf("the instance already holds %d alarms, the most allowed; delete one first", r.maxAlarms), "alarm")
-	case err != nil:
-		return r.storeFailed(ctx, "set alarm", err)
-	}
-	r.m.alarmsSet.Inc()
-	if r.onAlarmSet != nil {
-		r.onAlarmSet(wire.AlarmShard(wire.PlacementName(req.Namespace, req.ID)), a.AtMs)
-	}
-	r.log.Debug("alarm set", "namespace", req.Namespace, "instance", req.ID, "alarm", a.Name, "atMs", a.AtMs, "session", req.SessionID)
-	return writeJSON(ctx, fasthttp.StatusOK, wire.AlarmSetResponse{Gen: a.Gen})
+	return fn(sctx, req)
+}
+
+func (r *Registry) alarmSet(ctx *fasthttp.RequestCtx, _ string) int {
+	return holderCall(r, ctx, parseAlarmSet, func(q wire.AlarmSetRequest) (string, string, string) { return q.SessionID, q.Namespace, q.ID },
+		func(sctx context.Context, req wire.AlarmSetRequest) int {
+			a := req.Alarm.Normalized(mintGen())
+			err := r.alarms.SetAlarm(sctx, req.Namespace, req.ID, a, r.maxAlarms)
+			switch {
+			case errors.Is(err, store.ErrTooManyAlarms):
+				r.m.alarmRefused.Inc()
+				return writeError(ctx, fasthttp.StatusConflict, fmt.Sprintf("the instance already holds %d alarms, the most allowed; delete one first", r.maxAlarms), "alarm")
+			case err != nil:
+				return r.storeFailed(ctx, "set alarm", err)
+			}
+			r.m.alarmsSet.Inc()
+			if r.onAlarmSet != nil {
+				r.onAlarmSet(wire.AlarmShard(wire.PlacementName(req.Namespace, req.ID)), a.AtMs)
+			}
+			r.log.Debug("alarm set", "namespace", req.Namespace, "instance", req.ID, "alarm", a.Name, "atMs", a.AtMs, "session", req.SessionID)
+			return writeJSON(ctx, fasthttp.StatusOK, wire.AlarmSetResponse{Gen: a.Gen})
+		})
 }
 
 func (r *Registry) alarmDelete(ctx *fasthttp.RequestCtx, _ string) int {
-	if code, off := r.noAlarms(ctx); off {
-		return code
-	}
-	req, e := decodeRequest(ctx, parseAlarmDelete)
-	if e != nil {
-		return writeBad(ctx, e)
-	}
-	sctx, cancel := r.storeContext()
-	defer cancel()
-	if code, ok := r.holds(ctx, sctx, req.SessionID, req.Namespace, req.ID); !ok {
-		return code
-	}
-	deleted, err := r.alarms.DeleteAlarm(sctx, req.Namespace, req.ID, req.Name)
-	if err != nil {
-		return r.storeFailed(ctx, "delete alarm", err)
-	}
-	return writeJSON(ctx, fasthttp.StatusOK, wire.AlarmDeleteResponse{Deleted: deleted})
+	return holderCall(r, ctx, parseAlarmDelete, func(q wire.AlarmDeleteRequest) (string, string, string) { return q.SessionID, q.Namespace, q.ID },
+		func(sctx context.Context, req wire.AlarmDeleteRequest) int {
+			deleted, err := r.alarms.DeleteAlarm(sctx, req.Namespace, req.ID, req.Name)
+			if err != nil {
+				return r.storeFailed(ctx, "delete alarm", err)
+			}
+			return writeJSON(ctx, fasthttp.StatusOK, wire.AlarmDeleteResponse{Deleted: deleted})
+		})
 }
 
 func (r *Registry) alarmList(ctx *fasthttp.RequestCtx, _ string) int {
-	if code, off := r.noAlarms(ctx); off {
-		return code
-	}
-	req, e := decodeRequest(ctx, parseAlarmList)
-	if e != nil {
-		return writeBad(ctx, e)
-	}
-	sctx, cancel := r.storeContext()
-	defer cancel()
-	if code, ok := r.holds(ctx, sctx, req.SessionID, req.Namespace, req.ID); !ok {
-		return code
-	}
-	as, err := r.alarms.ListAlarms(sctx, req.Namespace, req.ID)
-	if err != nil {
-		return r.storeFailed(ctx, "list alarms", err)
-	}
-	return writeJSON(ctx, fasthttp.StatusOK, wire.AlarmListResponse{Alarms: as})
+	return holderCall(r, ctx, parseAlarmList, func(q wire.AlarmListRequest) (string, string, string) { return q.SessionID, q.Namespace, q.ID },
+		func(sctx context.Context, req wire.AlarmListRequest) int {
+			as, err := r.alarms.ListAlarms(sctx, req.Namespace, req.ID)
+			if err != nil {
+				return r.storeFailed(ctx, "list alarms", err)
+			}
+			return writeJSON(ctx, fasthttp.StatusOK, wire.AlarmListResponse{Alarms: as})
+		})
 }
 
 func (r *Registry) alarmsDead(ctx *fasthttp.RequestCtx, _ string) int {

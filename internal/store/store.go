@@ -285,38 +285,35 @@ type ClaimedAlarm struct {
 // DueMs (the due time is the sorted-set score).
 func EncodeAlarm(a wire.Alarm) string {
 	a.DueMs = 0
-	b, err := json.Marshal(a)
-	if err != nil { // a struct of strings, numbers and bools always encodes
-		panic(err)
-	}
-	return string(b)
+	return encodeJSON(a)
 }
 
 // DecodeAlarm parses a stored alarm record.
-func DecodeAlarm(s string) (wire.Alarm, error) {
-	var a wire.Alarm
-	if err := json.Unmarshal([]byte(s), &a); err != nil {
-		return a, fmt.Errorf("store: malformed alarm record: %w", err)
-	}
-	return a, nil
-}
+func DecodeAlarm(s string) (wire.Alarm, error) { return decodeJSON[wire.Alarm](s, "alarm record") }
 
 // EncodeDeadAlarm is the stored encoding of a dead letter (its JSON).
-func EncodeDeadAlarm(d wire.DeadAlarm) string {
-	b, err := json.Marshal(d)
+func EncodeDeadAlarm(d wire.DeadAlarm) string { return encodeJSON(d) }
+
+// DecodeDeadAlarm parses a stored dead letter.
+func DecodeDeadAlarm(s string) (wire.DeadAlarm, error) {
+	return decodeJSON[wire.DeadAlarm](s, "dead letter")
+}
+
+// encodeJSON encodes one of the wire structs, which always encode.
+func encodeJSON(v any) string {
+	b, err := json.Marshal(v)
 	if err != nil {
 		panic(err)
 	}
 	return string(b)
 }
 
-// DecodeDeadAlarm parses a stored dead letter.
-func DecodeDeadAlarm(s string) (wire.DeadAlarm, error) {
-	var d wire.DeadAlarm
-	if err := json.Unmarshal([]byte(s), &d); err != nil {
-		return d, fmt.Errorf("store: malformed dead letter: %w", err)
+func decodeJSON[T any](s, what string) (T, error) {
+	var v T
+	if err := json.Unmarshal([]byte(s), &v); err != nil {
+		return v, fmt.Errorf("store: malformed %s: %w", what, err)
 	}
-	return d, nil
+	return v, nil
 }
 
 // NewestDeadAlarms sorts dead letters newest first (ties by namespace, id,
