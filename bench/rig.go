@@ -279,7 +279,8 @@ func (r *rig) startNginx(backend string) (*proc, error) {
 
 // nginxConf: static upstream with keep-alive (no per-request connection
 // churn), HTTP/1.1 upstream, no access log, response buffering off for the
-// streamed bodies (/blob, read in 64 KiB pieces), request buffering off.
+// streamed bodies (/blob, read in 64 KiB pieces), request buffering off,
+// WebSocket upgrades passed on for /ws (nginx's documented setup).
 const nginxConf = `daemon off;
 master_process on;
 worker_processes auto;
@@ -308,6 +309,15 @@ http {
       proxy_http_version 1.1;
       proxy_set_header Connection "";
       proxy_request_buffering off;
+    }
+    location ~ /ws$ {
+      proxy_pass http://backend;
+      proxy_http_version 1.1;
+      proxy_set_header Upgrade $http_upgrade;
+      proxy_set_header Connection "upgrade";
+      proxy_read_timeout 300s;
+      proxy_send_timeout 300s;
+      proxy_buffering off;
     }
     location ~ /blob$ {
       proxy_pass http://backend;

@@ -14,7 +14,7 @@ import (
 
 // Defaults for the zero values of Config fields.
 const (
-	// DefaultMaxInstances bounds the live instances of one host (SPEC §3).
+	// DefaultMaxInstances bounds the live instances of one host.
 	DefaultMaxInstances = 10_000
 	// DefaultIdleTimeout is how long an instance may stay idle (no request,
 	// stream, websocket or task) before the sweep closes it. Five minutes

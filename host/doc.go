@@ -161,14 +161,16 @@
 //
 // # Fleet mode
 //
-// With Config.Worker set, New calls Worker.Attach, and every request first
-// passes Worker.Admit (secret and session headers), which returns the
-// current lease's context. An instance remembers the lease it was activated
-// under and its context derives from it, so lease loss cancels every
-// instance's context. A request whose lease differs from its instance's, or
-// whose instance's lease has ended, is not served by it: the instance is
-// aborted and the request answers 503 closing. New activations are refused
-// while Worker.Draining.
+// With Config.Worker set, New calls Worker.Attach (Close detaches), and
+// every request first passes Worker.Admit (secret and session headers),
+// which returns the current lease's context. The host relies on that
+// context alone for the lease: an instance remembers the lease it was
+// activated under and its context derives from it, so the lease's end
+// cancels every instance's context; Instance.Do asks the lease context's
+// Err inline before every effect. A request whose lease differs from its
+// instance's, or whose instance's lease has ended, is not served by it: the
+// instance is aborted and the request answers 503 closing. New activations
+// are refused while Worker.Draining.
 //
 // # Invariants
 //

@@ -55,7 +55,7 @@ type Host struct {
 	ns       string
 	nsSlash  string // ns + "/"
 	w        Worker
-	lc       LeaseChecker // w, when it implements LeaseChecker; else nil
+	detach   func() // from Worker.Attach; nil in local mode
 	newObj   func(*Instance) (any, error)
 	teardown func(any)
 	alarm    func(any, *AlarmCtx) error // Type.Alarm; nil: none
@@ -93,7 +93,8 @@ type Host struct {
 
 // New creates a host for object type T. It validates cfg and compiles
 // typ.Routes; it does no I/O and starts no goroutine (Start does). In fleet
-// mode (cfg.Worker != nil) it calls cfg.Worker.Attach with the new host.
+// mode (cfg.Worker != nil) it calls cfg.Worker.Attach with the new host;
+// Close detaches it.
 func New[T any](cfg Config, typ Type[T]) (*Host, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
@@ -111,7 +112,6 @@ func New[T any](cfg Config, typ Type[T]) (*Host, error) {
 		ns:         cfg.Namespace,
 		nsSlash:    cfg.Namespace + "/",
 		w:          cfg.Worker,
-		lc:         leaseChecker(cfg.Worker),
 		table:      tbl,
 		clock:      cfg.Clock,
 		log:        cfg.Logger.With("logger", "pinned.host", "namespace", cfg.Namespace),
@@ -147,10 +147,12 @@ func New[T any](cfg Config, typ Type[T]) (*Host, error) {
 	h.ctxPool.New = func() any { return new(Ctx) }
 	h.stopCtx, h.stopCancel = context.WithCancel(context.Background())
 	if h.w != nil {
-		if err := h.w.Attach(h); err != nil {
+		detach, err := h.w.Attach(h)
+		if err != nil {
 			h.stopCancel()
 			return nil, fmt.Errorf("host: cannot attach to worker: %w", err)
 		}
+		h.detach = detach
 	}
 	return h, nil
 }
@@ -186,8 +188,9 @@ func (h *Host) Start() error {
 // remaining instances are aborted. Every teardown runs exactly once and
 // Close returns only after all of them (a handler or task that ignores its
 // context's cancellation keeps Close waiting). It returns ctx's error when
-// it had to abort. Close is idempotent: later calls wait for the first one
-// (or their own ctx) and return its result.
+// it had to abort. In fleet mode it then detaches the host from its Worker.
+// Close is idempotent: later calls wait for the first one (or their own
+// ctx) and return its result.
 func (h *Host) Close(ctx context.Context) error {
 	h.closeOnce.Do(func() { h.closeErr = h.close(ctx) })
 	select {
@@ -232,6 +235,9 @@ func (h *Host) close(ctx context.Context) error {
 		<-all
 	}
 	h.stopCancel()
+	if h.detach != nil {
+		h.detach()
+	}
 	h.log.Info("host closed")
 	return err
 }
@@ -326,9 +332,3 @@ func (h *Host) CloseIdle(reason string) {
 }
 
 var _ Attached = (*Host)(nil)
-
-// leaseChecker returns w as a LeaseChecker, or nil.
-func leaseChecker(w Worker) LeaseChecker {
-	lc, _ := w.(LeaseChecker)
-	return lc
-}

@@ -135,9 +135,9 @@ func (inst *Instance) runTask(fn func(ctx context.Context) error) {
 // fn may read and write the object's state. Use it from websocket handlers,
 // tasks and concurrent routes. It returns ErrInstanceClosed (without
 // running fn) when the instance is aborted while waiting or has been torn
-// down, and, in fleet mode with a Worker that implements LeaseChecker, when
-// the lease the instance was activated under is no longer valid (checked
-// inline after the turn is taken, whether or not the worker has noticed).
+// down, and, in fleet mode, when the lease the instance was activated under
+// has ended (its context's Err, checked inline after the turn is taken,
+// whether or not the worker's watchdog has run).
 //
 // Do must not be called while the caller already holds the turn (from a
 // non-concurrent handler, a stream step of a non-concurrent route, or
@@ -150,7 +150,7 @@ func (inst *Instance) Do(fn func()) error {
 		return ErrInstanceClosed
 	}
 	defer inst.releaseTurn()
-	if lc := inst.h.lc; lc != nil && inst.lease != nil && !lc.LeaseValid(inst.lease) {
+	if inst.lease != nil && inst.lease.Err() != nil {
 		return ErrInstanceClosed
 	}
 	fn()

@@ -41,7 +41,8 @@ type exchange struct {
 	scratch  [64]byte
 
 	// Worker connection state, valid between acquire and release.
-	ep       *Endpoint
+	route    Route // where the current attempt was routed
+	ep       *endpoint
 	cc       pooledConn
 	conn     net.Conn
 	cw       countingConn
@@ -118,39 +119,24 @@ var (
 func (x *exchange) forward() bool {
 	p := x.p
 	ctx := x.ctx
-	var next *Endpoint // resolved after an unreachable worker, for the next attempt
+	var next Route // resolved after an unreachable worker, for the next attempt
 	for attempt := 1; ; attempt++ {
-		ep, err := next, error(nil)
-		next = nil
-		if ep == nil {
-			ep, err = p.resolver.Resolve(ctx, x.name)
-		}
-		if err == nil && ep == nil {
-			err = ErrNoWorker
+		rt, err := next, error(nil)
+		next = Route{}
+		if rt.Session == nil {
+			rt, err = p.route(ctx, x.name)
 		}
 		if err != nil {
-			if errors.Is(err, ErrNoWorker) {
-				p.reply(ctx, &p.replies.noWorker)
-			} else {
-				if p.errLog.Allow() {
-					p.log.Warn("cannot resolve placement", "name", string(x.name), "err", err)
-				}
-				p.reply(ctx, &p.replies.store)
-			}
+			p.resolveFailed(ctx, x.name, err)
 			return false
 		}
-		if ep.closed.Load() {
-			x.ep = ep
-			p.resolver.Invalidate(x.name, ep)
-			if attempt < p.cfg.MaxAttempts {
-				p.m.reresolves.Inc()
-				continue
-			}
-			p.m.unreachable.Inc()
-			p.reply(ctx, &p.replies.unreachable)
+		x.route = rt
+		ep, ok, err := p.admit(rt.Session)
+		if err != nil {
+			p.unusable(x, err)
 			return false
 		}
-		if !ep.admit() {
+		if !ok {
 			p.m.overloaded.Inc()
 			p.reply(ctx, &p.replies.overloaded)
 			return false
@@ -170,7 +156,7 @@ func (x *exchange) forward() bool {
 			p.m.retries.Inc()
 			continue
 		case outUnreachable:
-			if next = x.moved(ep, attempt); next != nil {
+			if next = x.moved(attempt); next.Session != nil {
 				p.m.reresolves.Inc()
 				continue
 			}
@@ -195,20 +181,60 @@ func (x *exchange) forward() bool {
 	}
 }
 
+// route returns the route of name: the resolver's cached one (Lookup, at
+// the request's time), else Resolve's. A route without a session is
+// ErrNoWorker.
+func (p *Proxy) route(ctx *fasthttp.RequestCtx, name []byte) (Route, error) {
+	if rt, ok := p.resolver.Lookup(name, ctx.Time()); ok && rt.Session != nil {
+		return rt, nil
+	}
+	rt, err := p.resolver.Resolve(ctx, name)
+	if err == nil && rt.Session == nil {
+		err = ErrNoWorker
+	}
+	return rt, err
+}
+
+// resolveFailed answers a request whose route could not be resolved: 503
+// no_worker for ErrNoWorker, 503 store for anything else.
+func (p *Proxy) resolveFailed(ctx *fasthttp.RequestCtx, name []byte, err error) {
+	if errors.Is(err, ErrNoWorker) {
+		p.reply(ctx, &p.replies.noWorker)
+		return
+	}
+	if p.errLog.Allow() {
+		p.log.Warn("cannot resolve placement", "name", string(name), "err", err)
+	}
+	p.reply(ctx, &p.replies.store)
+}
+
+// unusable answers a request routed to a session whose advertise URL the
+// proxy cannot use (err): the resolver hears of it like of an unreachable
+// worker, and the client gets 503 unreachable.
+func (p *Proxy) unusable(x *exchange, err error) {
+	p.resolver.Refused(x.name, x.route)
+	p.m.unreachable.Inc()
+	if p.errLog.Allow() {
+		p.log.Warn("cannot reach worker", "session", x.route.Session.ID, "err", err)
+	}
+	p.reply(x.ctx, &p.replies.unreachable)
+}
+
 // moved handles a worker that could not be reached (the request provably
-// did not leave): it tells the resolver, which re-checks the placement, and
-// returns the new holder's endpoint when the placement moved (the worker's
-// session was gone from the store) and the request can be sent again, or
-// nil: the worker is still the holder and the client gets 503 unreachable.
-func (x *exchange) moved(ep *Endpoint, attempt int) *Endpoint {
+// did not leave): it tells the resolver (Refused), which re-checks the
+// placement, and returns the new holder's route when the placement moved
+// (the worker's session was gone from the store) and the request can be
+// sent again, or a zero Route: the worker is still the holder and the
+// client gets 503 unreachable.
+func (x *exchange) moved(attempt int) Route {
 	p := x.p
-	p.resolver.Invalidate(x.name, ep)
+	p.resolver.Refused(x.name, x.route)
 	if attempt >= p.cfg.MaxAttempts || !x.replayable() {
-		return nil
+		return Route{}
 	}
 	next, err := p.resolver.Resolve(x.ctx, x.name)
-	if err != nil || next == nil || next == ep || next.closed.Load() {
-		return nil
+	if err != nil || next.Session == nil || next.Session.ID == x.route.Session.ID {
+		return Route{}
 	}
 	return next
 }
@@ -244,7 +270,7 @@ func (x *exchange) roundTrip(attempt int) outcome {
 			return outOverloaded
 		}
 		if p.errLog.Allow() {
-			p.log.Warn("cannot reach worker", "session", ep.Session, "addr", ep.Addr, "err", err)
+			p.log.Warn("cannot reach worker", "session", ep.id, "addr", ep.addr, "err", err)
 		}
 		return outUnreachable
 	}
@@ -277,7 +303,7 @@ func (x *exchange) roundTrip(attempt int) outcome {
 			return outUnreachable
 		}
 		if p.errLog.Allow() {
-			p.log.Warn("cannot send to worker", "session", ep.Session, "addr", ep.Addr, "err", err)
+			p.log.Warn("cannot send to worker", "session", ep.id, "addr", ep.addr, "err", err)
 		}
 		return outBadGateway
 	}
@@ -340,7 +366,7 @@ func (x *exchange) readHead(reused bool, attempt int) outcome {
 				return outResend
 			}
 			if p.errLog.Allow() {
-				p.log.Warn("no response from worker", "session", ep.Session, "addr", ep.Addr, "err", err)
+				p.log.Warn("no response from worker", "session", ep.id, "addr", ep.addr, "err", err)
 			}
 			return outBadGateway
 		}
@@ -350,7 +376,7 @@ func (x *exchange) readHead(reused bool, attempt int) outcome {
 		if err := rh.Read(x.br); err != nil {
 			x.drop()
 			if p.errLog.Allow() {
-				p.log.Warn("bad response head from worker", "session", ep.Session, "err", err)
+				p.log.Warn("bad response head from worker", "session", ep.id, "err", err)
 			}
 			return outBadGateway
 		}
@@ -362,7 +388,7 @@ func (x *exchange) readHead(reused bool, attempt int) outcome {
 		if s.responseFault() {
 			x.drop()
 			if p.errLog.Allow() {
-				p.log.Warn("ambiguous response framing from worker", "session", ep.Session)
+				p.log.Warn("ambiguous response framing from worker", "session", ep.id)
 			}
 			return outBadGateway
 		}
@@ -392,7 +418,7 @@ func (x *exchange) hostUnavailable(attempt int) outcome {
 	default:
 		return outOK
 	}
-	x.p.resolver.Invalidate(x.name, x.ep)
+	x.p.resolver.Refused(x.name, x.route)
 	if !x.replayable() || !x.retry(attempt) {
 		return outOK
 	}
@@ -429,7 +455,7 @@ func (x *exchange) setEndpointHeaders(attempt int) {
 		h.SetRequestURIBytes(x.uri)
 	}
 	if len(h.Host()) == 0 {
-		h.SetHost(ep.Addr)
+		h.SetHost(ep.addr)
 	}
 }
 
@@ -645,7 +671,7 @@ func (x *exchange) respond() bool {
 			x.drop()
 			p.m.badGateway.Inc()
 			if p.errLog.Allow() {
-				p.log.Warn("cannot read response body from worker", "session", x.ep.Session, "err", err)
+				p.log.Warn("cannot read response body from worker", "session", x.ep.id, "err", err)
 			}
 			p.reply(ctx, &p.replies.badGateway)
 			return false
@@ -805,7 +831,7 @@ func (x *exchange) CloseWithError(err error) error {
 	if err != nil || !x.eof {
 		x.drop()
 		if err != nil && !x.eof && x.p.errLog.Allow() {
-			x.p.log.Debug("stream ended early", "session", x.ep.Session, "err", err)
+			x.p.log.Debug("stream ended early", "session", x.ep.id, "err", err)
 		}
 	} else {
 		x.release()

@@ -162,15 +162,9 @@ func (w *worker) last() seenRequest {
 
 func (w *worker) url() string { return "http://" + w.addr }
 
-// endpoint makes an endpoint for w.
-func (w *worker) endpoint(t *testing.T, session, secret string, cfg proxy.EndpointConfig) *proxy.Endpoint {
-	t.Helper()
-	ep, err := proxy.NewEndpoint(cfg, session, secret, w.url())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(ep.Close)
-	return ep
+// session is a worker session on w.
+func (w *worker) session(id, secret string) *proxy.Session {
+	return &proxy.Session{ID: id, Secret: secret, AdvertiseURL: w.url()}
 }
 
 // tWriter sends log lines to the test log.
@@ -215,17 +209,17 @@ func startProxy(t *testing.T, r proxy.Resolver, mutate func(*proxy.Config)) *fro
 
 // setup starts a worker with h, an endpoint on it placed for namespace
 // "/counter", and a proxy in front.
-func setup(t *testing.T, h fasthttp.RequestHandler) (*worker, *front, *proxytest.Static, *proxy.Endpoint) {
+func setup(t *testing.T, h fasthttp.RequestHandler) (*worker, *front, *proxytest.Static, *proxy.Session) {
 	t.Helper()
 	return setupWith(t, h, nil)
 }
 
 // setupWith is setup with a hook on the proxy's Config.
-func setupWith(t *testing.T, h fasthttp.RequestHandler, mutate func(*proxy.Config)) (*worker, *front, *proxytest.Static, *proxy.Endpoint) {
+func setupWith(t *testing.T, h fasthttp.RequestHandler, mutate func(*proxy.Config)) (*worker, *front, *proxytest.Static, *proxy.Session) {
 	t.Helper()
 	w := startWorker(t, h)
 	res := proxytest.NewStatic()
-	ep := w.endpoint(t, "sess-1", "secret-1", proxy.EndpointConfig{})
+	ep := w.session("sess-1", "secret-1")
 	res.PlaceNamespace("/counter", ep)
 	f := startProxy(t, res, mutate)
 	return w, f, res, ep

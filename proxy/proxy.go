@@ -26,6 +26,7 @@ import (
 type Proxy struct {
 	cfg      Config
 	resolver Resolver
+	watcher  TunnelWatcher // the resolver, if it implements it
 	log      *slog.Logger
 	errLog   logthrottle.Every
 	m        proxyMetrics
@@ -36,9 +37,17 @@ type Proxy struct {
 	tunnelsOpen atomic.Int64
 	stripes     atomic.Uint32 // hands out upstream histogram stripes to new exchanges
 	tunnelsMu   sync.Mutex
-	tunnels     map[*tunnel]struct{}
+	tunnels     map[string]map[*tunnel]struct{} // registered tunnels by placement name
 	tunnelWG    sync.WaitGroup
 	closed      atomic.Bool
+
+	// eps is the table of the endpoints the proxy made, with the session
+	// each is attached to: for Close, the janitor and metrics. epMu also
+	// serialises making an endpoint (endpointFor) with retiring one (the
+	// janitor), so a Session never holds a retired endpoint once epMu is
+	// released.
+	epMu sync.Mutex
+	eps  map[*endpoint]*Session
 }
 
 // New makes a Proxy. It validates cfg and does no I/O.
@@ -51,8 +60,10 @@ func New(cfg Config) (*Proxy, error) {
 		resolver: cfg.Resolver,
 		log:      cfg.Logger.With("logger", "pinned.proxy"),
 		errLog:   logthrottle.Every{Interval: time.Second},
-		tunnels:  make(map[*tunnel]struct{}),
+		tunnels:  make(map[string]map[*tunnel]struct{}),
+		eps:      make(map[*endpoint]*Session),
 	}
+	p.watcher, _ = cfg.Resolver.(TunnelWatcher)
 	p.replies.build(&p.cfg)
 	p.m.register(p)
 	p.exchanges.New = func() any {
@@ -93,6 +104,7 @@ func (p *Proxy) Handler(ctx *fasthttp.RequestCtx) {
 
 func (p *Proxy) putExchange(x *exchange) {
 	x.ctx, x.ep, x.cc, x.conn, x.hijacked = nil, nil, nil, nil, nil
+	x.route = Route{}
 	x.cw.Conn = nil
 	x.name, x.target = nil, nil
 	x.stable, x.http10, x.bodyKind = false, false, bodyNone
@@ -386,26 +398,151 @@ func (p *Proxy) NewServer() *fasthttp.Server {
 	}
 }
 
-// Close closes every open tunnel and waits for them to end. The server must
-// have stopped first (fasthttp's Shutdown does not wait for hijacked
-// connections). Close is idempotent.
+// Close closes every open tunnel and waits for them to end, then closes the
+// idle connections of every worker endpoint. The server must have stopped
+// first (fasthttp's Shutdown does not wait for hijacked connections). Close
+// is idempotent.
 func (p *Proxy) Close() error {
 	p.closed.Store(true)
 	p.tunnelsMu.Lock()
-	ts := make([]*tunnel, 0, len(p.tunnels))
-	for t := range p.tunnels {
-		ts = append(ts, t)
+	var ts []*tunnel
+	for _, byName := range p.tunnels {
+		for t := range byName {
+			ts = append(ts, t)
+		}
 	}
 	p.tunnelsMu.Unlock()
 	for _, t := range ts {
 		t.close()
 	}
 	p.tunnelWG.Wait()
+	p.epMu.Lock()
+	eps := make([]*endpoint, 0, len(p.eps))
+	for e := range p.eps {
+		eps = append(eps, e)
+	}
+	p.epMu.Unlock()
+	for _, e := range eps {
+		e.client.CloseIdleConnections()
+	}
 	return nil
 }
 
-// OpenTunnels returns the number of open WebSocket tunnels.
+// CloseTunnels closes the open WebSocket tunnels of the placement name
+// ("/<ns>/<id>") whose worker session is not keep; keep "" closes every
+// tunnel of name. Call it when the placement moved to keep (or to nobody),
+// so that no client keeps talking to an instance that is no longer the
+// placed one. It does not wait for the tunnels to end.
+func (p *Proxy) CloseTunnels(name, keep string) {
+	p.tunnelsMu.Lock()
+	var ts []*tunnel
+	for t := range p.tunnels[name] {
+		if keep == "" || t.session.ID != keep {
+			ts = append(ts, t)
+		}
+	}
+	p.tunnelsMu.Unlock()
+	for _, t := range ts {
+		t.close()
+	}
+}
+
+// OpenTunnels returns the number of open WebSocket tunnels (with the
+// handshakes in progress, which count toward MaxTunnels).
 func (p *Proxy) OpenTunnels() int { return int(p.tunnelsOpen.Load()) }
+
+// Run runs the endpoint janitor until ctx ends, then returns nil. Every
+// EndpointSweepInterval it closes the endpoints (worker connection pools)
+// that had no request in flight, no open tunnel and no request since the
+// sweep before: those of worker sessions that are gone or no longer hold
+// anything this proxy serves. A later request for such a session simply
+// makes a fresh endpoint. Without Run, endpoints live until Close. Run owns
+// no other goroutine; call it once.
+func (p *Proxy) Run(ctx context.Context) error {
+	t := time.NewTicker(p.cfg.EndpointSweepInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+			p.sweepEndpoints()
+		}
+	}
+}
+
+// sweepEndpoints is one pass of the janitor: an endpoint used since the
+// last pass is only marked unused; one that stayed unused, with nothing in
+// flight and no tunnel, is retired, detached from its session and dropped
+// from the table, and its idle connections closed.
+func (p *Proxy) sweepEndpoints() {
+	var idle []*endpoint
+	p.epMu.Lock()
+	for e, s := range p.eps {
+		if e.used.Swap(false) || !e.retire() {
+			continue
+		}
+		s.ep.CompareAndSwap(e, nil)
+		delete(p.eps, e)
+		idle = append(idle, e)
+	}
+	p.epMu.Unlock()
+	for _, e := range idle {
+		e.client.CloseIdleConnections()
+		p.m.endpointsClosed.Inc()
+	}
+}
+
+// endpointFor returns the session's endpoint, making it (and attaching it to
+// s) when s has none or only a retired one. It fails only when the session's
+// advertise URL is unusable (wire.ParseAdvertiseURL).
+func (p *Proxy) endpointFor(s *Session) (*endpoint, error) {
+	p.epMu.Lock()
+	defer p.epMu.Unlock()
+	if e := s.ep.Load(); e != nil && !e.isRetired() {
+		return e, nil
+	}
+	e, err := newEndpoint(&p.cfg.Endpoint, s)
+	if err != nil {
+		return nil, err
+	}
+	s.ep.Store(e)
+	p.eps[e] = s
+	return e, nil
+}
+
+// endpointOf returns the session's endpoint: one atomic load once it exists.
+func (p *Proxy) endpointOf(s *Session) (*endpoint, error) {
+	if e := s.ep.Load(); e != nil {
+		return e, nil
+	}
+	return p.endpointFor(s)
+}
+
+// admit takes a place in the in-flight cap of the session's endpoint. It
+// returns the endpoint and whether the request was admitted (false: the
+// endpoint is full). An endpoint the janitor has just retired is replaced by
+// a fresh one: the janitor never fails a request.
+func (p *Proxy) admit(s *Session) (*endpoint, bool, error) {
+	e, err := p.endpointOf(s)
+	for err == nil {
+		switch e.admit() {
+		case admitted:
+			return e, true, nil
+		case full:
+			return e, false, nil
+		}
+		e, err = p.endpointFor(s)
+	}
+	return nil, false, err
+}
+
+// endpoints returns the number of endpoints in the table.
+func (p *Proxy) endpoints() int {
+	p.epMu.Lock()
+	defer p.epMu.Unlock()
+	return len(p.eps)
+}
 
 // slogLogger adapts the proxy's logger to fasthttp.Logger for the server's
 // own errors (parse failures answered 400 and the like), at debug level.

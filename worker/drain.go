@@ -104,13 +104,14 @@ func (l *loop) driveDrain(now clock.Instant) {
 	}
 	if mode == modeWindDown && deadline != 0 && !l.deadlineAborted && now.Wall().UnixMilli() >= deadline {
 		l.deadlineAborted = true
-		n := live(l.hosts)
-		for _, h := range l.hosts {
+		hosts := l.w.attached()
+		n := live(hosts)
+		for _, h := range hosts {
 			h.AbortAll(reasonWindDown)
 		}
 		l.log.Warn("wind_down deadline reached; remaining instances aborted", "instances", n, "reason", reasonWindDown)
 	}
-	if !l.drainComplete && live(l.hosts) == 0 {
+	if !l.drainComplete && live(l.w.attached()) == 0 {
 		l.drainComplete = true
 		l.log.Info("drain complete: no instance left", "mode", mode.String())
 	}

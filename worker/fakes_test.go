@@ -18,8 +18,8 @@ import (
 	"github.com/valyala/fasthttp"
 	"go.uber.org/goleak"
 
-	"github.com/pinned-go/pinned/host"
 	"github.com/pinned-go/pinned/clock"
+	"github.com/pinned-go/pinned/host"
 	"github.com/pinned-go/pinned/internal/testkit/logtest"
 	"github.com/pinned-go/pinned/internal/wire"
 )
@@ -523,7 +523,7 @@ func newHarness(t *testing.T, tweak ...func(*Config)) *harness {
 	w.hooks = &testHooks{idle: h.idle, poke: h.poke}
 	h.w = w
 	h.host = &fakeHost{ns: "/counter", cap: 100, w: w, clk: clk}
-	if err := w.Attach(h.host); err != nil {
+	if _, err := w.Attach(h.host); err != nil {
 		t.Fatal(err)
 	}
 	h.pb.host, h.pb.w = h.host, w

@@ -4,9 +4,10 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
+	"flag"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -27,11 +28,19 @@ func TestMain(m *testing.M) {
 
 const timeout = 10 * time.Second
 
+// env is the environment (as os.Environ) holding m.
+func env(m map[string]string) []string {
+	var e []string
+	for k, v := range m {
+		e = append(e, k+"="+v)
+	}
+	return e
+}
+
 func TestLoadOptions(t *testing.T) {
-	env := func(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
 	f := func(args []string, vars map[string]string, want string) {
 		t.Helper()
-		o, err := loadOptions(args, env(vars))
+		o, err := loadOptions(args, env(vars), io.Discard)
 		if err != nil {
 			t.Fatalf("loadOptions(%q, %v): %v", args, vars, err)
 		}
@@ -42,10 +51,32 @@ func TestLoadOptions(t *testing.T) {
 	f(nil, nil, "127.0.0.1:8080")
 	f(nil, map[string]string{"PINNED_LISTEN": "127.0.0.1:9"}, "127.0.0.1:9")
 	f([]string{"-listen", "127.0.0.1:7"}, map[string]string{"PINNED_LISTEN": "127.0.0.1:9"}, "127.0.0.1:7")
-	if _, err := loadOptions([]string{"-nope"}, env(nil)); err == nil {
+	if _, err := loadOptions([]string{"-nope"}, env(nil), io.Discard); err == nil {
 		t.Error("an unknown flag was accepted")
 	}
-	o, _ := loadOptions(nil, env(map[string]string{"PINNED_PINBOARD_URL": "http://127.0.0.1:1"}))
+	if _, err := loadOptions(nil, env(map[string]string{"PINNED_IDLE_TIMEOUT": "soon"}), io.Discard); err == nil || !strings.Contains(err.Error(), "PINNED_IDLE_TIMEOUT") {
+		t.Errorf("a bad PINNED_IDLE_TIMEOUT gave %v; want an error naming it", err)
+	}
+	o, err := loadOptions(nil, env(map[string]string{"PINNED_LISTEM": "x", "PINNED_FAULTS": "", "PINNED_TOKEN": "t"}), io.Discard)
+	if err != nil || len(o.unknown) != 1 || o.unknown[0].Name != "PINNED_LISTEM" || o.unknown[0].Near != "PINNED_LISTEN" {
+		t.Errorf("unknown variables %+v, %v; want PINNED_LISTEM (near PINNED_LISTEN) only", o.unknown, err)
+	}
+	var help strings.Builder
+	if _, err := loadOptions([]string{"-h"}, nil, &help); !errors.Is(err, flag.ErrHelp) {
+		t.Errorf("-h = %v; want flag.ErrHelp (exit 0)", err)
+	}
+	for _, want := range []string{
+		"-listen host:port (env PINNED_LISTEN, default 127.0.0.1:8080)",
+		"-idle-timeout duration (env PINNED_IDLE_TIMEOUT, default 5m0s)",
+		"-max-instances int (env PINNED_MAX_INSTANCES, default 10000)",
+		`-admin-listen host:port (env PINNED_ADMIN_LISTEN, default "")`,
+		`PINNED_TOKEN token (environment only, default "")`,
+	} {
+		if !strings.Contains(help.String(), want) {
+			t.Errorf("-h lacks %q:\n%s", want, help.String())
+		}
+	}
+	o, _ = loadOptions(nil, env(map[string]string{"PINNED_PINBOARD_URL": "http://127.0.0.1:1"}), io.Discard)
 	if err := run(context.Background(), o, slog.New(slog.DiscardHandler), nil); err == nil || !strings.Contains(err.Error(), "fleet mode") {
 		t.Errorf("run with PINNED_PINBOARD_URL = %v; want a fleet-mode error", err)
 	}
@@ -54,18 +85,21 @@ func TestLoadOptions(t *testing.T) {
 // TestDemo runs the demo on a real 127.0.0.1 listener and walks through
 // everything the README promises.
 func TestDemo(t *testing.T) {
-	opts, err := loadOptions([]string{"-listen", "127.0.0.1:0"}, func(string) string { return "" })
+	opts, err := loadOptions([]string{"-listen", "127.0.0.1:0"}, nil, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	addrs := make(chan net.Addr, 1)
+	addrs := make(chan listening, 1)
 	done := make(chan error, 1)
-	go func() { done <- run(ctx, opts, slog.New(slog.DiscardHandler), func(a net.Addr) { addrs <- a }) }()
+	go func() { done <- run(ctx, opts, slog.New(slog.DiscardHandler), func(l listening) { addrs <- l }) }()
 	var base string
 	select {
-	case a := <-addrs:
-		base = "http://" + a.String()
+	case l := <-addrs:
+		base = "http://" + l.addr.String()
+		if l.admin != nil {
+			t.Errorf("local mode without -admin-listen has an admin listener on %v", l.admin)
+		}
 	case err := <-done:
 		t.Fatalf("run: %v", err)
 	}

@@ -2,10 +2,11 @@ package pinboard
 
 // This file is the interim alarm delivery path: a plain fasthttp client that
 // reaches the worker holding an id the way the proxy would (the placement
-// resolver places and caches it; the session gives the secret). It is meant
-// to be replaced by the proxy's own internal delivery call, which shares
-// the proxy's connection pools, retry budget and re-resolution; nothing
-// outside this file depends on it but the wiring in pinboard.go.
+// resolver places and caches it and names the session, its secret and
+// address). It is meant to be replaced by the proxy's own internal delivery
+// call, which shares the proxy's connection pools, retry budget and
+// re-resolution; nothing outside this file depends on it but the wiring in
+// alarms.go (newAlarmScheduler).
 
 import (
 	"context"
@@ -14,28 +15,25 @@ import (
 	"net"
 	"net/url"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/valyala/fasthttp"
 
 	"github.com/pinned-go/pinned/internal/alarm"
 	"github.com/pinned-go/pinned/internal/placement"
-	"github.com/pinned-go/pinned/internal/store"
 	"github.com/pinned-go/pinned/internal/wire"
 )
 
 // alarmDeliverer implements alarm.Deliverer on the placement resolver.
 type alarmDeliverer struct {
 	res    *placement.Resolver
-	st     store.Store
 	client *fasthttp.Client
 }
 
 // newAlarmDeliverer dials workers through control (the registry's address
 // policy), at most conns connections per worker.
-func newAlarmDeliverer(res *placement.Resolver, st store.Store, control func(network, address string, c syscall.RawConn) error, conns int, dialTimeout time.Duration) *alarmDeliverer {
-	return &alarmDeliverer{res: res, st: st, client: &fasthttp.Client{
+func newAlarmDeliverer(res *placement.Resolver, control dialControl, conns int, dialTimeout time.Duration) *alarmDeliverer {
+	return &alarmDeliverer{res: res, client: &fasthttp.Client{
 		Name: "pinned-alarms",
 		Dial: func(addr string) (net.Conn, error) {
 			d := net.Dialer{Timeout: dialTimeout, Control: control}
@@ -62,38 +60,35 @@ func notDelivered(format string, args ...any) error {
 // Deliver implements alarm.Deliverer.
 func (d *alarmDeliverer) Deliver(ctx context.Context, ns, id string, a wire.AlarmDelivery) (int, error) {
 	name := []byte(wire.PlacementName(ns, id))
-	ep, err := d.res.Resolve(ctx, name)
+	rt, err := d.res.Resolve(ctx, name)
 	if err != nil {
 		return 0, notDelivered("cannot place %s: %v", name, err)
 	}
-	sess, err := d.st.Session(ctx, ep.Session)
-	if err != nil {
-		d.res.Invalidate(name, ep)
-		return 0, notDelivered("session %s of %s: %v", ep.Session, name, err)
-	}
+	sess := rt.Session
 	u, err := url.Parse(sess.AdvertiseURL)
-	if err != nil {
-		return 0, notDelivered("session %s has a bad advertise URL: %v", ep.Session, err)
+	if err != nil || u.Host == "" {
+		d.res.Refused(name, rt)
+		return 0, notDelivered("session %s has a bad advertise URL %q", sess.ID, sess.AdvertiseURL)
 	}
 	req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
 	defer fasthttp.ReleaseRequest(req)
 	defer fasthttp.ReleaseResponse(resp)
 	req.Header.SetMethod(fasthttp.MethodPost)
-	req.SetRequestURI("http://" + ep.Addr + strings.TrimRight(u.EscapedPath(), "/") + string(name) + wire.PathAlarm)
+	req.SetRequestURI("http://" + u.Host + strings.TrimRight(u.EscapedPath(), "/") + string(name) + wire.PathAlarm)
 	req.Header.Set(wire.HeaderProxySecret, sess.Secret)
-	req.Header.Set(wire.HeaderSession, ep.Session)
+	req.Header.Set(wire.HeaderSession, sess.ID)
 	req.Header.Set(wire.HeaderAlarm, a.Header())
 	deadline, ok := ctx.Deadline()
 	if !ok {
 		deadline = time.Now().Add(alarm.DefaultDeliveryTimeout)
 	}
 	if err := d.client.DoDeadline(req, resp, deadline); err != nil {
-		d.res.Invalidate(name, ep) // the next delivery re-reads the placement
+		d.res.Refused(name, rt) // the next delivery re-reads the placement
 		var op *net.OpError
 		if errors.Is(err, fasthttp.ErrDialTimeout) || errors.As(err, &op) && op.Op == "dial" {
-			return 0, notDelivered("cannot reach the worker at %s: %v", ep.Addr, err)
+			return 0, notDelivered("cannot reach the worker at %s: %v", u.Host, err)
 		}
-		return 0, fmt.Errorf("delivery to the worker at %s: %w", ep.Addr, err) // it may have run
+		return 0, fmt.Errorf("delivery to the worker at %s: %w", u.Host, err) // it may have run
 	}
 	status := resp.StatusCode()
 	if status >= 200 && status < 300 {
@@ -102,11 +97,11 @@ func (d *alarmDeliverer) Deliver(ctx context.Context, ns, id string, a wire.Alar
 	reason := string(resp.Header.Peek(wire.HeaderReason))
 	switch {
 	case status == fasthttp.StatusServiceUnavailable && (reason == wire.ReasonClosing || reason == wire.ReasonDraining || reason == wire.ReasonLease):
-		d.res.Invalidate(name, ep) // re-read the placement, as the proxy does
+		d.res.Refused(name, rt) // re-read the placement, as the proxy does
 	case status == fasthttp.StatusForbidden && reason == wire.ReasonForbidden:
 		// Another process answers at the session's address: the worker
 		// restarted. Nothing ran; the placement is re-read.
-		d.res.Invalidate(name, ep)
+		d.res.Refused(name, rt)
 		status = fasthttp.StatusServiceUnavailable
 	}
 	msg := wire.ErrorText(resp.Body())

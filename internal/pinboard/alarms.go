@@ -2,7 +2,7 @@ package pinboard
 
 import (
 	"cmp"
-	"flag"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strconv"
@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/pinned-go/pinned/internal/alarm"
-	"github.com/pinned-go/pinned/internal/placement"
+	"github.com/pinned-go/pinned/internal/cmdline"
 	"github.com/pinned-go/pinned/internal/store"
 	"github.com/pinned-go/pinned/internal/wire"
 	"github.com/pinned-go/pinned/proxy"
@@ -59,46 +59,40 @@ var alarmDurationSettings = []struct {
 		func(a *AlarmSettings) *time.Duration { return &a.UnavailableBackoffMax }},
 }
 
-// addAlarmFlags registers the alarm settings on fs; the returned function
-// parses them into s.Alarms after fs.Parse. Only settings that were set
-// are written.
-func addAlarmFlags(fs *flag.FlagSet, getenv func(string) string, s *Settings) func() error {
-	ints := make([]*string, len(alarmIntSettings))
-	for i, l := range alarmIntSettings {
-		name := limitEnv(l.flag)
-		ints[i] = fs.String(l.flag, getenv(name), fmt.Sprintf("%s (default %d) (%s)", l.usage, l.def, name))
-	}
-	durs := make([]*string, len(alarmDurationSettings))
-	for i, l := range alarmDurationSettings {
-		name := limitEnv(l.flag)
-		durs[i] = fs.String(l.flag, getenv(name), fmt.Sprintf("%s (default %v) (%s)", l.usage, l.def, name))
-	}
-	return func() error {
-		for i, l := range alarmIntSettings {
-			if v := strings.TrimSpace(*ints[i]); v != "" {
-				n, err := strconv.Atoi(v)
-				if err != nil || n <= 0 || n > 1<<30 {
-					return fmt.Errorf("%s=%q: want a positive number", limitEnv(l.flag), v)
-				}
-				*l.field(&s.Alarms) = n
+// declareAlarmSettings puts the alarm settings on set, writing into
+// s.Alarms. A setting that is not given stays zero there (the default,
+// which -h shows).
+func declareAlarmSettings(set *cmdline.Set, s *Settings) {
+	for _, l := range alarmIntSettings {
+		def := l.def
+		set.Var(cmdline.Parsed[int]{P: l.field(&s.Alarms), Parse: func(v string) (int, error) {
+			n, err := strconv.Atoi(strings.TrimSpace(v))
+			if err != nil || n <= 0 || n > 1<<30 {
+				return 0, errors.New("want a positive number")
 			}
-		}
-		for i, l := range alarmDurationSettings {
-			if v := strings.TrimSpace(*durs[i]); v != "" {
-				d, err := time.ParseDuration(v)
-				if err != nil || d <= 0 {
-					return fmt.Errorf("%s=%q: want a positive duration such as 5s", limitEnv(l.flag), v)
-				}
-				*l.field(&s.Alarms) = d
-			}
-		}
-		// The scheduler's own checks (claim vs timeouts, batch, backoffs),
-		// reported as a configuration error before anything starts.
-		if err := alarm.CheckSettings(s.Alarms.config(alarm.Config{})); err != nil {
-			return fmt.Errorf("alarm settings: %w", err)
-		}
-		return nil
+			return n, nil
+		}, Format: func(n int) string { return strconv.Itoa(cmp.Or(n, def)) }}, l.flag, limitEnv(l.flag), "int", l.usage)
 	}
+	for _, l := range alarmDurationSettings {
+		def := l.def
+		set.Var(cmdline.Parsed[time.Duration]{P: l.field(&s.Alarms), Parse: func(v string) (time.Duration, error) {
+			d, err := time.ParseDuration(strings.TrimSpace(v))
+			if err != nil || d <= 0 {
+				return 0, errors.New("want a positive duration such as 5s")
+			}
+			return d, nil
+		}, Format: func(d time.Duration) string { return cmp.Or(d, def).String() }}, l.flag, limitEnv(l.flag), "duration", l.usage)
+	}
+}
+
+// check applies the scheduler's own checks (the claim against the
+// timeouts, the batch, the backoffs), so that a bad combination is a
+// configuration error before anything starts.
+func (a AlarmSettings) check() error {
+	if err := alarm.CheckSettings(a.config(alarm.Config{})); err != nil {
+		return fmt.Errorf("alarm settings: %w", err)
+	}
+	return nil
 }
 
 // config fills the scheduler's settings into c.
@@ -110,17 +104,17 @@ func (a AlarmSettings) config(c alarm.Config) alarm.Config {
 }
 
 // newAlarmScheduler builds the alarm scheduler when the store keeps alarms
-// and the data plane has a placement resolver to deliver them through
-// (alarmdeliver.go); its metrics go to the pinboard's own set.
-func (p *Pinboard) newAlarmScheduler(root *slog.Logger) error {
+// (both stores do); it delivers through the data plane's placement
+// resolver (alarmdeliver.go), dialling through control, and its metrics go
+// to the pinboard's own set.
+func (p *Pinboard) newAlarmScheduler(root *slog.Logger, control dialControl) error {
 	st, ok := p.st.(store.Alarms)
-	rp, hasRes := p.dp.(interface{ Resolver() *placement.Resolver })
-	if !ok || !hasRes {
+	if !ok {
 		return nil
 	}
 	cfg := p.cfg.Alarms.config(alarm.Config{Store: st, Clock: p.clock, Logger: root, Metrics: p.own})
 	cfg.Concurrency = cmp.Or(cfg.Concurrency, alarm.DefaultConcurrency)
-	p.deliv = newAlarmDeliverer(rp.Resolver(), p.st, p.reg.DialControl, cfg.Concurrency, cmp.Or(p.cfg.Endpoint.DialTimeout, proxy.DefaultDialTimeout))
+	p.deliv = newAlarmDeliverer(p.dp.res, control, cfg.Concurrency, cmp.Or(p.cfg.Proxy.Endpoint.DialTimeout, proxy.DefaultDialTimeout))
 	cfg.Deliverer = p.deliv
 	s, err := alarm.New(cfg)
 	if err != nil {

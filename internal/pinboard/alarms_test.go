@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"strings"
 	"testing"
 	"time"
@@ -12,11 +13,9 @@ import (
 
 	"github.com/pinned-go/pinned/host"
 	"github.com/pinned-go/pinned/internal/alarm"
-	"github.com/pinned-go/pinned/internal/placement"
 	"github.com/pinned-go/pinned/internal/store"
 	"github.com/pinned-go/pinned/internal/testkit/redistest"
 	"github.com/pinned-go/pinned/internal/wire"
-	"github.com/pinned-go/pinned/proxy"
 )
 
 // fire is one run of obj's Alarm handler.
@@ -203,12 +202,7 @@ func TestFleetAlarmFailsOverToAnotherWorker(t *testing.T) {
 
 // pinboard -dev keeps alarms in its memory store with the same semantics.
 func TestDevAlarms(t *testing.T) {
-	fp := &fleetPinboard{}
-	fp.running = start(t, Settings{Dev: true}, func(d DataPlaneDeps) (DataPlane, error) {
-		p, err := NewProxyWith(d, placement.Config{}, proxy.Config{})
-		fp.plane = p
-		return p, err
-	})
+	fp := &fleetPinboard{running: start(t, Settings{Dev: true})}
 	fp.waitHealth(t, 200)
 	act := newActivations()
 	startFleetWorker(t, "a", fp.public, act, time.Minute)
@@ -224,17 +218,8 @@ func TestDevAlarms(t *testing.T) {
 }
 
 func TestAlarmSettings(t *testing.T) {
-	env := func(kv ...string) func(string) string {
-		return func(k string) string {
-			for i := 0; i+1 < len(kv); i += 2 {
-				if kv[i] == k {
-					return kv[i+1]
-				}
-			}
-			return ""
-		}
-	}
-	s, err := ParseSettings([]string{"-alarm-concurrency", "8", "-alarm-claim", "1m"}, env("PINBOARD_TOKEN", token, "PINBOARD_ALARM_POLL_INTERVAL", "250ms", "PINBOARD_MAX_ALARMS_PER_INSTANCE", "7"), nil)
+	s, err := ParseSettings([]string{"-alarm-concurrency", "8", "-alarm-claim", "1m"},
+		[]string{"PINBOARD_TOKEN=" + token, "PINBOARD_ALARM_POLL_INTERVAL=250ms", "PINBOARD_MAX_ALARMS_PER_INSTANCE=7"}, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -246,11 +231,11 @@ func TestAlarmSettings(t *testing.T) {
 		want string
 	}{
 		{[]string{"-alarm-claim", "5s"}, "Claim"},
-		{[]string{"-alarm-concurrency", "0"}, "PINBOARD_ALARM_CONCURRENCY"},
-		{[]string{"-alarm-poll-interval", "soon"}, "PINBOARD_ALARM_POLL_INTERVAL"},
+		{[]string{"-alarm-concurrency", "0"}, "alarm-concurrency"},
+		{[]string{"-alarm-poll-interval", "soon"}, "alarm-poll-interval"},
 		{[]string{"-alarm-batch", "5000"}, "Batch"},
 	} {
-		if _, err := ParseSettings(c.args, env("PINBOARD_TOKEN", token), nil); err == nil || !strings.Contains(err.Error(), c.want) {
+		if _, err := ParseSettings(c.args, []string{"PINBOARD_TOKEN=" + token}, io.Discard); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%v: %v; want an error naming %s", c.args, err, c.want)
 		}
 	}

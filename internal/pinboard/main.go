@@ -10,6 +10,8 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/pinned-go/pinned/internal/cmdline"
 )
 
 // Exit statuses of Main.
@@ -19,13 +21,14 @@ const (
 	ExitConfig = 2 // the configuration is invalid; the message names what to change
 )
 
-// Main is the whole pinboard command: it parses args and the environment,
-// wires a Pinboard with newDataPlane (nil: registry only), and runs it until
-// SIGTERM or SIGINT; SIGHUP re-reads the token file. The dev token, when
-// generated, is printed to stdout; logs go to stderr. It returns the exit
-// status.
-func Main(args []string, getenv func(string) string, stdout, stderr io.Writer, newDataPlane func(DataPlaneDeps) (DataPlane, error)) int {
-	s, err := ParseSettings(args, getenv, stderr)
+// Main is the whole pinboard command: it parses args and the environment
+// (environ, as os.Environ), wires a Pinboard (registry and proxy), and runs
+// it until SIGTERM or SIGINT; SIGHUP re-reads the token file. -h prints
+// every setting to stdout. The dev token, when generated, is printed to
+// stdout; logs go to stderr, starting with a warning per unknown PINBOARD_*
+// variable. It returns the exit status.
+func Main(args, environ []string, stdout, stderr io.Writer) int {
+	s, err := ParseSettings(args, environ, stdout)
 	if errors.Is(err, flag.ErrHelp) {
 		return ExitOK
 	}
@@ -39,7 +42,8 @@ func Main(args []string, getenv func(string) string, stdout, stderr io.Writer, n
 		h = slog.NewJSONHandler(stderr, hopts)
 	}
 	logger := slog.New(h)
-	p, err := New(Config{Settings: s, Logger: logger, NewDataPlane: newDataPlane})
+	cmdline.Warn(logger, s.Unknown)
+	p, err := New(Config{Settings: s, Logger: logger})
 	if err != nil {
 		fmt.Fprintf(stderr, "pinboard: %v\n", err)
 		return ExitConfig

@@ -10,8 +10,6 @@ import (
 	"net"
 	"net/url"
 	"sync"
-	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/VictoriaMetrics/metrics"
@@ -27,72 +25,27 @@ import (
 	"github.com/pinned-go/pinned/internal/store/redisstore"
 	"github.com/pinned-go/pinned/internal/wire"
 	"github.com/pinned-go/pinned/metricshttp"
-	"github.com/pinned-go/pinned/proxy"
 )
-
-// DataPlane is the handler for every public request that is not a registry
-// route or /healthz: the proxy. Config.NewDataPlane builds it once, after
-// the store and before anything listens.
-//
-// A DataPlane may also implement
-//
-//	Run(ctx context.Context) error          // run for the pinboard's lifetime; ctx ends
-//	                                        // after the public listener drained
-//	ConfigureServer(s *fasthttp.Server)     // adjust the public server before it starts
-//	                                        // (StreamRequestBody, timeouts, limits)
-//	Guard(h fasthttp.RequestHandler) fasthttp.RequestHandler
-//	                                        // wrap the registry's handler in the data
-//	                                        // plane's request-head rules (smuggling)
-type DataPlane interface {
-	// Handle serves one public request (the router's NotFound handler).
-	Handle(ctx *fasthttp.RequestCtx)
-	// Invalidate receives every store invalidation
-	// (store.Options.OnInvalidate): it must be fast and must not call the
-	// store, since on Redis it runs on a connection's reader goroutine.
-	Invalidate(inv store.Invalidation)
-}
-
-// DataPlaneDeps is what the pinboard hands to Config.NewDataPlane.
-type DataPlaneDeps struct {
-	// Store is the shared directory (redisstore, or memstore with -dev).
-	// Its Placement and Session reads are served from the client-side cache
-	// when tracked; its invalidations go to DataPlane.Invalidate.
-	Store store.Store
-	// Lease is the lease every session gets: the bound for any cache of
-	// placements or sessions.
-	Lease time.Duration
-	// Logger is the pinboard's root logger; tag it ("logger", "pinned.proxy").
-	Logger *slog.Logger
-	// Metrics is a set owned by the data plane, written on the admin
-	// listener's /metrics.
-	Metrics *metrics.Set
-	// Clock is the pinboard's clock.
-	Clock clock.Clock
-	// DialControl is the registry's address policy as a net.Dialer.Control
-	// hook (registry.Registry.DialControl): set it on the dialer that
-	// reaches workers, so the proxy never connects to an address the
-	// registry would refuse, whatever a worker's name resolves to later.
-	DialControl func(network, address string, c syscall.RawConn) error
-	// Proxy and Endpoint are the data plane's limits from Settings (zero
-	// fields: the proxy's defaults); NewProxy applies them.
-	Proxy    proxy.Config
-	Endpoint proxy.EndpointConfig
-}
 
 // Config configures a Pinboard.
 type Config struct {
 	Settings
 	// Logger is the root logger; nil means slog.Default().
 	Logger *slog.Logger
-	// NewDataPlane builds the proxy. Nil: every non-registry request gets
-	// 404 (a registry-only pinboard).
-	NewDataPlane func(DataPlaneDeps) (DataPlane, error)
+	// NoProxy makes a registry-only pinboard: no data plane (proxy and
+	// placement resolver) is built, and every request that is not a
+	// registry route or /healthz gets 404.
+	NoProxy bool
 	// PublicListener and AdminListener, when set, are used instead of
 	// binding Listen and AdminListen (tests, socket activation). Run closes
 	// them.
 	PublicListener, AdminListener net.Listener
 	// Clock is the pinboard's clock; nil means clock.Real.
 	Clock clock.Clock
+
+	// wrapDialControl, when set (tests), wraps the registry's address
+	// policy before the proxy dials through it.
+	wrapDialControl func(dialControl) dialControl
 }
 
 // Pinboard is the wired pinboard: store, registry, data plane, public and
@@ -106,14 +59,17 @@ type Pinboard struct {
 	redis *redisstore.Store // nil with -dev
 	mem   *memstore.Store   // nil without -dev
 	reg   *registry.Registry
-	dp    DataPlane
+	// dp is nil for a registry-only pinboard. New sets it before anything
+	// can call onInvalidate (the store reports invalidations only once Run
+	// connects it or writes to it) and never changes it: a plain field is
+	// race-free.
+	dp    *dataPlane
 	dpSet *metrics.Set
 	own   *metrics.Set
 
 	public, admin *fasthttp.Server
-	invalidate    atomic.Pointer[func(store.Invalidation)]
 
-	sched *alarm.Scheduler // nil without a store that keeps alarms or a resolver to deliver them
+	sched *alarm.Scheduler // nil without a data plane (and a store that keeps alarms)
 	deliv *alarmDeliverer
 
 	mu         sync.Mutex
@@ -133,7 +89,7 @@ func New(cfg Config) (*Pinboard, error) {
 		dpSet: metrics.NewSet(),
 	}
 	root := cmp.Or(cfg.Logger, slog.Default())
-	opts := store.Options{OnInvalidate: p.forward}
+	opts := store.Options{OnInvalidate: p.onInvalidate}
 	if cfg.Dev {
 		m, err := memstore.New(memstore.Config{Options: opts, Clock: p.clock})
 		if err != nil {
@@ -148,21 +104,22 @@ func New(cfg Config) (*Pinboard, error) {
 		p.st, p.redis = r, r
 	}
 	reg, err := registry.New(registry.Config{
-		Store:                p.st,
-		Tokens:               cfg.Tokens,
-		Lease:                cfg.Lease,
-		AdvertiseNetworks:    cfg.AdvertiseNetworks,
-		AdvertisePorts:       cfg.AdvertisePorts,
-		NonceTTL:             cfg.NonceTTL,
-		RegisterIPLimit:      cfg.RegisterIPLimit,
-		RegisterTokenLimit:   cfg.RegisterTokenLimit,
-		AuthFailureLimit:     cfg.AuthFailureLimit,
-		MaxSessionsPerToken:  cfg.MaxSessionsPerToken,
-		MaxTrackedClients:    cfg.MaxTrackedClients,
+		Store:               p.st,
+		Tokens:              cfg.Tokens,
+		Lease:               cfg.Lease,
+		AdvertiseNetworks:   cfg.AdvertiseNetworks,
+		AdvertisePorts:      cfg.AdvertisePorts,
+		NonceTTL:            cfg.NonceTTL,
+		RegisterIPLimit:     cfg.RegisterIPLimit,
+		RegisterTokenLimit:  cfg.RegisterTokenLimit,
+		AuthFailureLimit:    cfg.AuthFailureLimit,
+		MaxSessionsPerToken: cfg.MaxSessionsPerToken,
+		MaxTrackedClients:   cfg.MaxTrackedClients,
+		Clock:               p.clock,
+		Logger:              root,
+		// alarms.go
 		MaxAlarmsPerInstance: cfg.Alarms.MaxAlarmsPerInstance,
 		OnAlarmSet:           p.nudgeAlarms,
-		Clock:                p.clock,
-		Logger:               root,
 	})
 	if err != nil {
 		p.st.Close()
@@ -170,36 +127,29 @@ func New(cfg Config) (*Pinboard, error) {
 	}
 	p.reg = reg
 	handler := reg.NewRouter(nil).Handler
-	if cfg.NewDataPlane != nil {
-		dp, err := cfg.NewDataPlane(DataPlaneDeps{Store: p.st, Lease: reg.Lease(), Logger: root, Metrics: p.dpSet, Clock: p.clock,
-			DialControl: reg.DialControl, Proxy: cfg.Settings.Proxy, Endpoint: cfg.Settings.Endpoint})
+	if !cfg.NoProxy {
+		control := dialControl(reg.DialControl)
+		if cfg.wrapDialControl != nil {
+			control = cfg.wrapDialControl(control)
+		}
+		dp, err := newDataPlane(p.st, reg.Lease(), root, p.dpSet, p.clock, control, cfg.Settings.Proxy)
 		if err != nil {
 			p.st.Close()
 			return nil, fmt.Errorf("cannot build the data plane: %w", err)
 		}
 		p.dp = dp
-		inv := dp.Invalidate
-		p.invalidate.Store(&inv)
-		if g, ok := dp.(interface {
-			Guard(fasthttp.RequestHandler) fasthttp.RequestHandler
-		}); ok {
-			// The registry and /healthz share the public port with the
-			// proxy: the same framing rules must hold there, or a request
-			// a front end frames differently hides another behind it.
-			handler = g.Guard(handler)
+		// The registry and /healthz share the public port with the proxy:
+		// the same framing rules must hold there, or a request a front
+		// end frames differently hides another behind it.
+		handler = dispatch(dp.px.Guard(handler), dp.px.Handler)
+		// The proxy's server: streamed request bodies, its limits and
+		// timeouts. The registry reads its bodies through a limited reader
+		// of the body stream, so its 64 KiB bound holds there too.
+		p.public = dp.px.NewServer()
+		if err := p.newAlarmScheduler(root, control); err != nil {
+			p.st.Close()
+			return nil, err
 		}
-		handler = dispatch(handler, dp.Handle)
-	}
-	if err := p.newAlarmScheduler(root); err != nil {
-		p.st.Close()
-		return nil, err
-	}
-	if ns, ok := p.dp.(interface{ NewServer() *fasthttp.Server }); ok {
-		// The data plane's server (the proxy's: streamed request bodies,
-		// its limits and timeouts). The registry reads its bodies through
-		// a limited reader of the body stream, so its 64 KiB bound holds
-		// there too.
-		p.public = ns.NewServer()
 	} else {
 		p.public = &fasthttp.Server{
 			Name:                         "pinboard",
@@ -211,9 +161,6 @@ func New(cfg Config) (*Pinboard, error) {
 		}
 	}
 	p.public.Handler = handler
-	if c, ok := p.dp.(interface{ ConfigureServer(*fasthttp.Server) }); ok {
-		c.ConfigureServer(p.public)
-	}
 	p.admin = &fasthttp.Server{
 		Handler:               p.adminRouter().Handler,
 		Name:                  "pinboard-admin",
@@ -263,10 +210,12 @@ func registryTarget(uri []byte) bool {
 	return false
 }
 
-// forward hands a store invalidation to the data plane, if any.
-func (p *Pinboard) forward(inv store.Invalidation) {
-	if f := p.invalidate.Load(); f != nil {
-		(*f)(inv)
+// onInvalidate is the store's OnInvalidate: it hands the invalidation to
+// the data plane's resolver, if there is a data plane. It is fast and does
+// no I/O (on Redis it runs on a connection's reader goroutine).
+func (p *Pinboard) onInvalidate(inv store.Invalidation) {
+	if p.dp != nil {
+		p.dp.res.OnInvalidate(inv)
 	}
 }
 
@@ -382,17 +331,17 @@ func (p *Pinboard) Run(ctx context.Context) error {
 		p.mem.Start()
 	}
 	wg.Go(func() { _ = p.reg.Run(bg) })
+	if p.dp != nil {
+		wg.Go(func() {
+			if err := p.dp.run(bg); err != nil {
+				p.log.Error("data plane stopped", "err", err)
+			}
+		})
+	}
 	if p.sched != nil {
 		wg.Go(func() {
 			_ = p.sched.Run(bg) // returns once its deliveries in flight have finished
 			p.deliv.close()
-		})
-	}
-	if r, ok := p.dp.(interface{ Run(context.Context) error }); ok {
-		wg.Go(func() {
-			if err := r.Run(bg); err != nil {
-				p.log.Error("data plane stopped", "err", err)
-			}
 		})
 	}
 

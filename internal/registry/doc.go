@@ -1,4 +1,4 @@
-// Package registry serves the pinboard's registry protocol (SPEC §5) on
+// Package registry serves the pinboard's registry protocol (docs/protocol.md) on
 // fasthttp and fasthttp/router: workers register, heartbeat and release
 // placements; operators push control messages and introspect. State lives
 // in a store.Store (Redis via redisstore, or memstore for `pinboard -dev`).
@@ -110,7 +110,7 @@
 //     so a placement the proxy already replaced is left alone, and several
 //     pinboards can sweep at once), and the gauges are refreshed.
 //
-// # Hardening (research/reliability.md §4)
+// # Hardening
 //
 //   - Challenges are single use: before anyone is dialled, the registry
 //     records wire.NonceID(challenge) with SET NX PX NonceTTL (default and

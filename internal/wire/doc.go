@@ -2,15 +2,17 @@
 // the registry's JSON bodies, the data-plane header names and reasons, the
 // URL paths, the Redis key schema and the grammar of namespaces and ids.
 // Registry, worker, proxy and host all import it; nothing here does I/O.
+// docs/protocol.md describes all of it for readers of the protocol; a test
+// fails when a string constant here is missing from it.
 //
 // # Protocol version
 //
 // [Version] names the registry protocol spoken by this module. It changes
 // only when a body shape, a header or a key changes meaning; additions that
 // old peers ignore (unknown JSON fields are ignored on both sides) do not
-// bump it. History:
+// bump it. History (copied to docs/protocol.md in the same commit):
 //
-//   - 1 (2026-12-02): first version. Bodies as in SPEC §5 of the design
+//   - 1 (2026-12-02): first version. Bodies as in docs/protocol.md
 //     (camelCase JSON), x-pinned-proxy-secret / x-pinned-session /
 //     x-pinned-reason headers, keys under "pinned:".
 //     Revised the same day, before any release (so no bump): pinned:n:<ns>
@@ -65,8 +67,8 @@
 //
 // # Invariants
 //
-//   - Every JSON name is camelCase and matches SPEC §5 exactly; unknown fields
-//     are ignored when decoding.
+//   - Every JSON name is camelCase and matches docs/protocol.md exactly;
+//     unknown fields are ignored when decoding.
 //   - Namespaces are written "/name" (one path segment with a leading slash).
 //   - [CheckSegment] accepts exactly the id grammar documented on it, never
 //     allocates, and every accepted segment is safe to splice into a URL path

@@ -3,6 +3,7 @@ package wire
 import (
 	"bytes"
 	"encoding/json"
+	"net"
 	"strings"
 	"testing"
 
@@ -181,6 +182,28 @@ func FuzzBodiesRoundTrip(f *testing.F) {
 		}
 		if b2, _ := json.Marshal(v2); !bytes.Equal(b1, b2) {
 			t.Fatalf("%T: encoding not canonical: %s then %s", v1, b1, b2)
+		}
+	})
+}
+
+// ParseAdvertiseURL never panics, and what it accepts is usable: the address
+// is host:port with a port, and the prefix is empty or starts with '/' and
+// does not end with one.
+func FuzzParseAdvertiseURL(f *testing.F) {
+	for _, s := range []string{"http://127.0.0.1:8080", "http://h", "http://h:1/app/", "http://[::1]:9/x%2Fy", "https://h:1",
+		"http://u@h:1", "http://h:1/?q", "http://h:1/#f", "http:opaque", "", "http://", "://"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		addr, prefix, err := ParseAdvertiseURL(s)
+		if err != nil {
+			return
+		}
+		if _, port, serr := net.SplitHostPort(addr); serr != nil || port == "" {
+			t.Fatalf("ParseAdvertiseURL(%q) addr = %q: %v", s, addr, serr)
+		}
+		if prefix != "" && (prefix[0] != '/' || strings.HasSuffix(prefix, "/")) {
+			t.Fatalf("ParseAdvertiseURL(%q) prefix = %q", s, prefix)
 		}
 	})
 }

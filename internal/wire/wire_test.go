@@ -113,3 +113,24 @@ func TestNonceID(t *testing.T) {
 		t.Fatal("NonceID of a challenge with braces is not a plain segment")
 	}
 }
+
+func TestParseAdvertiseURL(t *testing.T) {
+	for _, c := range []struct{ in, addr, prefix string }{
+		{"http://127.0.0.1:8080", "127.0.0.1:8080", ""},
+		{"http://worker", "worker:80", ""},
+		{"http://h:1/app/", "h:1", "/app"},
+		{"http://h:1/a%2Fb//", "h:1", "/a%2Fb"},
+		{"http://[::1]:9", "[::1]:9", ""},
+		{"http://[::1]", "[::1]:80", ""},
+	} {
+		addr, prefix, err := ParseAdvertiseURL(c.in)
+		if err != nil || addr != c.addr || prefix != c.prefix {
+			t.Errorf("ParseAdvertiseURL(%q) = %q, %q, %v; want %q, %q", c.in, addr, prefix, err, c.addr, c.prefix)
+		}
+	}
+	for _, bad := range []string{"https://h:1", "http://u:p@h:1", "http://h:1/?q=1", "http://h:1/?", "http://h:1/#f", "http:h", "http://", "h:1", "%"} {
+		if _, _, err := ParseAdvertiseURL(bad); err == nil {
+			t.Errorf("ParseAdvertiseURL(%q) accepted", bad)
+		}
+	}
+}

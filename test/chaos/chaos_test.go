@@ -15,8 +15,8 @@ import (
 
 	"github.com/valyala/fasthttp"
 
-	"github.com/pinned-go/pinned/internal/testkit/chaoscheck"
 	"github.com/pinned-go/pinned/internal/faults"
+	"github.com/pinned-go/pinned/internal/testkit/chaoscheck"
 	"github.com/pinned-go/pinned/internal/testkit/proctest"
 )
 
@@ -167,7 +167,7 @@ func TestPlantedBugs(t *testing.T) {
 		// fence (10 s) has passed.
 		{string(faults.BlindRenew), []string{nemRedisRestart, nemKillWorker}, 8 * time.Second, chaoscheck.VOverlap},
 		// Control: a watchdog 4 s late alone is harmless, because Admit
-		// checks the lease inline (reliability §1 goal 2): the run passes.
+		// checks the lease inline (the lease context's Err): the run passes.
 		{string(faults.LateWatchdog), []string{nemPartition}, 2 * time.Second, ""},
 	}
 	for _, tc := range cases {

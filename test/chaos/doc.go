@@ -30,13 +30,14 @@
 //     overlap at all (AllowedOverlap 0).
 //   - The client mixes POST /incr, GET /, POST /incr-later?delay=2s
 //     (background tasks, whose effects are logged and must not happen after
-//     the lease: Instance.Do checks it inline, see host.LeaseChecker) and
-//     POST /alarm?delay=1s&name=c<N> (a durable alarm, one name per
-//     request: the checker requires every alarm answered 2xx to run, under
-//     a live lease, and an occurrence to run twice only across a fault; a
-//     Redis restart loses the alarms set before it, by design). Its
-//     timeout (45 s) exceeds the longest pause, so a request held by a
-//     paused worker is answered, not abandoned; a timeout is a hang.
+//     the lease: Instance.Do checks the lease context's Err inline, see
+//     host.Worker) and POST /alarm?delay=1s&name=c<N> (a durable alarm,
+//     one name per request: the checker requires every alarm answered 2xx
+//     to run, under a live lease, and an occurrence to run twice only
+//     across a fault; a Redis restart loses the alarms set before it, by
+//     design). Its timeout (45 s) exceeds the longest pause, so a request
+//     held by a paused worker is answered, not abandoned; a timeout is a
+//     hang.
 //   - Planted bugs (TestPlantedBugs): the binaries are built with the
 //     pinned_faults tag and each run switches one fault on through
 //     PINNED_FAULTS (internal/faults), with the one nemesis that exposes

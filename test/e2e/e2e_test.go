@@ -34,7 +34,7 @@ func TestMain(m *testing.M) {
 
 var (
 	pinboardReady = regexp.MustCompile(`msg="pinboard listening".* public=(\S+) admin=(\S+)`)
-	counterReady  = regexp.MustCompile(`msg="counter demo listening".* addr=(\S+)`)
+	counterReady  = regexp.MustCompile(`msg="counter demo listening".* addr=(\S+) admin=(\S+)`) // fleet mode: an admin listener by default
 )
 
 type pinboard struct {
@@ -59,7 +59,8 @@ func startPinboard(t *testing.T, redisURL string, env ...string) *pinboard {
 
 type counter struct {
 	*proctest.Proc
-	addr  string
+	addr  string // the advertised listener
+	admin string // the loopback admin listener (/metrics, /debug/pprof)
 	relay *relay // between the counter and the pinboard's registry
 }
 
@@ -93,6 +94,7 @@ func startCounterWith(t *testing.T, pb *pinboard, args []string, env ...string) 
 		}, env...),
 		Ready: counterReady,
 	})
+	c.admin = c.Ready()[2]
 	return c
 }
 

@@ -71,7 +71,7 @@ type Config struct {
 	// lease is counted as the pause race (see the package doc). Default 1 s.
 	EffectGrace time.Duration
 	// AbortGrace bounds how long after its session's lease ended an
-	// instance may still exist (it must be aborted: SPEC §4) before it is a
+	// instance may still exist (the worker's selfAbort must abort it) before it is a
 	// violation, counted from the end of a pause across the lease end.
 	// Default 5 s.
 	AbortGrace time.Duration
