@@ -260,7 +260,8 @@ func (h *Host) serveAlarmRequest(rc *fasthttp.RequestCtx, id []byte, lease conte
 }
 
 // runAlarm activates id if needed and runs the type's Alarm handler inside
-// its turn. It answers 204 when the handler returned nil; 500 with the
+// its turn, after checking the instance's lease inline once it holds the
+// turn (503 lease when it ended). It answers 204 when the handler returned nil; 500 with the
 // handler's message when it failed, panicked, or its instance was aborted
 // under it (the outcome is unknown: an attempt, never a 503, which would
 // mean nothing ran); 404 without an Alarm handler; and the host's usual
@@ -277,6 +278,16 @@ func (h *Host) runAlarm(rc *fasthttp.RequestCtx, id []byte, lease context.Contex
 	if !inst.acquireTurn() {
 		h.release(inst)
 		h.reject(rc, wire.ReasonClosing)
+		return
+	}
+	if inst.lease != nil && inst.lease.Err() != nil {
+		// The lease ended while the delivery waited for the turn: checked
+		// inline, as Instance.Do does, so no Alarm handler runs under an
+		// ended lease whatever the worker's watchdog is doing. Nothing ran:
+		// the pinboard retries it without counting an attempt.
+		inst.releaseTurn()
+		h.release(inst)
+		h.reject(rc, wire.ReasonLease)
 		return
 	}
 	err := h.callAlarm(inst, d)

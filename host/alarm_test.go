@@ -39,9 +39,10 @@ type ringEnv struct {
 	fail   atomic.Int64 // the handler fails while positive (each run takes one)
 	panics atomic.Bool  // the handler panics
 	fired  chan firing
+	block  chan struct{} // POST /block waits for it
 }
 
-func newRingEnv() *ringEnv { return &ringEnv{fired: make(chan firing, 1000)} }
+func newRingEnv() *ringEnv { return &ringEnv{fired: make(chan firing, 1000), block: make(chan struct{})} }
 
 func (e *ringEnv) typ(withAlarm bool) Type[*ringer] {
 	r := NewRoutes[*ringer]()
@@ -92,6 +93,7 @@ func (e *ringEnv) typ(withAlarm bool) Type[*ringer] {
 		return c.JSON(200, out)
 	})
 	r.POST("/incr", func(o *ringer, c *Ctx) error { o.n++; return c.JSON(200, o.n) })
+	r.POST("/block", func(o *ringer, c *Ctx) error { <-e.block; return nil }) // holds the turn
 	typ := Type[*ringer]{
 		New: func(inst *Instance) (*ringer, error) {
 			return &ringer{inst: inst, env: e, nonce: e.setups.Add(1)}, nil
@@ -513,5 +515,55 @@ func TestFleetAlarmUnavailableIs503(t *testing.T) {
 		w.fail = c.err
 		w.mu.Unlock()
 		ts.expect503(c.reason, "POST", "/r/x/set?name=tick&at=5000", wire.HeaderProxySecret, w.secret)
+	}
+}
+
+// A delivery admitted under a lease that ends while it waits for the turn
+// runs no handler: the host checks the lease inline once it holds the turn
+// (whatever the worker's watchdog does) and answers 503 lease.
+func TestFleetAlarmChecksTheLeaseAfterTheTurn(t *testing.T) {
+	w := newFakeWorker()
+	ts, env := newFleetRingHost(t, w, true)
+	secret := []string{wire.HeaderProxySecret, w.secret}
+	blocked := make(chan response, 1)
+	go func() { r, _ := ts.doErr("POST", "/r/x/block", secret...); blocked <- r }()
+	delivered := make(chan response, 1)
+	deadline := time.Now().Add(testTimeout)
+	for ts.h.instance("x") == nil {
+		if time.Now().After(deadline) {
+			t.Fatal("x never activated")
+		}
+		time.Sleep(time.Millisecond) // the blocking request crosses the server
+	}
+	go func() {
+		r, _ := ts.doErr("POST", "/r/x"+wire.PathAlarm, append([]string{wire.HeaderAlarm, "1 1 tick"}, secret...)...)
+		delivered <- r
+	}()
+	inst := ts.h.instance("x")
+	sh := &ts.h.shards[inst.shard]
+	for {
+		sh.mu.Lock()
+		n := inst.activity
+		sh.mu.Unlock()
+		if n == 2 { // the delivery was admitted and waits for the turn
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the delivery never reached the instance")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	w.mu.Lock()
+	w.lease.expired.Store(true) // the deadline passed; nobody cancelled the lease
+	w.mu.Unlock()
+	close(env.block)
+	if r := <-delivered; r.status != 503 || r.header.Get(wire.HeaderReason) != wire.ReasonLease {
+		t.Fatalf("delivery = %d %s %s; want 503 lease", r.status, r.header.Get(wire.HeaderReason), r.body)
+	}
+	<-blocked
+	select {
+	case f := <-env.fired:
+		t.Fatalf("the handler ran under an ended lease: %+v", f)
+	default:
 	}
 }

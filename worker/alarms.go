@@ -87,9 +87,15 @@ func (w *Worker) alarmSession(ctx context.Context) string {
 }
 
 // alarmCall posts body to path until the pinboard answers 200 or a refusal
-// a retry cannot fix, or ctx ends. Transport errors, 5xx (but 501) and 429
-// are retried after a short backoff.
+// a retry cannot fix, or ctx ends (without a deadline: Config.RequestTimeout
+// after the first call). Transport errors, 5xx (but 501) and 429 are retried
+// after a short backoff.
 func (w *Worker) alarmCall(ctx context.Context, path string, body any) ([]byte, error) {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, w.cfg.RequestTimeout)
+		defer cancel()
+	}
 	wait := alarmRetryMin
 	for {
 		var deadline time.Time
