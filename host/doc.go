@@ -132,7 +132,9 @@
 //     handler returned nil, 500 when it failed (also when the instance was
 //     aborted under it: the outcome is unknown), 404 without an Alarm
 //     handler, and its usual 503s when no handler ran (the pinboard retries
-//     those without counting an attempt). Alarms survive worker crashes and
+//     those without counting an attempt), among them 503 lease when the
+//     lease ended while the delivery waited for the turn (checked inline
+//     once the turn is held, as Instance.Do does). Alarms survive worker crashes and
 //     restarts; see the pinboard's scheduler (internal/alarm).
 //   - Local mode: the host keeps alarms in memory and delivers them itself
 //     through the same path (one loop goroutine started by Start, at most
