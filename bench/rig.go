@@ -155,6 +155,11 @@ func (r *rig) startPinboard(name, bin, redisAddr string) (*proc, error) {
 // startCounter runs examples/counter with an admin listener: in fleet mode
 // registered with pinboardAddr, or in local mode when pinboardAddr is "".
 func (r *rig) startCounter(name, pinboardAddr string) (*proc, error) {
+	return r.startCounterEnv(name, pinboardAddr)
+}
+
+// startCounterEnv is startCounter with more environment (PINNED_HISTORY).
+func (r *rig) startCounterEnv(name, pinboardAddr string, extra ...string) (*proc, error) {
 	addr, err := freeAddr()
 	if err != nil {
 		return nil, err
@@ -163,7 +168,7 @@ func (r *rig) startCounter(name, pinboardAddr string) (*proc, error) {
 	if err != nil {
 		return nil, err
 	}
-	env := []string{"PINNED_LISTEN=" + addr, "PINNED_ADMIN_LISTEN=" + admin}
+	env := append([]string{"PINNED_LISTEN=" + addr, "PINNED_ADMIN_LISTEN=" + admin}, extra...)
 	if pinboardAddr != "" {
 		env = append(env, "PINNED_PINBOARD_URL=http://"+pinboardAddr, "PINNED_TOKEN="+token, "PINNED_ADVERTISE_URL=http://"+addr)
 	}

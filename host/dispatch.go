@@ -54,6 +54,11 @@ func (h *Host) serve(rc *fasthttp.RequestCtx, rest []byte) {
 		h.writeError(rc, fasthttp.StatusBadRequest, "invalid id: "+e.Error(), "id")
 		return
 	}
+	if lease != nil && isAlarmDelivery(rc, rest) {
+		// Admitted with the worker's secret: only a pinboard sends this.
+		h.serveAlarmRequest(rc, idb, lease, epoch)
+		return
+	}
 
 	c := h.ctxPool.Get().(*Ctx)
 	e := h.table.match(rest, &c.vals)
@@ -169,6 +174,10 @@ func (h *Host) handlerError(c *Ctx, err error) {
 		h.reject(rc, wire.ReasonStale)
 	case errors.As(err, &he):
 		h.writeError(rc, he.Status, he.Message, he.Field)
+	case errors.Is(err, ErrAlarmNotHolder): // alarm.go: the directory no longer places the id here
+		h.reject(rc, wire.ReasonLease)
+	case errors.Is(err, ErrAlarmUnavailable):
+		h.reject(rc, wire.ReasonStore)
 	case c.inst.ctx.Err() != nil && !panicked:
 		// The instance was aborted under the handler: the outcome is unknown.
 		h.reject(rc, wire.ReasonAborted)

@@ -110,6 +110,39 @@
 //     once idle, and at ctx's deadline the rest are aborted. Every teardown
 //     has run when Close returns.
 //
+// # Alarms
+//
+// An instance schedules its own future wake-ups: inst.SetAlarm(name, at,
+// opts...) sets (or replaces) a named alarm, inst.DeleteAlarm(name) removes
+// it, inst.Alarms() lists them (several per instance, at most
+// Config.MaxAlarmsPerInstance locally, the pinboard's cap in fleet mode).
+// When one is due the type's Alarm handler runs with an *AlarmCtx (name,
+// scheduled time, attempt) inside the instance's turn, after the id was
+// activated if it was not live, exactly like a request: an evicted instance
+// wakes. A handler error (or panic) fails the attempt: it is retried after
+// the alarm's backoff (RetryBackoff, doubled each time) up to MaxAttempts,
+// then dead-lettered (logged, counted, listed). Every(d) repeats an alarm;
+// the missed-tick policy fires once for occurrences that passed undelivered,
+// or skips them (SkipMissed). Delivery is at least once: (name, scheduled
+// time) identifies an occurrence, so handlers can be idempotent.
+//
+//   - Fleet mode: the Worker (AlarmStore) stores alarms at the pinboard,
+//     which delivers each due one as POST /<ns>/<id>/_pinned/alarm with
+//     the worker's secret, the session and the x-pinned-alarm field; the
+//     host answers that path only to such admitted requests: 204 when the
+//     handler returned nil, 500 when it failed (also when the instance was
+//     aborted under it: the outcome is unknown), 404 without an Alarm
+//     handler, and its usual 503s when no handler ran (the pinboard retries
+//     those without counting an attempt), among them 503 lease when the
+//     lease ended while the delivery waited for the turn (checked inline
+//     once the turn is held, as Instance.Do does). Alarms survive worker crashes and
+//     restarts; see the pinboard's scheduler (internal/alarm).
+//   - Local mode: the host keeps alarms in memory and delivers them itself
+//     through the same path (one loop goroutine started by Start, at most
+//     Config.AlarmConcurrency deliveries at once), with the same
+//     semantics; they are lost when the process exits. Dead letters:
+//     Host.DeadAlarms.
+//
 // # Statuses the host makes
 //
 // Every body is a JSON wire.Error. Every 503 carries Retry-After
@@ -131,6 +164,8 @@
 //	                    the request had no effect
 //	503 aborted         the instance was aborted under the handler: the
 //	                    request may have had effects; not retried by the proxy
+//	503 lease, store    a handler returned ErrAlarmNotHolder (the directory no
+//	                    longer places the id here) or ErrAlarmUnavailable
 //
 // # Fleet mode
 //
@@ -183,8 +218,9 @@
 //     host lock held.
 //   - A GET to an active instance allocates nothing in this package (a
 //     test enforces it); only Register's router adds allocations.
-//   - Every goroutine the host starts (sweeper, closers, tasks) is waited
-//     for by Close. Stream steps run on fasthttp's connection goroutines and
+//   - Every goroutine the host starts (sweeper, closers, tasks, the local
+//     alarm loop and its deliveries) is waited for by Close; the alarm loop
+//     stops first, so no local alarm runs once Close has begun. Stream steps run on fasthttp's connection goroutines and
 //     websocket handlers on its hijack goroutines, which the host never
 //     outlives: their activity keeps Close waiting.
 //   - Metrics live on the host's metrics.Set; the namespace label is

@@ -37,6 +37,14 @@ type Type[T any] struct {
 	Teardown func(obj T)
 	// Routes is the object's route table. Required.
 	Routes *Routes[T]
+	// Alarm runs when one of the instance's alarms fires (Instance.SetAlarm),
+	// inside the instance's turn, after the id was activated if it was not
+	// live. x says which alarm, its scheduled time and the attempt. An error
+	// (or a panic, which also aborts the instance) fails the attempt: it is
+	// retried with backoff and, after the alarm's last attempt,
+	// dead-lettered. Delivery is at least once. Optional: without it every
+	// alarm delivery fails (404).
+	Alarm func(obj T, x *AlarmCtx) error
 }
 
 // Host runs the instances of one object type under one namespace. It is
@@ -50,6 +58,9 @@ type Host struct {
 	detach   func() // from Worker.Attach; nil in local mode
 	newObj   func(*Instance) (any, error)
 	teardown func(any)
+	alarm    func(any, *AlarmCtx) error // Type.Alarm; nil: none
+	alarms   *localAlarms               // local mode's alarms; nil in fleet mode
+	am       *alarmMetrics
 	table    *table
 	clock    clock.Clock
 	log      *slog.Logger
@@ -119,6 +130,15 @@ func New[T any](cfg Config, typ Type[T]) (*Host, error) {
 	if td := typ.Teardown; td != nil {
 		h.teardown = func(obj any) { td(obj.(T)) }
 	}
+	if al := typ.Alarm; al != nil {
+		h.alarm = func(obj any, x *AlarmCtx) error { return al(obj.(T), x) }
+	}
+	pending := func() float64 { return 0 }
+	if h.w == nil {
+		h.alarms = newLocalAlarms(h)
+		pending = h.alarms.pending
+	}
+	h.am = newAlarmMetrics(cfg.Metrics, cfg.Namespace, pending)
 	for i := range h.shards {
 		h.shards[i].m = make(map[string]*Instance)
 	}
@@ -138,9 +158,10 @@ func New[T any](cfg Config, typ Type[T]) (*Host, error) {
 	return h, nil
 }
 
-// Start starts the idle sweeper. Requests are served with or without it,
-// but without it no instance is ever evicted for idleness. Start is
-// idempotent; after Close it returns ErrHostClosed.
+// Start starts the idle sweeper and, in local mode, the alarm loop.
+// Requests are served with or without it, but without it no instance is
+// ever evicted for idleness and no local alarm fires. Start is idempotent;
+// after Close it returns ErrHostClosed.
 func (h *Host) Start() error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -155,6 +176,9 @@ func (h *Host) Start() error {
 		h.sweepStop = make(chan struct{})
 		h.sweepDone = make(chan struct{})
 		go h.sweepLoop(h.sweepStop, h.sweepDone)
+	}
+	if h.alarms != nil {
+		h.alarms.start()
 	}
 	return nil
 }
@@ -187,6 +211,9 @@ func (h *Host) close(ctx context.Context) error {
 	if stop != nil {
 		close(stop)
 		<-done
+	}
+	if h.alarms != nil {
+		h.alarms.close() // local alarms end with the host: no delivery runs past here
 	}
 	n := 0
 	h.forEachShard(func(sh *shard) {

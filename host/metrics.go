@@ -43,7 +43,7 @@ const (
 
 var rejectReasons = [...]string{
 	wire.ReasonCapacity, wire.ReasonDraining, wire.ReasonClosing, wire.ReasonLease,
-	wire.ReasonForbidden, wire.ReasonAborted, wire.ReasonStale, rejectInvalidID, rejectInvalidEpoch,
+	wire.ReasonForbidden, wire.ReasonAborted, wire.ReasonStale, rejectInvalidID, rejectInvalidEpoch, wire.ReasonStore,
 }
 
 func rejectIndex(reason string) int {

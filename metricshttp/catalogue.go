@@ -9,11 +9,14 @@ var catalogue = []Family{
 	{"pinned_activations_total", "counter", "namespace", "host", "instances whose setup succeeded"},
 	{"pinned_evictions_total", "counter", "namespace, reason", "host", "instances that ended, by why: idle, abort, drain, wind_down, lease, stale (a newer epoch arrived, or the application returned host.ErrStale), close (Host.Close), evict (an operator's evict, Host.Evict), other"},
 	{"pinned_aborts_total", "counter", "namespace", "host", "instances aborted (Instance.Abort, a handler panic, lease loss, a close deadline)"},
-	{"pinned_rejections_total", "counter", "namespace, reason", "host", "requests the host refused: capacity (503, MaxInstances), draining (503, new id on a draining worker), closing (503), lease (503, no valid lease), forbidden (403, missing or wrong proxy secret), aborted (503), stale (503: an epoch older than the live instance's, or host.ErrStale), invalid_id (400), invalid_epoch (400: a malformed x-pinned-epoch)"},
+	{"pinned_rejections_total", "counter", "namespace, reason", "host", "requests the host refused: capacity (503, MaxInstances), draining (503, new id on a draining worker), closing (503), lease (503, no valid lease), forbidden (403, missing or wrong proxy secret), aborted (503), stale (503: an epoch older than the live instance's, or host.ErrStale), invalid_id (400), invalid_epoch (400: a malformed x-pinned-epoch), store (503, a handler's alarm call found the pinboard's store unavailable)"},
 	{"pinned_request_duration_seconds", "histogram", "namespace", "host", "from fasthttp's request time to the handler's end (a stream's first step)"},
 	{"pinned_open_streams", "gauge", "namespace", "host", "response streams in progress"},
 	{"pinned_open_websockets", "gauge", "namespace", "host", "websockets in progress"},
 	{"pinned_tasks", "gauge", "namespace", "host", "background tasks (Instance.Go) running"},
+	{"pinned_alarm_runs_total", "counter", "namespace, result", "host", "Alarm handler runs: ok, failed (an error, a panic or an abort under it: a failed attempt)"},
+	{"pinned_local_alarms", "gauge", "namespace", "host", "alarms a local-mode host holds (0 in fleet mode: the pinboard holds them)"},
+	{"pinned_local_alarms_dead_lettered_total", "counter", "namespace", "host", "local-mode alarm occurrences dead-lettered after their last attempt (Host.DeadAlarms)"},
 	{"pinned_registered", "gauge", "", "worker", "1 while the worker holds a valid lease (Worker.Ready)"},
 	{"pinned_lease_remaining_seconds", "gauge", "", "worker", "time left before the lease's local deadline (0 without a lease)"},
 	{"pinned_draining", "gauge", "", "worker", "1 while draining or winding down"},
@@ -22,9 +25,10 @@ var catalogue = []Family{
 	{"pinned_releases_total", "counter", "result", "worker", "placement releases: ok, failed, unauthorized, gave_up"},
 	{"pinned_deregistrations_total", "counter", "result", "worker", "deregistrations on shutdown: ok, failed, unauthorized, skipped (instances still tearing down)"},
 	{"pinned_lease_lost_total", "counter", "reason", "worker", "leases lost: expired, reregister, superseded, stopped, bad_timing"},
+	{"pinned_alarm_calls_total", "counter", "result", "worker", "alarm set/delete/list calls to the pinboard: ok, refused (not the holder, invalid, at the cap), failed (retried), unauthorized"},
 	{"pinned_pinboard_info", "gauge", "protocol, store", "pinboard", "always 1; the registry protocol version and the store (redis, memory)"},
 	{"pinned_pinboard_lease_seconds", "gauge", "", "pinboard", "the lease every worker gets"},
-	{"pinned_registry_requests_total", "counter", "endpoint, code", "registry", "registry calls by endpoint (register, heartbeat, release, deregister, push, workers, overview, healthz, placement, evict, instances, hot, traffic) and status code (other for codes outside the known set)"},
+	{"pinned_registry_requests_total", "counter", "endpoint, code", "registry", "registry calls by endpoint (register, heartbeat, release, deregister, push, workers, overview, healthz, placement, evict, instances, hot, traffic, alarm_set, alarm_delete, alarm_list, alarms_dead) and status code (other for codes outside the known set)"},
 	{"pinned_registry_request_duration_seconds", "histogram", "endpoint", "registry", "time to answer a registry call (a registration includes the challenge)"},
 	{"pinned_registry_registrations_total", "counter", "", "registry", "sessions created"},
 	{"pinned_registry_registration_failures_total", "counter", "reason", "registry", "registrations refused: invalid, store, busy, rate_limited, session_cap, or a challenge reason"},
@@ -48,6 +52,8 @@ var catalogue = []Family{
 	{"pinned_registry_namespace_workers", "gauge", "namespace", "registry", "live (not superseded) sessions serving each namespace (janitor pass)"},
 	{"pinned_registry_store_up", "gauge", "", "registry", "1 when the last janitor ping reached the store"},
 	{"pinned_hotids_error_bound", "gauge", "", "pinboard", "the most by which a request count of GET /registry/hot may exceed the truth (and the most requests an id missing from it may have had) over the last minute, largest over namespaces (internal/hotids)"},
+	{"pinned_registry_alarms_set_total", "counter", "", "registry", "alarms stored by /registry/alarms/set"},
+	{"pinned_registry_alarm_calls_refused_total", "counter", "", "registry", "alarm calls refused with 409: the session does not hold the instance, or the instance's alarm cap"},
 	{"pinned_proxy_responses_total", "counter", "class", "proxy", "answers to clients by status class: 1xx … 5xx, other"},
 	{"pinned_proxy_upstream_duration_seconds", "histogram", "", "proxy", "from taking a worker connection to the worker's response head"},
 	{"pinned_proxy_reresolves_total", "counter", "", "proxy", "requests resolved again after a closing/draining/lease 503, or after an unreachable worker whose placement had moved"},
@@ -80,6 +86,13 @@ var catalogue = []Family{
 	{"pinned_placecache_evictions_total", "counter", "cache", "placecache", "entries dropped to stay within MaxEntries"},
 	{"pinned_placecache_refused_puts_total", "counter", "cache", "placecache", "store reads not cached because an invalidation raced them"},
 	{"pinned_placecache_entries", "gauge", "cache", "placecache", "entries cached now (its size)"},
+	{"pinned_alarms_claimed_total", "counter", "", "alarm", "due alarms this pinboard claimed for delivery"},
+	{"pinned_alarm_deliveries_total", "counter", "result", "alarm", "alarm deliveries: ok (2xx), failed (an attempt failed), unavailable (no worker took it: not an attempt)"},
+	{"pinned_alarms_dead_lettered_total", "counter", "", "alarm", "alarm occurrences dead-lettered after their last attempt (GET /registry/alarms/dead)"},
+	{"pinned_alarms_stale_total", "counter", "", "alarm", "delivered alarms set again or deleted meanwhile (their outcome was dropped)"},
+	{"pinned_alarm_store_errors_total", "counter", "", "alarm", "alarm store calls that failed (a claim, or an outcome: the alarm comes back when its claim ends)"},
+	{"pinned_alarm_lateness_seconds", "histogram", "", "alarm", "from an alarm's scheduled time to the start of its successful delivery"},
+	{"pinned_alarm_deliveries_in_flight", "gauge", "", "alarm", "alarm deliveries in progress"},
 }
 
 // Family describes one metric family of pinned.
@@ -87,7 +100,7 @@ type Family struct {
 	Name      string // e.g. "pinned_evictions_total"
 	Type      string // counter, gauge or histogram
 	Labels    string // comma-separated label names, "" for none
-	Component string // host, worker, registry, proxy, placement, placecache, pinboard
+	Component string // host, worker, registry, proxy, placement, placecache, pinboard, alarm
 	Help      string // what it counts or measures
 }
 

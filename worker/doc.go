@@ -138,6 +138,20 @@
 // drops the session at once instead of a lease later. It is skipped (and
 // counted) while aborted instances are still tearing down.
 //
+// # Alarms
+//
+// *Worker implements host.AlarmStore: in fleet mode a host's
+// Instance.SetAlarm, DeleteAlarm and Alarms become POST
+// /registry/alarms/{set,delete,list} naming the session of the instance's
+// lease (SessionOf), and the pinboard accepts them only while that session
+// holds the id's placement (409 otherwise: host.ErrAlarmNotHolder, which a
+// handler turns into 503 lease). Transport errors, 5xx and 429 are retried
+// within the caller's context (host.Config AlarmTimeout) after 100 ms
+// doubling to 1 s, then host.ErrAlarmUnavailable (503 store); other refusals
+// return at once (ErrAlarmRefused, host.ErrTooManyAlarms). The pinboard delivers due
+// alarms to the worker holding the id like any proxied request; Admit
+// checks them the same way.
+//
 // # Concurrency
 //
 // Admit, Draining, Ready, Session, ExpiresAt, Remaining, Release and
@@ -162,4 +176,5 @@
 //	pinned_releases_total{result}              ok, failed, unauthorized, gave_up
 //	pinned_deregistrations_total{result}       ok, failed, unauthorized, skipped
 //	pinned_lease_lost_total{reason}            expired, reregister, superseded, stopped, bad_timing
+//	pinned_alarm_calls_total{result}           ok, refused, failed, unauthorized
 package worker

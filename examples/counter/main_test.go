@@ -203,6 +203,35 @@ func TestDemo(t *testing.T) {
 		}
 	}
 
+	// The alarm (local mode: an in-process timer): 202, listed, and the
+	// count grows by one when it fires.
+	if m := call("POST", "/counter/alice/alarm?delay=50ms", 202); m["alarm"] != "incr" {
+		t.Errorf("POST /alarm = %v", m)
+	}
+	for {
+		_, msg, err := ws.ReadMessage()
+		if err != nil {
+			t.Fatalf("no push from the alarm: %v", err)
+		}
+		if string(msg) == `{"count":5}` {
+			break
+		}
+	}
+	call("POST", "/counter/alice/alarm?delay=1h&name=later", 202)
+	req, _ = http.NewRequest("GET", base+"/counter/alice/alarms", nil)
+	aresp, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ab, _ := io.ReadAll(aresp.Body)
+	aresp.Body.Close()
+	if !strings.Contains(string(ab), `"name":"later"`) || strings.Contains(string(ab), `"name":"incr"`) {
+		t.Errorf("GET /alarms = %s; want only the pending alarm", ab)
+	}
+	call("DELETE", "/counter/alice/alarm?name=later", 204)
+	call("POST", "/counter/alice/alarm?delay=-1s", 400)
+	call("POST", "/counter/alice/alarm?delay=1s&name=bad/name", 400)
+
 	call("GET", "/counter/bob/", 200)
 	call("GET", "/counter/..", 400)
 	call("GET", "/nope", 404)

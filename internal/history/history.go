@@ -33,6 +33,7 @@ const (
 	KindLease    = "lease"    // a registration or renewal was acked: Session, Sent, ExpiresMs, Cause ("registered"/"renewed")
 	KindLost     = "lost"     // the lease was lost and selfAbort ran: Session, Cause
 	KindStart    = "start"    // the process started: Proc
+	KindAlarm    = "alarm"    // an alarm handler ran: ID, Inst, Session, Alarm, Sched, Wall, Attempt
 
 	// Written by the harness.
 	KindRequest = "request" // one client request: see the Request fields
@@ -57,6 +58,14 @@ type Event struct {
 	Sent      int64  `json:"sent,omitempty"`
 	ExpiresMs int64  `json:"exp,omitempty"`
 	Cause     string `json:"cause,omitempty"`
+
+	// Alarm run (worker): the alarm's name, its scheduled time and the
+	// wall time it ran (unix ms, comparable across processes of one
+	// machine), the attempt number.
+	Alarm   string `json:"alarm,omitempty"`
+	Sched   int64  `json:"sched,omitempty"`
+	Wall    int64  `json:"wall,omitempty"`
+	Attempt int    `json:"att,omitempty"`
 
 	// Request (harness client).
 	Op         string `json:"op,omitempty"`

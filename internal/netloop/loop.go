@@ -129,8 +129,8 @@ func New(cfg Config) (*Loop, error) {
 		return nil, fmt.Errorf("netloop: eventfd: %w", err)
 	}
 	l := &Loop{
-		epfd:   epfd,
-		evfd:   evfd,
+		epfd:       epfd,
+		evfd:       evfd,
 		events:     make([]unix.EpollEvent, cfg.MaxEvents),
 		slots:      make([]slot, 1, 64), // slot 0 is the eventfd's
 		yieldEvery: int64(cfg.YieldEvery),

@@ -104,6 +104,9 @@ type Settings struct {
 	// (limits.go), those of each worker's pool in Proxy.Endpoint; zero
 	// fields mean the proxy package's defaults.
 	Proxy proxy.Config
+	// Alarms holds the alarm scheduler's settings and the per-instance
+	// alarm cap (alarms.go); zero fields mean the defaults.
+	Alarms AlarmSettings
 	// Unknown lists the PINBOARD_* variables no setting declares (likely
 	// typos); Main logs a warning for each.
 	Unknown []cmdline.UnknownVar
@@ -232,10 +235,14 @@ Exit status: 0 after a clean shutdown, 1 when a listener fails,
 	}, Format: strconv.Itoa}, "loops", EnvLoops, "int",
 		"event loops serving the public port (default: one per CPU); 0: fasthttp's goroutine per connection only")
 	declareProxyLimits(set, s)
+	declareAlarmSettings(set, s)
 	return set, func(environ []string) error {
 		s.RestartFence = fence.d
 		if fence.lease {
 			s.RestartFence = s.Lease
+		}
+		if err := s.Alarms.check(); err != nil {
+			return err
 		}
 		return s.readTokens(token)
 	}

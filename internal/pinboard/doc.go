@@ -75,6 +75,22 @@
 // With NoProxy the public server is a plain fasthttp.Server and every
 // non-registry request gets 404.
 //
+// # Alarms
+//
+// When the store keeps alarms (redisstore, memstore with -dev) and the data
+// plane has a placement resolver (ProxyPlane), New builds the alarm
+// scheduler (package alarm) and the registry serves the alarm calls, its
+// OnAlarmSet nudging the scheduler. Run starts the scheduler with the rest
+// and, on shutdown, stops it with the janitor; it returns after the
+// deliveries in flight finished (each bounded by the delivery timeout).
+// Deliveries go through alarmdeliver.go: the resolver places the id (an
+// evicted id is activated like any request), the store gives the session's
+// secret, and a plain fasthttp client (dialled through the registry's
+// address policy) posts /<ns>/<id>/_pinned/alarm; that file is the interim
+// delivery path until the proxy offers an internal delivery call. The
+// settings (PINBOARD_ALARM_*, PINBOARD_MAX_ALARMS_PER_INSTANCE) are in
+// alarms.go; the scheduler's metrics are on the pinboard's own set.
+//
 // # Lifecycle
 //
 // New does no I/O. Run binds both listeners, then serves at once, even

@@ -32,6 +32,7 @@ type activations struct {
 	live  map[string]int
 	total map[string]int
 	dups  []string
+	fires []fire // alarm runs (alarms_test.go)
 }
 
 func newActivations() *activations {
@@ -84,7 +85,13 @@ func objType(worker string, act *activations) host.Type[*obj] {
 		o.n++
 		return x.JSON(200, objState{Worker: o.worker, ID: o.inst.ID(), N: o.n, Nonce: o.nonce})
 	})
+	r.POST("/alarm", setAlarm)
 	return host.Type[*obj]{
+		Alarm: func(o *obj, x *host.AlarmCtx) error {
+			o.n++
+			act.fired(fire{id: o.inst.ID(), worker: o.worker, nonce: o.nonce, name: x.Name(), scheduled: x.Scheduled(), attempt: x.Attempt(), at: time.Now()})
+			return nil
+		},
 		New: func(inst *host.Instance) (*obj, error) {
 			var b [6]byte
 			_, _ = rand.Read(b[:])

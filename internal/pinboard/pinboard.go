@@ -18,6 +18,7 @@ import (
 	"github.com/valyala/fasthttp/pprofhandler"
 
 	"github.com/pinned-go/pinned/clock"
+	"github.com/pinned-go/pinned/internal/alarm"
 	"github.com/pinned-go/pinned/internal/hotids"
 	"github.com/pinned-go/pinned/internal/registry"
 	"github.com/pinned-go/pinned/internal/store"
@@ -77,6 +78,9 @@ type Pinboard struct {
 	// serves the port itself.
 	front *proxy.Front
 
+	sched *alarm.Scheduler // nil without a data plane (and a store that keeps alarms)
+	deliv *alarmDeliverer
+
 	mu         sync.Mutex
 	publicAddr string
 	adminAddr  string
@@ -130,6 +134,9 @@ func New(cfg Config) (*Pinboard, error) {
 		Hot:                 hot,
 		Clock:               p.clock,
 		Logger:              root,
+		// alarms.go
+		MaxAlarmsPerInstance: cfg.Alarms.MaxAlarmsPerInstance,
+		OnAlarmSet:           p.nudgeAlarms,
 	})
 	if err != nil {
 		p.st.Close()
@@ -158,6 +165,10 @@ func New(cfg Config) (*Pinboard, error) {
 		// timeouts. The registry reads its bodies through a limited reader
 		// of the body stream, so its 64 KiB bound holds there too.
 		p.public = dp.px.NewServer()
+		if err := p.newAlarmScheduler(root, control); err != nil {
+			p.st.Close()
+			return nil, err
+		}
 	} else {
 		p.public = &fasthttp.Server{
 			Name:                         "pinboard",
@@ -369,6 +380,12 @@ func (p *Pinboard) Run(ctx context.Context) error {
 			if err := p.dp.run(bg); err != nil {
 				p.log.Error("data plane stopped", "err", err)
 			}
+		})
+	}
+	if p.sched != nil {
+		wg.Go(func() {
+			_ = p.sched.Run(bg) // returns once its deliveries in flight have finished
+			p.deliv.close()
 		})
 	}
 

@@ -268,4 +268,3 @@ func TestHotAndTraffic(t *testing.T) {
 		t.Fatalf("GET hot without a sketch = %d %s", r.code, r.body)
 	}
 }
-

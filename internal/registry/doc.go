@@ -35,6 +35,15 @@
 //	GET  /registry/overview  200 {protocolVersion, leaseMs, sessions, namespaces: {ns: {...}}, workers}
 //	GET  /healthz            200 {"ok": true, "store": "ok"}; 503 with the store error, or
 //	                         {"shuttingDown": true} once shutdown began (unauthenticated)
+//	POST /registry/alarms/set    {sessionId, namespace, id, alarm: {name, atMs, everyMs?,
+//	                             skipMissed?, maxAttempts?, backoffMs?}}  200 {gen}
+//	POST /registry/alarms/delete {sessionId, namespace, id, name}  200 {"deleted": bool}
+//	POST /registry/alarms/list   {sessionId, namespace, id}  200 {"alarms": [Alarm...]} by name
+//	  all three: 409 on sessionId unless that session is live and holds the placement of
+//	  (namespace, id); set: 409 on alarm when the instance holds MaxAlarmsPerInstance (100)
+//	  alarms and none of that name; 501 when the store keeps no alarms
+//	GET  /registry/alarms/dead?limit=N  200 {"deadAlarms": [...]} newest first (limit 1–1000,
+//	                             default 100)
 //
 // The operator console's calls (the pinboard's admin listener serves the
 // same handler, so its dashboard can make them):
@@ -85,6 +94,12 @@
 // milliseconds; challenge 22–256 bytes (wire.MinChallengeLen: room for 128
 // random bits), challengeValue ≤ 1 KiB; sessionId (heartbeat, release,
 // deregister) follows wire.CheckSessionID.
+//
+// Alarm fields: name follows wire.CheckSegment (≤ 64 bytes); atMs is unix
+// milliseconds, everyMs 0 or at least 1000, maxAttempts 0–100 (0: 6),
+// backoffMs 0 or 10 ms–1 h (0: 2 s) (wire.Alarm.Check). Each set mints a new
+// gen (64 random bits) and calls Config.OnAlarmSet (the pinboard's scheduler
+// claims that shard by the due time).
 //
 // # Semantics
 //

@@ -32,7 +32,8 @@ const (
 )
 
 var endpoints = []string{epRegister, epHeartbeat, epRelease, epDeregister, epPush, epWorkers, epOverview, epHealthz,
-	epPlacement, epEvict, epInstances, epHot, epTraffic}
+	epPlacement, epEvict, epInstances, epHot, epTraffic,
+	epAlarmSet, epAlarmDelete, epAlarmList, epAlarmsDead}
 
 // codes are the status codes the registry answers; anything else is
 // counted as code="other".
@@ -66,6 +67,8 @@ type registryMetrics struct {
 	reapedSessions    *metrics.Counter
 	reapedPlacements  *metrics.Counter
 	sweepErrors       *metrics.Counter
+	alarmsSet         *metrics.Counter
+	alarmRefused      *metrics.Counter
 
 	liveWorkers *metrics.Gauge
 	sessions    *metrics.Gauge
@@ -155,6 +158,8 @@ func newRegistryMetrics(set *metrics.Set, maxSeries int) *registryMetrics {
 	m.reapedSessions = set.NewCounter(`pinned_registry_reaped_sessions_total`)
 	m.reapedPlacements = set.NewCounter(`pinned_registry_reaped_placements_total`)
 	m.sweepErrors = set.NewCounter(`pinned_registry_sweep_errors_total`)
+	m.alarmsSet = set.NewCounter(`pinned_registry_alarms_set_total`)
+	m.alarmRefused = set.NewCounter(`pinned_registry_alarm_calls_refused_total`)
 	m.liveWorkers = set.NewGauge(`pinned_registry_live_workers`, nil)
 	m.sessions = set.NewGauge(`pinned_registry_sessions`, nil)
 	m.storeUp = set.NewGauge(`pinned_registry_store_up`, nil)

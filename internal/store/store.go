@@ -1,5 +1,5 @@
 // Package store is the pinboard's shared directory: worker sessions,
-// control-message queues and placements. Store is implemented twice, on Redis
+// control-message queues, placements and (Alarms, optional) durable alarms. Store is implemented twice, on Redis
 // (redisstore, via rueidis) and in memory (memstore, for `pinboard -dev` and
 // unit tests); one conformance suite (storetest) runs against both.
 //
@@ -55,8 +55,12 @@
 package store
 
 import (
+	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
+	"slices"
 	"time"
 
 	"github.com/pinned-go/pinned/internal/wire"
@@ -319,4 +323,112 @@ type ListPage struct {
 	Placements []ListedPlacement
 	// Cursor continues the listing; "" when it is complete.
 	Cursor string
+}
+
+// ErrTooManyAlarms: the instance already holds the most alarms allowed.
+var ErrTooManyAlarms = errors.New("store: too many alarms for this instance")
+
+// Alarms is implemented by stores that keep durable alarms (memstore and
+// redisstore). Like Reaper it is separate from Store, so that fakes of Store
+// need not implement it. Times are unix milliseconds, always passed in by
+// the caller: a store never reads a clock for alarms.
+//
+// Semantics (storetest.RunAlarms checks them on both stores):
+//
+//   - An alarm is identified by (namespace, id, name). SetAlarm replaces
+//     the alarm of that name, if any, whatever its state (due, retrying,
+//     claimed); it is due at a.AtMs.
+//   - ClaimAlarms takes the alarms of one shard (wire.AlarmShard of the
+//     instance's placement name) whose due time is at or before nowMs, in
+//     due order, at most max of them, and makes each due again only at
+//     nowMs + claim: until then no other ClaimAlarms returns it, so of any
+//     number of concurrent claimers exactly one gets it.
+//   - FinishAlarm applies a delivery's outcome only while the alarm's
+//     stored record is still the claimed one (compare-and-set on the record:
+//     a SetAlarm or DeleteAlarm meanwhile wins). An alarm is removed only by
+//     DeleteAlarm or a FinishAlarm with next == nil.
+//   - Dead letters are kept per shard, at most maxDead of the newest.
+type Alarms interface {
+	// SetAlarm stores a (Gen set by the caller, DueMs ignored) as the
+	// alarm a.Name of (ns, id), due at a.AtMs. It returns ErrTooManyAlarms
+	// when the instance holds max alarms already and none named a.Name.
+	SetAlarm(ctx context.Context, ns, id string, a wire.Alarm, max int) error
+	// DeleteAlarm removes the alarm name of (ns, id) and reports whether it
+	// existed.
+	DeleteAlarm(ctx context.Context, ns, id, name string) (bool, error)
+	// ListAlarms returns the alarms of (ns, id) sorted by name, each with
+	// DueMs set (a claimed one: the end of its claim).
+	ListAlarms(ctx context.Context, ns, id string) ([]wire.Alarm, error)
+	// ClaimAlarms claims up to max due alarms of shard for claim (see
+	// above). next is the earliest due time left in the shard afterwards
+	// (claimed alarms count with the end of their claim), or -1 when the
+	// shard holds no alarm.
+	ClaimAlarms(ctx context.Context, shard int, nowMs int64, claim time.Duration, max int) (claimed []ClaimedAlarm, next int64, err error)
+	// FinishAlarm applies the outcome of c's delivery while c's record is
+	// still stored: next == nil removes the alarm, otherwise next replaces
+	// it, due at nextDueMs; dead, when not nil, is added to the dead
+	// letters, of which the shard keeps the newest maxDead. It reports
+	// whether the record was still c's (false: nothing was written).
+	FinishAlarm(ctx context.Context, c ClaimedAlarm, next *wire.Alarm, nextDueMs int64, dead *wire.DeadAlarm, maxDead int) (bool, error)
+	// DeadAlarms returns up to max dead letters, the newest first.
+	DeadAlarms(ctx context.Context, max int) ([]wire.DeadAlarm, error)
+}
+
+// ClaimedAlarm is an alarm returned by ClaimAlarms.
+type ClaimedAlarm struct {
+	Namespace, ID string
+	Alarm         wire.Alarm
+	// Record is the stored encoding FinishAlarm compares against.
+	Record string
+}
+
+// EncodeAlarm is the stored encoding of an alarm record: its JSON without
+// DueMs (the due time is the sorted-set score).
+func EncodeAlarm(a wire.Alarm) string {
+	a.DueMs = 0
+	return encodeJSON(a)
+}
+
+// DecodeAlarm parses a stored alarm record.
+func DecodeAlarm(s string) (wire.Alarm, error) { return decodeJSON[wire.Alarm](s, "alarm record") }
+
+// EncodeDeadAlarm is the stored encoding of a dead letter (its JSON).
+func EncodeDeadAlarm(d wire.DeadAlarm) string { return encodeJSON(d) }
+
+// DecodeDeadAlarm parses a stored dead letter.
+func DecodeDeadAlarm(s string) (wire.DeadAlarm, error) {
+	return decodeJSON[wire.DeadAlarm](s, "dead letter")
+}
+
+// encodeJSON encodes one of the wire structs, which always encode.
+func encodeJSON(v any) string {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(err)
+	}
+	return string(b)
+}
+
+func decodeJSON[T any](s, what string) (T, error) {
+	var v T
+	if err := json.Unmarshal([]byte(s), &v); err != nil {
+		return v, fmt.Errorf("store: malformed %s: %w", what, err)
+	}
+	return v, nil
+}
+
+// NewestDeadAlarms sorts dead letters newest first (ties by namespace, id,
+// name and occurrence) and keeps at most max of them.
+func NewestDeadAlarms(ds []wire.DeadAlarm, max int) []wire.DeadAlarm {
+	slices.SortFunc(ds, func(a, b wire.DeadAlarm) int {
+		return cmp.Or(cmp.Compare(b.DeadAtMs, a.DeadAtMs), cmp.Compare(a.Namespace, b.Namespace),
+			cmp.Compare(a.ID, b.ID), cmp.Compare(a.Alarm.Name, b.Alarm.Name), cmp.Compare(a.Alarm.AtMs, b.Alarm.AtMs))
+	})
+	if len(ds) > max {
+		ds = ds[:max]
+	}
+	if ds == nil {
+		ds = []wire.DeadAlarm{}
+	}
+	return ds
 }

@@ -54,6 +54,36 @@
 //     [ReasonStale] (new reason), and aborts an instance older than the
 //     request before activating anew. Pinboards of version 3 and earlier ones must not
 //     share a Redis: each would see the other's placements as absent.
+//   - 4 (2026-12-03): durable alarms. New registry calls
+//     [PathAlarmSet], [PathAlarmDelete], [PathAlarmList] (the worker's,
+//     for an id its session holds) and [PathAlarmsDead] (dead letters),
+//     with the bodies in alarms.go; the delivery POST
+//     /<ns>/<id>[PathAlarm] with the [HeaderAlarm] field
+//     ("<attempt> <scheduled ms> <name>"), sent by a pinboard to the worker
+//     holding the id with its secret and session; the keys pinned:al:{<s>}:*
+//     (see keys.go), the first ones that share a hash tag and are written by
+//     multi-key scripts (all keys of one script in one slot). An old worker
+//     never calls the new paths; an old pinboard answers them 404 and
+//     delivers no alarm, so the version changes.
+//
+// # Alarms
+//
+// An alarm is set, replaced, deleted and listed by the worker holding its
+// instance: the registry checks that the calling session is live and holds
+// the placement of (namespace, id), so a worker that lost its lease cannot
+// touch the alarms of an id placed elsewhere since. Every pinboard runs a
+// scheduler that claims due alarms from the shards (a script moves each
+// claimed alarm's score to the end of a claim, so no other pinboard takes
+// it before the claim ends), delivers each one as POST
+// /<ns>/<id>/_pinned/alarm to the worker holding the id (placing and
+// activating it like any request), and then applies the outcome with a
+// compare-and-set on the record it claimed ([Alarm.AfterSuccess],
+// [Alarm.AfterFailure], [Alarm.AfterUnavailable]): a record set again
+// meanwhile (a new Gen) is left alone. Delivery is at least once: an alarm
+// is deleted only after a 2xx, and a pinboard that dies with a claim leaves
+// the alarm to be claimed again when the claim ends. The handler receives
+// the name, the scheduled time (AtMs) and the attempt number; (name,
+// scheduled time) names an occurrence, so a handler can be idempotent.
 //
 // # Invariants
 //
@@ -66,8 +96,8 @@
 //     control byte or non-ASCII byte, and is never "." or "..".
 //   - Every Redis key built here is touched only by single-key atomic
 //     operations, or by scripts whose keys are hash-tagged into one slot (a
-//     placement and its epoch counter), so the schema works unchanged on
-//     Redis Cluster.
+//     placement and its epoch counter; the keys of one alarm shard, tag
+//     {<shard>}), so the schema works unchanged on Redis Cluster.
 //   - An epoch is a uint64 sent in decimal; 0 means "none" (a request or an
 //     instance without one).
 package wire

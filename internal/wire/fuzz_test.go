@@ -119,6 +119,13 @@ var wireBodies = []func() any{
 	func() any { return new(OverviewResponse) },
 	func() any { return new(Healthz) },
 	func() any { return new(PushResponse) },
+	func() any { return new(AlarmSetRequest) },
+	func() any { return new(AlarmSetResponse) },
+	func() any { return new(AlarmDeleteRequest) },
+	func() any { return new(AlarmDeleteResponse) },
+	func() any { return new(AlarmListRequest) },
+	func() any { return new(AlarmListResponse) },
+	func() any { return new(DeadAlarmsResponse) },
 }
 
 // FuzzBodiesRoundTrip decodes arbitrary JSON into each wire body (kind
@@ -143,6 +150,13 @@ func FuzzBodiesRoundTrip(f *testing.F) {
 		`{"protocolVersion":1,"namespaces":{"/n":{"workers":1}}}`,
 		`{"ok":true,"store":"ok","shuttingDown":true}`,
 		`{"queued":true}`,
+		`{"sessionId":"s","namespace":"/n","id":"i","alarm":{"name":"a","atMs":5,"everyMs":1000,"skipMissed":true,"maxAttempts":3,"backoffMs":10}}`,
+		`{"gen":"g"}`,
+		`{"sessionId":"s","namespace":"/n","id":"i","name":"a"}`,
+		`{"deleted":true}`,
+		`{"sessionId":"s","namespace":"/n","id":"i"}`,
+		`{"alarms":[{"name":"a","atMs":1,"failures":2,"waits":1,"gen":"g","dueMs":3}]}`,
+		`{"deadAlarms":[{"namespace":"/n","id":"i","alarm":{"name":"a","atMs":1},"deadAtMs":2,"error":"HTTP 500"}]}`,
 	}
 	for i, s := range seeds {
 		f.Add(uint8(i), []byte(s))

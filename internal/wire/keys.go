@@ -3,6 +3,7 @@ package wire
 import (
 	"crypto/sha256"
 	"encoding/base64"
+	"strconv"
 )
 
 // Redis key schema. Every key is read and written only by single-key atomic
@@ -16,6 +17,8 @@ import (
 // advertise URL could, which only moves that one key to another slot: it is
 // still touched alone), and a placement name starts with '/', so its hash tag
 // is never empty.
+// The keys of one alarm shard carry the hash tag {<shard>} and are touched
+// together by multi-key scripts, all in that one slot.
 //
 //	pinned:s:<sessionId>      HASH   one worker session (fields below); PEXPIRE = the
 //	                                 pinboard's lease, refreshed only by an owner-checked
@@ -60,6 +63,19 @@ import (
 //	                                 listing has returned so far (and "" marking it
 //	                                 started), so no page repeats what SCAN returns twice;
 //	                                 PEXPIRE refreshed by every page, deleted by the last
+//
+// Alarms (protocol version 4), in AlarmShards shards; <s> is AlarmShard of
+// the instance's placement name and <m> its AlarmMember "<ns>/<id>/<name>".
+// Every script names all the keys it touches, all of one shard:
+//
+//	pinned:al:{<s>}:due       ZSET   <m> -> when it is due (unix ms); while a pinboard
+//	                                 delivers it, the end of that pinboard's claim
+//	pinned:al:{<s>}:rec       HASH   <m> -> the alarm (JSON wire.Alarm, without dueMs)
+//	pinned:al:{<s>}:i:<ns>/<id> SET  names of the instance's alarms (listing, the
+//	                                 per-instance cap)
+//	pinned:al:{<s>}:dead      HASH   "<m>@<atMs>" -> a dead letter (JSON wire.DeadAlarm)
+//	pinned:al:{<s>}:deadt     ZSET   "<m>@<atMs>" -> when it died; the oldest beyond
+//	                                 the cap are dropped with their letters
 const (
 	KeyPrefix          = "pinned:"
 	KeyPrefixSession   = "pinned:s:"
@@ -191,4 +207,37 @@ const NonceIDLen = 22
 func NonceID(challenge string) string {
 	sum := sha256.Sum256([]byte(challenge))
 	return base64.RawURLEncoding.EncodeToString(sum[:16])
+}
+
+// KeyPrefixAlarms starts every alarm key.
+const KeyPrefixAlarms = "pinned:al:"
+
+// alarmShardPrefix is "pinned:al:{<shard>}:".
+func alarmShardPrefix(shard int) string {
+	return KeyPrefixAlarms + "{" + strconv.Itoa(shard) + "}:"
+}
+
+// KeyAlarmDue is the shard's sorted set of alarms by due time.
+func KeyAlarmDue(shard int) string { return alarmShardPrefix(shard) + "due" }
+
+// KeyAlarmRecords is the shard's hash of alarm records.
+func KeyAlarmRecords(shard int) string { return alarmShardPrefix(shard) + "rec" }
+
+// KeyAlarmIndex is the set of alarm names of one instance; it lives in the
+// instance's shard, AlarmShard(PlacementName(ns, id)).
+func KeyAlarmIndex(ns, id string) string {
+	name := PlacementName(ns, id)
+	return alarmShardPrefix(AlarmShard(name)) + "i:" + name
+}
+
+// KeyAlarmDead is the shard's hash of dead letters.
+func KeyAlarmDead(shard int) string { return alarmShardPrefix(shard) + "dead" }
+
+// KeyAlarmDeadTimes is the shard's sorted set of dead letters by time.
+func KeyAlarmDeadTimes(shard int) string { return alarmShardPrefix(shard) + "deadt" }
+
+// DeadAlarmKey is a dead letter's field in KeyAlarmDead: "<member>@<atMs>",
+// so each dead occurrence of a repeating alarm keeps its own letter.
+func DeadAlarmKey(member string, atMs int64) string {
+	return member + "@" + strconv.FormatInt(atMs, 10)
 }

@@ -1,7 +1,7 @@
 package wire
 
 // Version is the registry protocol version (see the package doc for its history).
-const Version = 3
+const Version = 4
 
 // Registry endpoints served by the pinboard.
 const (
@@ -82,7 +82,7 @@ const (
 	ReasonNoWorker    = "no_worker"   // proxy: no live, undrained worker serves the namespace
 	ReasonUnreachable = "unreachable" // proxy: worker could not be reached; request provably not sent
 	ReasonOverloaded  = "overloaded"  // proxy: per-worker queue full or queue timeout
-	ReasonStore       = "store"       // proxy: the directory (Redis) could not be read
+	ReasonStore       = "store"       // proxy: the directory (Redis) could not be read; host: an alarm call found it unavailable
 )
 
 // Registry NACK values, sent as 409 {"nack": ...}.

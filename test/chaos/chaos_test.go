@@ -96,12 +96,13 @@ func run(t *testing.T, sc scenario) result {
 	}
 	time.Sleep(finalCalm)
 	lc.close()
+	c.awaitAlarms(t, alarmDrain) // alarms_test.go
 	c.stop()
 	c.recordStored(lc.ids)
 	if *keepDir != "" {
 		c.keep(fmt.Sprintf("%s/%s", *keepDir, strings.ReplaceAll(t.Name(), "/", "_")))
 	}
-	rep := chaoscheck.Check(chaoscheck.Config{LeaseBuffer: leaseBuf, ClientTimeout: clientTimeout}, c.events())
+	rep := chaoscheck.Check(chaoscheck.Config{LeaseBuffer: leaseBuf, ClientTimeout: clientTimeout, PendingWindow: time.Millisecond}, c.events())
 	return result{report: rep, kinds: labels, elapsed: time.Since(start), seed: sc.seed}
 }
 

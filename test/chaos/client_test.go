@@ -35,6 +35,7 @@ type loadClient struct {
 	stop context.CancelFunc
 
 	ok, total atomic.Int64 // requests answered 2xx, and all
+	alarms    atomic.Int64 // alarm names handed out (each alarm request sets a new one)
 }
 
 // waitWarm waits (bounded) until nearly every request of the last second
@@ -102,6 +103,10 @@ func (lc *loadClient) loop(ctx context.Context, rng *rand.Rand) {
 			op, path = "GET", "/"
 		case x < 3:
 			path = "/incr-later?delay=2s"
+		case x < 4:
+			// A durable alarm with a name of its own: the checker matches
+			// every 2xx to its run and counts duplicate runs.
+			path = fmt.Sprintf("/alarm?delay=1s&name=c%d", lc.alarms.Add(1))
 		}
 		req.Reset()
 		resp.Reset()

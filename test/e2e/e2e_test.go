@@ -72,6 +72,12 @@ type counter struct {
 // challenge value the counter sent (noSecretInLogs).
 func startCounter(t *testing.T, pb *pinboard, env ...string) *counter {
 	t.Helper()
+	return startCounterWith(t, pb, nil, env...)
+}
+
+// startCounterWith is startCounter with command-line arguments.
+func startCounterWith(t *testing.T, pb *pinboard, args []string, env ...string) *counter {
+	t.Helper()
 	addr := freeAddr(t)
 	c := &counter{addr: addr}
 	t.Cleanup(func() {
@@ -81,6 +87,7 @@ func startCounter(t *testing.T, pb *pinboard, env ...string) *counter {
 	c.Proc = proctest.Start(t, proctest.Spec{
 		Name: "counter@" + addr,
 		Bin:  builder.Build(t, "github.com/pinned-go/pinned/examples/counter"),
+		Args: args,
 		Env: append([]string{
 			"PINNED_LISTEN=" + addr, "PINNED_PINBOARD_URL=http://" + c.relay.addr(),
 			"PINNED_TOKEN=" + token, "PINNED_ADVERTISE_URL=http://" + addr,

@@ -1,6 +1,6 @@
 // Package counterapp is the counter demo's object type: a durable counter
-// per id under /counter (GET /, POST /incr, POST /incr-later, GET /stream,
-// GET /blob, WebSocket /ws). examples/counter serves it in one process; examples/fleet
+// per id under /counter (GET /, POST /incr, POST /incr-later, POST /alarm,
+// DELETE /alarm, GET /alarms, GET /stream, GET /blob, WebSocket /ws). examples/counter serves it in one process; examples/fleet
 // serves it on three workers behind a pinboard.
 //
 // JSON answers carry the instance's activation epoch ("epoch", see
@@ -53,6 +53,9 @@ const maxStreamLines = 1_000_000
 // maxIncrDelay bounds POST /incr-later?delay=D.
 const maxIncrDelay = time.Minute
 
+// maxAlarmDelay bounds POST /alarm?delay=D (and at=T, counted from now).
+const maxAlarmDelay = 24 * time.Hour
+
 // Hooks observe counters (the chaos harness records them in its history).
 // Every field may be nil. They run inside the instance's turn and must
 // return promptly.
@@ -66,6 +69,8 @@ type Hooks struct {
 	Served func(c *Counter, x *host.Ctx)
 	// Effect is called when a background task (incr-later) increments.
 	Effect func(c *Counter)
+	// Alarm is called by the Alarm handler before it increments.
+	Alarm func(c *Counter, x *host.AlarmCtx)
 }
 
 // KeyPrefix starts the Redis key of a persisted count: "counter:<id>".
@@ -107,7 +112,11 @@ func TypeWithOptions(o Options) host.Type[*Counter] {
 	r.GET("/stream", (*Counter).stream)
 	r.GET("/blob", (*Counter).blob)
 	r.WebSocket("/ws", (*Counter).ws)
+	r.POST("/alarm", (*Counter).setAlarm)
+	r.DELETE("/alarm", (*Counter).deleteAlarm)
+	r.GET("/alarms", (*Counter).alarms)
 	return host.Type[*Counter]{
+		Alarm: (*Counter).alarm,
 		New: func(inst *host.Instance) (*Counter, error) {
 			var b [8]byte
 			if _, err := rand.Read(b[:]); err != nil {
@@ -390,4 +399,87 @@ func (c *Counter) ws(ws *host.WebSocket) error {
 			return err
 		}
 	}
+}
+
+// setAlarm answers POST /counter/{id}/alarm?delay=2s (or at=<unix ms>) and
+// optionally name=N (default "incr"): a durable alarm that increments the
+// count by one when it fires (202). Setting a name again replaces it.
+func (c *Counter) setAlarm(x *host.Ctx) error {
+	q := x.RequestCtx().QueryArgs()
+	now := time.Now()
+	at := now.Add(2 * time.Second)
+	switch {
+	case len(q.Peek("at")) > 0:
+		ms, err := strconv.ParseInt(string(q.Peek("at")), 10, 64)
+		if err != nil || ms < 0 || time.UnixMilli(ms).After(now.Add(maxAlarmDelay)) {
+			return &host.Error{Status: 400, Message: "at must be unix milliseconds at most " + maxAlarmDelay.String() + " from now", Field: "at"}
+		}
+		at = time.UnixMilli(ms)
+	case len(q.Peek("delay")) > 0:
+		d, err := time.ParseDuration(string(q.Peek("delay")))
+		if err != nil || d < 0 || d > maxAlarmDelay {
+			return &host.Error{Status: 400, Message: "delay must be a duration from 0s to " + maxAlarmDelay.String(), Field: "delay"}
+		}
+		at = now.Add(d)
+	}
+	name := "incr"
+	if v := q.Peek("name"); len(v) > 0 {
+		name = string(v)
+	}
+	c.served(x)
+	if err := c.inst.SetAlarm(name, at); err != nil {
+		return err
+	}
+	return x.JSON(202, map[string]any{"alarm": name, "at": at.UnixMilli()})
+}
+
+// deleteAlarm answers DELETE /counter/{id}/alarm?name=N (204).
+func (c *Counter) deleteAlarm(x *host.Ctx) error {
+	name := "incr"
+	if v := x.RequestCtx().QueryArgs().Peek("name"); len(v) > 0 {
+		name = string(v)
+	}
+	if err := c.inst.DeleteAlarm(name); err != nil {
+		return err
+	}
+	x.RequestCtx().SetStatusCode(204)
+	return nil
+}
+
+type alarmState struct {
+	Name     string `json:"name"`
+	At       int64  `json:"at"`
+	Due      int64  `json:"due,omitempty"`
+	Failures int    `json:"failures,omitempty"`
+}
+
+// alarms answers GET /counter/{id}/alarms with the pending alarms.
+func (c *Counter) alarms(x *host.Ctx) error {
+	as, err := c.inst.Alarms()
+	if err != nil {
+		return err
+	}
+	out := make([]alarmState, 0, len(as))
+	for _, a := range as {
+		s := alarmState{Name: a.Name, At: a.At.UnixMilli(), Failures: a.Failures}
+		if !a.Due.IsZero() {
+			s.Due = a.Due.UnixMilli()
+		}
+		out = append(out, s)
+	}
+	return x.JSON(200, out)
+}
+
+// alarm is the Alarm handler: the count grows by one (stored first when
+// the counter persists, like an increment).
+func (c *Counter) alarm(x *host.AlarmCtx) error {
+	if c.hooks.Alarm != nil {
+		c.hooks.Alarm(c, x)
+	}
+	n, err := c.persistIncr(x.Context())
+	if err != nil {
+		return err
+	}
+	c.set(n)
+	return nil
 }

@@ -6,7 +6,9 @@
 // SET NX / compare-and-set / compare-and-delete placements under epochs
 // allocated as redisstore does (wire.NextEpoch of the id's last epoch and
 // the store's clock), a placement index per session that Reap uses to
-// collect dead sessions' placements.
+// collect dead sessions' placements, and alarms in per-shard maps
+// (alarms.go; claims scan a shard, which suits `pinboard -dev`, not large
+// alarm sets).
 //
 // # Invariants
 //

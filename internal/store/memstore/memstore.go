@@ -62,6 +62,7 @@ type Store struct {
 	nonces     map[string]expiring            // nonce id -> when it was used
 	noncePrune int                            // prune nonces when the map reaches this size
 	slots      map[string]map[string]expiring // token id -> session id -> slot
+	alarms     [wire.AlarmShards]alarmShard   // alarms.go
 
 	started bool
 	kick    chan struct{} // wakes the reaper to recompute its deadline
@@ -111,6 +112,7 @@ var _ interface {
 	store.Store
 	store.Reaper
 	store.PlacementLister
+	store.Alarms
 } = (*Store)(nil)
 
 // New returns a Store. It starts nothing; call Start for expiry
@@ -269,6 +271,7 @@ func (s *Store) Flush() {
 	clear(s.owned)
 	clear(s.nonces)
 	clear(s.slots)
+	s.alarms = [wire.AlarmShards]alarmShard{}
 	s.mu.Unlock()
 	s.invalidate(store.Invalidation{All: true})
 }

@@ -3,9 +3,10 @@
 // Cluster unchanged (the conformance suite runs on both): every command and
 // every Lua script touches exactly one key, except the placement scripts,
 // whose two keys (the placement and its epoch counter) share a hash tag and
-// so a slot (the layout is documented in internal/wire/keys.go and the
-// registry package doc). It needs Redis ≥ 6.2 (RESP3 client tracking, ZADD
-// GT, SET GET, TIME in scripts).
+// so a slot, and the alarm scripts (alarms.go), whose keys all belong to one
+// alarm shard and share its hash tag {<shard>} (the layout is documented in
+// internal/wire/keys.go and the registry package doc). It needs Redis ≥ 6.2
+// (RESP3 client tracking, ZADD GT, SET GET, TIME in scripts).
 //
 // # Operations
 //
@@ -70,6 +71,13 @@
 //     candidate's placement, and a script on pinned:i:<listing> that keeps
 //     only the names the listing has not returned (SCAN may repeat keys)
 //     and records them. Never KEYS; a page is a few SCAN calls.
+//   - Alarms (store.Alarms): one script per call on the instance's shard:
+//     set (cap check, HSET record, ZADD due, SADD index), delete, list (the
+//     index, then each record and score), claim (ZRANGEBYSCORE due ≤ now,
+//     HMGET the records, one ZADD moving them all to the claim's end, the
+//     earliest score left), finish (compare the record, then remove or
+//     rewrite and reschedule, and add a dead letter, dropping the oldest
+//     beyond the cap); dead letters: one script per shard, pipelined.
 //   - Unindex is always "HDEL, then GET the placement, and index again if it
 //     names this session". Together with "index again after every winning
 //     write" this keeps the invariant "a placement naming session S is in

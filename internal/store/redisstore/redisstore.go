@@ -121,6 +121,7 @@ type conn struct{ rueidis.Client }
 var _ interface {
 	store.Store
 	store.Reaper
+	store.Alarms
 } = (*Store)(nil)
 
 // New validates cfg and returns a Store that is not connected yet. It does

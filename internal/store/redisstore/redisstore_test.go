@@ -458,3 +458,14 @@ func waitUptime(t *testing.T, adm rueidis.Client, secs int64) {
 		time.Sleep(50 * time.Millisecond) // waiting for Redis's own clock
 	}
 }
+
+func TestAlarmConformance(t *testing.T) {
+	srv := redistest.Start(t)
+	adm := admin(t, srv)
+	storetest.RunAlarms(t, func(t *testing.T, opts store.Options) storetest.Harness {
+		if err := adm.Do(context.Background(), adm.B().Flushall().Build()).Error(); err != nil {
+			t.Fatal(err)
+		}
+		return storetest.Harness{Store: open(t, Config{Options: opts, URL: srv.URL})}
+	})
+}

@@ -29,6 +29,9 @@
 //     without Retry-After other than 502/504; a connection error while the
 //     pinboard was up) is a violation.
 //
+// Checks 5 to 7 are about alarms (alarms.go): alarm runs under a live lease,
+// no occurrence run twice outside a fault, no alarm set and never run.
+//
 // The end of a session's lease is computed by the checker from raw facts,
 // never from what the worker believed: the registration and every heartbeat
 // ack report the SEND time of their call and the lease the pinboard granted;
@@ -82,6 +85,9 @@ type Config struct {
 	ClientTimeout time.Duration
 	// MaxExamples bounds the violations kept per kind. Default 10.
 	MaxExamples int
+	// DuplicateWindow and PendingWindow tune the alarm checks (alarms.go).
+	// Defaults DefaultDuplicateWindow and DefaultPendingWindow.
+	DuplicateWindow, PendingWindow time.Duration
 }
 
 // Request classes.
@@ -132,6 +138,8 @@ type Report struct {
 	// MaxExamples of each.
 	Violations map[string]int
 	Examples   []Violation
+	// Alarms is the alarm checks' summary (alarms.go).
+	Alarms *AlarmReport
 }
 
 // OK reports whether no guarantee was broken.
@@ -154,6 +162,9 @@ func (r *Report) String() string {
 	b.WriteString("\nnon-2xx answers:")
 	for _, k := range slices.Sorted(maps.Keys(r.Answers)) {
 		fmt.Fprintf(&b, " %q=%d", k, r.Answers[k])
+	}
+	if r.Alarms != nil {
+		b.WriteString("\n" + r.Alarms.String())
 	}
 	b.WriteString("\nnemeses:")
 	for _, k := range slices.Sorted(maps.Keys(r.Nemeses)) {
@@ -420,6 +431,9 @@ func Check(cfg Config, events []history.Event) *Report {
 				e.Op, e.ID, e.Via, e.T, e.Status, e.Reason, e.RetryAfter, e.Err, time.Duration(e.End-e.T), c)
 		}
 	}
+
+	// 5-7. Alarms.
+	r.Alarms = checkAlarms(cfg, ev, violate, endOf, sessionOf, pauses)
 
 	if r.Served == 0 || len(sessions) == 0 {
 		violate(VEmpty, "%d requests served, %d sessions: the run did not exercise the system", r.Served, len(sessions))
