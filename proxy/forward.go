@@ -38,9 +38,12 @@ type exchange struct {
 	http10  bool   // the client spoke HTTP/1.0
 	// resentOnce: sent again after an attempt that got no answer (noAnswer).
 	resentOnce bool
-	bodyKind   bodyKind
-	body       []byte // a replayable request body
-	scratch    [64]byte
+	// internal: a request of the pinboard's own (Deliver), which may be
+	// sent again like an idempotent one.
+	internal bool
+	bodyKind bodyKind
+	body     []byte // a replayable request body
+	scratch  [64]byte
 
 	// Worker connection state, valid between acquire and release.
 	route    Route // where the current attempt was routed
@@ -250,6 +253,9 @@ func (x *exchange) replayable() bool {
 // idempotent reports whether the method is idempotent (RFC 9110 §9.2.2), so
 // that a request that may have been processed can be sent again.
 func (x *exchange) idempotent() bool {
+	if x.internal {
+		return true // Deliver's callers accept repeats (alarms: at least once)
+	}
 	switch string(x.ctx.Request.Header.Method()) {
 	case fasthttp.MethodGet, fasthttp.MethodHead, fasthttp.MethodOptions, fasthttp.MethodTrace,
 		fasthttp.MethodPut, fasthttp.MethodDelete:

@@ -120,7 +120,7 @@ func (p *Proxy) putExchange(x *exchange) {
 	x.route = Route{}
 	x.cw.Conn = nil
 	x.name, x.target = nil, nil
-	x.stable, x.http10, x.bodyKind, x.resentOnce = false, false, bodyNone, false
+	x.stable, x.http10, x.bodyKind, x.resentOnce, x.internal = false, false, bodyNone, false, false
 	x.body = x.body[:0]
 	x.br.Reset(nil)
 	x.bw.Reset(nil)

@@ -714,3 +714,57 @@ func TestRecorder(t *testing.T) {
 		t.Errorf("recorded %q; want %q", rec.recs, want)
 	}
 }
+
+// Deliver sends the pinboard's own requests on the proxy's path: routed,
+// with the route's fields, keeping the caller's X-Pinned-* fields (a
+// client's are stripped), re-resolved on a host's 503 closing; answers of
+// any length come back (long ones cut), and the proxy's own replies too.
+func TestDeliver(t *testing.T) {
+	w := startWorker(t, func(ctx *fasthttp.RequestCtx) {
+		if string(ctx.Path()) == "/counter/big/_pinned/alarm" {
+			ctx.SetBodyStream(strings.NewReader(strings.Repeat("y", proxy.DefaultMaxDeliverBody*2)), -1)
+			return
+		}
+		ctx.SetBody(ctx.Request.Header.Peek(wire.HeaderAlarm))
+	})
+	s := w.session("s", "k")
+	res := proxytest.NewStatic()
+	res.PlaceRoute("/counter/a", proxy.Route{Session: s, Epoch: 5})
+	res.Place("/counter/big", s)
+	f := startProxy(t, res, nil)
+
+	do := func(path string) *fasthttp.Response {
+		t.Helper()
+		req, resp := &fasthttp.Request{}, &fasthttp.Response{}
+		req.Header.SetMethod("POST")
+		req.SetRequestURI(path)
+		req.Header.Set(wire.HeaderAlarm, "1 1700000000000 tick")
+		if err := f.p.Deliver(req, resp); err != nil {
+			t.Fatalf("Deliver %s: %v", path, err)
+		}
+		return resp
+	}
+	if r := do("/counter/a/_pinned/alarm"); r.StatusCode() != 200 || string(r.Body()) != "1 1700000000000 tick" {
+		t.Errorf("delivery: %d %q; want 200 and the alarm field seen by the worker", r.StatusCode(), r.Body())
+	}
+	got := w.last()
+	if got.get(wire.HeaderSession) != "s" || got.get(wire.HeaderProxySecret) != "k" || got.get(wire.HeaderEpoch) != "5" {
+		t.Errorf("worker saw session %q secret %q epoch %q", got.get(wire.HeaderSession), got.get(wire.HeaderProxySecret), got.get(wire.HeaderEpoch))
+	}
+	if r := do("/counter/big/_pinned/alarm"); r.StatusCode() != 200 || len(r.Body()) != proxy.DefaultMaxDeliverBody {
+		t.Errorf("long answer: %d, %d bytes; want 200 cut at %d", r.StatusCode(), len(r.Body()), proxy.DefaultMaxDeliverBody)
+	}
+	if r := do("/counter/nowhere/_pinned/alarm"); r.StatusCode() != 503 || string(r.Header.Peek(wire.HeaderReason)) != wire.ReasonNoWorker {
+		t.Errorf("unplaced id: %d %q; want 503 no_worker", r.StatusCode(), r.Header.Peek(wire.HeaderReason))
+	}
+	req, resp := &fasthttp.Request{}, &fasthttp.Response{}
+	req.SetRequestURI("/counter")
+	if err := f.p.Deliver(req, resp); err == nil {
+		t.Error("Deliver to a path that names no object: no error")
+	}
+	// What the client sees of the same header: never forwarded.
+	raw(t, f.addr, "POST /counter/a/_pinned/alarm HTTP/1.1\r\nHost: h\r\nX-Pinned-Alarm: 1 1 forged\r\nContent-Length: 0\r\n\r\n")
+	if v := w.last().get(wire.HeaderAlarm); v != "" {
+		t.Errorf("a client's X-Pinned-Alarm reached the worker: %q", v)
+	}
+}

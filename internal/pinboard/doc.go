@@ -83,11 +83,10 @@
 // OnAlarmSet nudging the scheduler. Run starts the scheduler with the rest
 // and, on shutdown, stops it with the janitor; it returns after the
 // deliveries in flight finished (each bounded by the delivery timeout).
-// Deliveries go through alarmdeliver.go: the resolver places the id (an
-// evicted id is activated like any request), the store gives the session's
-// secret, and a plain fasthttp client (dialled through the registry's
-// address policy) posts /<ns>/<id>/_pinned/alarm; that file is the interim
-// delivery path until the proxy offers an internal delivery call. The
+// Deliveries go through alarmdeliver.go, on the proxy's own path
+// (proxy.Proxy.Deliver): POST /<ns>/<id>/_pinned/alarm is placed and
+// activated like any request, on the proxy's pools, with the route's
+// secret, session and epoch. The
 // settings (PINBOARD_ALARM_*, PINBOARD_MAX_ALARMS_PER_INSTANCE) are in
 // alarms.go; the scheduler's metrics are on the pinboard's own set.
 //

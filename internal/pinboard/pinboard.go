@@ -79,7 +79,6 @@ type Pinboard struct {
 	front *proxy.Front
 
 	sched *alarm.Scheduler // nil without a data plane (and a store that keeps alarms)
-	deliv *alarmDeliverer
 
 	mu         sync.Mutex
 	publicAddr string
@@ -165,7 +164,7 @@ func New(cfg Config) (*Pinboard, error) {
 		// timeouts. The registry reads its bodies through a limited reader
 		// of the body stream, so its 64 KiB bound holds there too.
 		p.public = dp.px.NewServer()
-		if err := p.newAlarmScheduler(root, control); err != nil {
+		if err := p.newAlarmScheduler(root); err != nil {
 			p.st.Close()
 			return nil, err
 		}
@@ -385,7 +384,6 @@ func (p *Pinboard) Run(ctx context.Context) error {
 	if p.sched != nil {
 		wg.Go(func() {
 			_ = p.sched.Run(bg) // returns once its deliveries in flight have finished
-			p.deliv.close()
 		})
 	}
 
