@@ -183,9 +183,12 @@ func (lp *loop) beginShutdown() {
 		lp.lfd = -1
 	}
 	for c := range lp.conns {
-		if c.state == stIdle && c.n == 0 {
+		switch {
+		case c.tun != nil:
+			c.tun.end() // tunnels end with the proxy's listener, as Proxy.Close ends the fasthttp path's
+		case c.state == stIdle && c.n == 0:
 			c.close()
-		} else {
+		default:
 			c.closeAfter = true
 		}
 	}
@@ -207,11 +210,12 @@ func (lp *loop) closeAll() {
 
 // Client connection states.
 const (
-	stIdle  uint8 = iota // waiting for a request's first byte
-	stHead               // part of a request received
-	stBusy               // an exchange is in progress
-	stWrite              // the answer is being written
-	stDone               // closed or handed over
+	stIdle   uint8 = iota // waiting for a request's first byte
+	stHead                // part of a request received
+	stBusy                // an exchange is in progress
+	stWrite               // the answer is being written
+	stTunnel              // a WebSocket tunnel (fastws.go)
+	stDone                // closed or handed over
 )
 
 // cconn is a client connection on a loop.
@@ -237,9 +241,10 @@ type cconn struct {
 	wpos  int
 	owned bool
 
-	x          *lx  // the exchange in progress
-	closeAfter bool // close once the current answer is written
-	streaming  bool // x is relaying a body: writes continue it
+	x          *lx   // the exchange in progress
+	tun        *ltun // the tunnel the connection became
+	closeAfter bool  // close once the current answer is written
+	streaming  bool  // x is relaying a body: writes continue it
 }
 
 // OnEvent implements netloop.Handler.
@@ -249,6 +254,10 @@ func (c *cconn) OnEvent(ev uint32) {
 	}
 	if ev&(netloop.EventHangup|netloop.EventError) != 0 {
 		c.hup = true
+	}
+	if c.tun != nil {
+		c.tun.pump()
+		return
 	}
 	if ev&(netloop.EventWrite|netloop.EventError|netloop.EventHangup) != 0 && c.state == stWrite {
 		c.flush()
@@ -543,6 +552,10 @@ func (lp *loop) date() []byte {
 // close closes the connection and ends its exchange, if any.
 func (c *cconn) close() {
 	if c.fd < 0 {
+		return
+	}
+	if c.tun != nil {
+		c.tun.end() // closes c too
 		return
 	}
 	lp := c.lp

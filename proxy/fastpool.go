@@ -113,6 +113,11 @@ type wconn struct {
 	timer      netloop.Timer // idle timeout while pooled
 	idle       bool
 	prev, next *wconn
+
+	// solo: a WebSocket handshake's connection, never pooled; tun its
+	// tunnel once upgraded.
+	solo bool
+	tun  *ltun
 }
 
 // newWconn registers a connected worker socket on lp.
@@ -136,6 +141,10 @@ func (w *wconn) OnEvent(ev uint32) {
 	}
 	if ev&(netloop.EventHangup|netloop.EventError) != 0 {
 		w.hup = true
+	}
+	if w.tun != nil {
+		w.tun.pump()
+		return
 	}
 	x := w.x
 	if x == nil {
@@ -170,6 +179,10 @@ func (w *wconn) OnTimer() {
 // a waiting exchange dial.
 func (w *wconn) close() {
 	if w.fd < 0 {
+		return
+	}
+	if w.solo {
+		w.closeFd()
 		return
 	}
 	lp := w.lp

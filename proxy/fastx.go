@@ -39,6 +39,9 @@ type lx struct {
 	clientClose bool
 	epHeaders   bool // the endpoint's fields were added once
 	resentOnce  bool // sent again after an attempt that got no answer
+	// ws: a WebSocket handshake (fastws.go); tunnelCounted: it holds a
+	// place in MaxTunnels, given back when x ends without a tunnel.
+	ws, tunnelCounted bool
 
 	route   Route
 	ep      *endpoint
@@ -94,6 +97,7 @@ const (
 	pendResolve
 	pendMoved
 	pendDial
+	pendDialWS
 )
 
 func (lp *loop) getExchange() *lx {
@@ -114,6 +118,10 @@ func (lp *loop) putExchange(x *lx) {
 	x.body = x.body[:0]
 	x.attempt, x.sent, x.rn, x.headLen, x.need = 0, 0, 0, 0, 0
 	x.closeAfter, x.abandoned, x.reused, x.epHeaders, x.resentOnce = false, false, false, false, false
+	if x.tunnelCounted {
+		lp.p.tunnelsOpen.Add(-1)
+	}
+	x.ws, x.tunnelCounted = false, false
 	x.pending, x.rerr, x.derr, x.dfd, x.moveFrom = pendNone, nil, nil, -1, nil
 	x.rres = Route{}
 	x.st = streamState{}
@@ -168,10 +176,18 @@ func (x *lx) parse(head []byte) (int, bool) {
 		mode |= dropForwarded
 	}
 	scanFields(h.RawHeaders(), s, mode)
-	if p.screenReply(s) != nil || s.upgrades > 0 || s.transferEncodings > 0 || s.expect {
+	if p.screenReply(s) != nil || s.transferEncodings > 0 || s.expect {
 		return 0, false
 	}
 	cl := h.ContentLength()
+	if s.upgrades > 0 {
+		// Only a WebSocket handshake is served (fastws.go); any other
+		// upgrade the fasthttp path refuses.
+		if s.upgrades != 1 || !lowerEq(s.upgrade, "websocket") || !s.connUpgrade || !h.IsGet() || cl > 0 {
+			return 0, false
+		}
+		x.ws = true
+	}
 	switch {
 	case cl == -1:
 		return 0, false // chunked
@@ -227,6 +243,22 @@ func (x *lx) start() {
 	p := x.lp.p
 	p.sanitizeHeader(&x.req, &x.scan, x.c.peer.Addr(), false, x.c.trusted, x.scratch[:0])
 	x.attempt = 1
+	if x.ws {
+		x.req.Set("Connection", "Upgrade")
+		x.req.Set("Upgrade", "websocket")
+		if p.closed.Load() {
+			p.m.tunnelsRejected.Inc()
+			x.fail(&p.replies.tunnelsFull)
+			return
+		}
+		if p.tunnelsOpen.Add(1) > int64(p.cfg.MaxTunnels) {
+			p.tunnelsOpen.Add(-1)
+			p.m.tunnelsRejected.Inc()
+			x.fail(&p.replies.tunnelsFull)
+			return
+		}
+		x.tunnelCounted = true
+	}
 	x.lookup()
 }
 
@@ -283,6 +315,8 @@ func (x *lx) RunTask() {
 		x.dispatch(r)
 	case pendDial:
 		x.dialed()
+	case pendDialWS:
+		x.dialedWS()
 	}
 }
 
@@ -303,6 +337,23 @@ func (x *lx) dispatch(r Route) {
 	p := x.lp.p
 	if r.Session == nil {
 		x.fail(&p.replies.noWorker)
+		return
+	}
+	if x.ws {
+		// A handshake takes no place in the in-flight cap and no pooled
+		// connection: it goes on one of its own.
+		ep, err := p.endpointOf(r.Session)
+		if err != nil {
+			p.resolver.Refused(x.name, r)
+			p.m.unreachable.Inc()
+			x.fail(&p.replies.unreachable)
+			return
+		}
+		if !ep.used.Load() {
+			ep.used.Store(true)
+		}
+		x.route, x.ep = r, ep
+		x.dialWS()
 		return
 	}
 	ep, ok, err := p.admit(r.Session)
@@ -345,13 +396,17 @@ func (x *lx) acquire() {
 
 // dial connects to the worker on a goroutine (the endpoint's dialer applies
 // the registry's address policy) and posts x back with the descriptor.
-func (x *lx) dial() {
+func (x *lx) dial() { x.dialWith(pendDial, x.ep.dialTimeout) }
+
+// dialWith dials x.ep on a goroutine within timeout and posts x back with the
+// result, as step kind.
+func (x *lx) dialWith(kind uint8, timeout time.Duration) {
 	f := x.lp.f
 	ep := x.ep
-	x.pending = pendDial
+	x.pending = kind
 	f.wg.Go(func() {
 		fd, err := -1, error(nil)
-		conn, err := ep.dial(ep.addr, ep.dialTimeout)
+		conn, err := ep.dial(ep.addr, timeout)
 		if err == nil {
 			if sc, ok := conn.(syscall.Conn); ok {
 				fd, err = netloop.Dup(sc)
@@ -414,7 +469,11 @@ func (x *lx) send(w *wconn, reused bool) {
 	if x.rbuf == nil {
 		x.rbuf = lp.getRespBuf()
 	}
-	x.arm(tResponse, p.cfg.ResponseHeaderTimeout)
+	if x.ws {
+		x.arm(tResponse, p.cfg.TunnelHandshakeTimeout)
+	} else {
+		x.arm(tResponse, p.cfg.ResponseHeaderTimeout)
+	}
 	x.write()
 }
 
@@ -460,6 +519,10 @@ func (x *lx) sendFailed(err error) {
 	p := x.lp.p
 	sent := x.sent
 	x.dropConn()
+	if x.ws {
+		x.badGateway("cannot send a handshake to the worker", err)
+		return
+	}
 	if sent == 0 {
 		// Nothing left the proxy: the worker has not seen it. A reused
 		// connection was stale; a fresh one failing means the worker is
@@ -570,7 +633,7 @@ func (x *lx) readResponse() {
 // read) its answer.
 func (x *lx) readFailed(err error) {
 	p := x.lp.p
-	if !x.gotBytes {
+	if !x.gotBytes && !x.ws {
 		// Nothing of an answer arrived.
 		reused := x.reused
 		x.dropConn()
@@ -642,7 +705,7 @@ func (x *lx) onHead() bool {
 			return false
 		}
 		code := rh.StatusCode()
-		if code >= 200 || code < 100 {
+		if code >= 200 || code < 100 || code == fasthttp.StatusSwitchingProtocols && x.ws {
 			x.headLen = len(head)
 			return x.onFinalHead()
 		}
@@ -662,6 +725,20 @@ func (x *lx) onFinalHead() bool {
 	rh := &x.resp
 	p.m.upstream.observe(x.stripe, time.Duration(x.lp.nl.Now()-x.startNs))
 	x.closeAfter = rh.ConnectionClose() || x.rsc.connClose
+	if x.ws {
+		if rh.StatusCode() != 101 {
+			// Not upgraded (426, 400, 403, a host's 503...): a plain
+			// answer, never a tunnel, and the connection is not kept.
+			x.closeAfter = true
+			return x.respond()
+		}
+		if x.rsc.upgrades != 1 || !lowerEq(x.rsc.upgrade, "websocket") {
+			x.badGateway("101 without Upgrade: websocket", nil)
+			return false
+		}
+		x.openTunnel()
+		return false
+	}
 	switch rh.StatusCode() {
 	case fasthttp.StatusServiceUnavailable:
 		switch string(rh.Peek(wire.HeaderReason)) {
@@ -743,6 +820,19 @@ func (x *lx) respond() bool {
 // delimits by closing). Nothing is added that the worker did not send: no
 // Server, Date or Content-Type of the proxy's.
 func (x *lx) appendHead(out []byte, rechunk bool) []byte {
+	out = x.appendHeadFields(out, x.rsc.deletes())
+	if rechunk {
+		out = append(out, "Transfer-Encoding: chunked\r\n"...)
+	}
+	if x.c.closeAfter {
+		out = append(out, "Connection: close\r\n"...)
+	}
+	return append(out, '\r', '\n')
+}
+
+// appendHeadFields appends the status line and the fields of the worker's
+// head but dels, without the blank line that ends the head.
+func (x *lx) appendHeadFields(out []byte, dels []fieldRef) []byte {
 	head := x.rbuf[:x.headLen]
 	i := bytes.IndexByte(head, '\n')
 	line := head[:i-1] // CR checked by the scan and the parse
@@ -751,7 +841,6 @@ func (x *lx) appendHead(out []byte, rechunk bool) []byte {
 		out = append(out, line[sp:]...)
 	}
 	out = append(out, '\r', '\n')
-	dels := x.rsc.deletes()
 	for rest := head[i+1:]; ; {
 		j := bytes.IndexByte(rest, '\n')
 		if j <= 1 {
@@ -764,13 +853,7 @@ func (x *lx) appendHead(out []byte, rechunk bool) []byte {
 		}
 		out = append(out, line...)
 	}
-	if rechunk {
-		out = append(out, "Transfer-Encoding: chunked\r\n"...)
-	}
-	if x.c.closeAfter {
-		out = append(out, "Connection: close\r\n"...)
-	}
-	return append(out, '\r', '\n')
+	return out
 }
 
 // dropped reports whether the field named name (a slice of the scanned head)
@@ -886,7 +969,9 @@ func (x *lx) dropConn() {
 		return
 	}
 	x.wc, w.x = nil, nil
-	x.ep.leave()
+	if !x.ws {
+		x.ep.leave() // a handshake took no place in the in-flight cap
+	}
 	w.close()
 }
 

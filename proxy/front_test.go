@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fasthttp/websocket"
 	"github.com/valyala/fasthttp"
 
 	"github.com/pinned-go/pinned/proxy"
@@ -301,4 +302,39 @@ func TestSeveralLoops(t *testing.T) {
 	if n := w.accepted.Load(); n < 2 {
 		t.Errorf("worker accepted %d connections; want one per loop", n)
 	}
+}
+
+// A loop serves a WebSocket handshake and its tunnel itself: no hand-over,
+// the tunnel counted while open, echo through it, and gone once closed.
+func TestLoopTunnel(t *testing.T) {
+	needLoops(t)
+	w, _ := wsWorker(t)
+	res := proxytest.NewStatic()
+	res.PlaceNamespace("/counter", w.session("s", "k"))
+	f := startProxy(t, res, nil)
+	c, err := dialWS(t, f.addr, "/counter/a/ws")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, msg, err := c.ReadMessage(); err != nil || string(msg) != "hello" {
+		t.Fatalf("push: %q, %v", msg, err)
+	}
+	for i := range 50 {
+		want := strings.Repeat(strconv.Itoa(i), 1+i*997)
+		if err := c.WriteMessage(websocket.BinaryMessage, []byte(want)); err != nil {
+			t.Fatal(err)
+		}
+		if _, got, err := c.ReadMessage(); err != nil || string(got) != want {
+			t.Fatalf("echo %d: %d bytes, %v", i, len(got), err)
+		}
+	}
+	if n := f.p.OpenTunnels(); n != 1 {
+		t.Errorf("open tunnels = %d; want 1", n)
+	}
+	if got := metricValue(t, f, "pinned_proxy_handovers_total"); got != 0 {
+		t.Errorf("handovers = %v; want 0 (the loop serves WebSockets)", got)
+	}
+	_ = c.Close()
+	waitFor(t, func() bool { return f.p.OpenTunnels() == 0 })
+	f.p.CloseTunnels("/counter/a", "") // nothing left to close: no effect
 }

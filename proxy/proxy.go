@@ -38,7 +38,7 @@ type Proxy struct {
 	tunnelsOpen atomic.Int64
 	stripes     atomic.Uint32 // hands out upstream histogram stripes to new exchanges
 	tunnelsMu   sync.Mutex
-	tunnels     map[string]map[*tunnel]struct{} // registered tunnels by placement name
+	tunnels     map[string]map[tunnelEnd]struct{} // registered tunnels by placement name
 	tunnelWG    sync.WaitGroup
 	closed      atomic.Bool
 
@@ -68,7 +68,7 @@ func New(cfg Config) (*Proxy, error) {
 		resolver: cfg.Resolver,
 		log:      cfg.Logger.With("logger", "pinned.proxy"),
 		errLog:   logthrottle.Every{Interval: time.Second},
-		tunnels:  make(map[string]map[*tunnel]struct{}),
+		tunnels:  make(map[string]map[tunnelEnd]struct{}),
 		eps:      make(map[*endpoint]*Session),
 	}
 	p.watcher, _ = cfg.Resolver.(TunnelWatcher)
@@ -489,7 +489,7 @@ func (p *Proxy) NewServer() *fasthttp.Server {
 func (p *Proxy) Close() error {
 	p.closed.Store(true)
 	p.tunnelsMu.Lock()
-	var ts []*tunnel
+	var ts []tunnelEnd
 	for _, byName := range p.tunnels {
 		for t := range byName {
 			ts = append(ts, t)
@@ -519,9 +519,9 @@ func (p *Proxy) Close() error {
 // placed one. It does not wait for the tunnels to end.
 func (p *Proxy) CloseTunnels(name, keep string) {
 	p.tunnelsMu.Lock()
-	var ts []*tunnel
+	var ts []tunnelEnd
 	for t := range p.tunnels[name] {
-		if keep == "" || t.session.ID != keep {
+		if keep == "" || t.sessionID() != keep {
 			ts = append(ts, t)
 		}
 	}

@@ -427,7 +427,7 @@ func TestJanitorClosesIdleEndpoints(t *testing.T) {
 	s := w.session("s", "k")
 	res := proxytest.NewStatic()
 	res.PlaceNamespace("/counter", s)
-	f := startProxy(t, res, func(c *proxy.Config) { c.EndpointSweepInterval = 20 * time.Millisecond })
+	f := startProxy(t, res, func(c *proxy.Config) { c.EndpointSweepInterval = 100 * time.Millisecond })
 	runProxy(t, f.p)
 	get := func() {
 		t.Helper()
@@ -448,7 +448,7 @@ func TestJanitorClosesIdleEndpoints(t *testing.T) {
 	go func() { answered <- raw(t, f.addr, "GET /counter/b HTTP/1.1\r\nHost: h\r\n\r\n") }()
 	waitFor(t, func() bool { return proxy.Inflight(s) == 1 })
 	closed := metricValue(t, f, "pinned_proxy_endpoints_closed_total")
-	time.Sleep(200 * time.Millisecond) // ten sweep intervals: the endpoint must survive them all
+	time.Sleep(time.Second) // ten sweep intervals: the endpoint must survive them all
 	if metricValue(t, f, "pinned_proxy_endpoints") != 1 || metricValue(t, f, "pinned_proxy_endpoints_closed_total") != closed {
 		t.Error("the janitor closed an endpoint with a request in flight")
 	}

@@ -222,37 +222,53 @@ func (t *tunnel) run(c net.Conn) {
 	<-t.done
 }
 
+// tunnelEnd is an open tunnel as the proxy's table knows it: a goroutine
+// tunnel (the fasthttp path's hijack) or a loop's (fastws.go).
+type tunnelEnd interface {
+	// close ends the tunnel; any goroutine may call it, more than once.
+	close()
+	// sessionID is the worker session the tunnel was routed to.
+	sessionID() string
+}
+
+func (t *tunnel) sessionID() string { return t.session.ID }
+
 // register adds the tunnel to the proxy's table (Close and CloseTunnels
 // reach it from then on) and counts it on its endpoint (the janitor leaves
 // an endpoint with tunnels alone). It fails once the proxy is closed.
-func (t *tunnel) register() bool {
-	p := t.p
+func (t *tunnel) register() bool { return t.p.registerTunnel(t, t.name, t.ep) }
+
+func (t *tunnel) unregister() { t.p.unregisterTunnel(t, t.name, t.ep) }
+
+// registerTunnel adds t to the table under name and counts it on ep; it
+// fails once the proxy is closed.
+func (p *Proxy) registerTunnel(t tunnelEnd, name string, ep *endpoint) bool {
 	p.tunnelsMu.Lock()
 	defer p.tunnelsMu.Unlock()
 	if p.closed.Load() {
 		return false
 	}
-	byName := p.tunnels[t.name]
+	byName := p.tunnels[name]
 	if byName == nil {
-		byName = make(map[*tunnel]struct{})
-		p.tunnels[t.name] = byName
+		byName = make(map[tunnelEnd]struct{})
+		p.tunnels[name] = byName
 	}
 	byName[t] = struct{}{}
-	t.ep.tunnels.Add(1)
+	ep.tunnels.Add(1)
 	return true
 }
 
-func (t *tunnel) unregister() {
-	p := t.p
+// unregisterTunnel takes t out of the table.
+func (p *Proxy) unregisterTunnel(t tunnelEnd, name string, ep *endpoint) {
 	p.tunnelsMu.Lock()
-	if byName := p.tunnels[t.name]; byName != nil {
+	if byName := p.tunnels[name]; byName != nil {
 		delete(byName, t)
 		if len(byName) == 0 {
-			delete(p.tunnels, t.name)
+			delete(p.tunnels, name)
 		}
 	}
 	p.tunnelsMu.Unlock()
-	t.ep.tunnels.Add(-1)
+	ep.tunnels.Add(-1)
 }
 
 // close ends both directions at once.
