@@ -69,6 +69,7 @@ var catalogue = []Family{
 	{"pinned_proxy_tunnels_open", "gauge", "", "proxy", "WebSocket tunnels open now"},
 	{"pinned_proxy_endpoints", "gauge", "", "proxy", "worker connection pools (one per worker session in use)"},
 	{"pinned_proxy_endpoints_closed_total", "counter", "", "proxy", "worker connection pools the janitor closed after a sweep interval unused"},
+	{"pinned_proxy_handovers_total", "counter", "", "proxy", "client connections the event loops handed to the fasthttp path (a request they do not serve: HTTP/1.0, a chunked or large body, Expect, absolute-form, /registry, a head they leave to fasthttp's parser)"},
 	{"pinned_placement_miss_duration_seconds", "histogram", "", "placement", "one cache miss resolved from the store (single-flight leader)"},
 	{"pinned_placement_shared_misses_total", "counter", "", "placement", "misses that waited for another request's store read"},
 	{"pinned_placement_claims_total", "counter", "result", "placement", "new placements by SET NX: won, lost (another pinboard placed it first)"},

@@ -237,7 +237,7 @@ func Check(cfg Config, events []history.Event) *Report {
 	pauses := map[string][]interval{}
 	pbDown := map[int][]interval{}
 	instances := map[string]*instance{}
-	var serves, effects, requests []history.Event
+	var serves, effects, requests, alarmRuns []history.Event
 	stored := map[string]int64{}
 
 	for _, e := range ev {
@@ -265,6 +265,8 @@ func Check(cfg Config, events []history.Event) *Report {
 			serves = append(serves, e)
 		case history.KindEffect:
 			effects = append(effects, e)
+		case history.KindAlarm:
+			alarmRuns = append(alarmRuns, e)
 		case history.KindRequest:
 			requests = append(requests, e)
 		case history.KindStored:
@@ -417,7 +419,9 @@ func Check(cfg Config, events []history.Event) *Report {
 	}
 
 	// 4. Stored counts.
-	checkStored(r, stored, requests, effects, violate)
+	// An alarm run adds one to the stored count too (the counter's Alarm
+	// handler stores like an increment), logged before its write.
+	checkStored(r, stored, requests, slices.Concat(effects, alarmRuns), violate)
 
 	// 5. Client requests.
 	for _, e := range requests {

@@ -62,8 +62,9 @@ func (s Stored) String() string {
 //     and positive, and the stored count is at least the largest of them
 //     and at least their number;
 //   - nothing is stored that no request explains: the stored count is at
-//     most the acknowledged increments, plus the task effects the workers
-//     logged (each logged before its write), plus the increments whose
+//     most the acknowledged increments, plus the task effects and alarm
+//     runs the workers logged (each logged before its write; the caller
+//     passes both as effects), plus the increments whose
 //     outcome the client could not know (no answer, or a 5xx other than a
 //     503 whose x-pinned-reason promises no effect: capacity, draining,
 //     closing, lease, stale, no_worker, unreachable, overloaded, store).
