@@ -1,8 +1,10 @@
 // Package bench runs pinned's benchmark suites against real processes on
 // 127.0.0.1 and writes markdown reports (bench/results/): proxy (direct vs
 // pinboard vs nginx vs HAProxy), activation, streaming, websocket, Redis
-// commands per request, memory per idle instance, loadgen itself against
-// wrk, and the profile capture behind profiles/. cmd/bench is its command line; bench/README.md says how
+// commands per request, memory per idle instance, durable alarms (lateness
+// healthy and after an outage of every worker, Redis commands per alarm),
+// loadgen itself against wrk, and the profile capture behind profiles/.
+// cmd/bench is its command line; bench/README.md says how
 // to run and read it.
 //
 // Invariants: every process a suite starts (redis-server, pinboard, counter

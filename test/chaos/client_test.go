@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -34,6 +35,7 @@ type loadClient struct {
 	stop context.CancelFunc
 
 	ok, total atomic.Int64 // requests answered 2xx, and all
+	alarms    atomic.Int64 // alarm names handed out (each alarm request sets a new one)
 }
 
 // waitWarm waits (bounded) until nearly every request of the last second
@@ -101,6 +103,10 @@ func (lc *loadClient) loop(ctx context.Context, rng *rand.Rand) {
 			op, path = "GET", "/"
 		case x < 3:
 			path = "/incr-later?delay=2s"
+		case x < 4:
+			// A durable alarm with a name of its own: the checker matches
+			// every 2xx to its run and counts duplicate runs.
+			path = fmt.Sprintf("/alarm?delay=1s&name=c%d", lc.alarms.Add(1))
 		}
 		req.Reset()
 		resp.Reset()
@@ -115,6 +121,11 @@ func (lc *loadClient) loop(ctx context.Context, rng *rand.Rand) {
 			e.Status = resp.StatusCode()
 			e.Reason = string(resp.Header.Peek(wire.HeaderReason))
 			e.RetryAfter = len(resp.Header.Peek(wire.HeaderRetryAfter)) > 0
+			if path == "/incr" && e.Status/100 == 2 {
+				var b struct{ Count int64 }
+				_ = json.Unmarshal(resp.Body(), &b) // no count: 0, which the checker refuses
+				e.Count = b.Count
+			}
 		}
 		lc.c.hist.Write(e)
 		lc.total.Add(1)

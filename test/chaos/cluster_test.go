@@ -1,16 +1,20 @@
 package chaos
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/pinned-go/pinned/examples/counter/counterapp"
+	"github.com/pinned-go/pinned/fence"
 	"github.com/pinned-go/pinned/internal/history"
 	"github.com/pinned-go/pinned/internal/testkit/proctest"
 	"github.com/pinned-go/pinned/internal/testkit/redistest"
@@ -37,7 +41,8 @@ type cluster struct {
 	dir  string // history files
 	hist *history.Writer
 
-	redis  *redistest.Server
+	redis  *redistest.Server // the directory; restarted by a nemesis
+	app    *redistest.Server // the counters' own store (-persist); never faulted
 	pbs    []*pinboardProc
 	ws     []*workerProc
 	proxys []*ctlProxy
@@ -85,6 +90,7 @@ func startCluster(t testing.TB, cfg clusterConfig) *cluster {
 	c.hist = h
 	t.Cleanup(func() { h.Close() })
 	c.redis = redistest.Start(t)
+	c.app = redistest.Start(t)
 	for n := 1; n <= 2; n++ {
 		c.pbs = append(c.pbs, c.startPinboard(n, freeAddr(t)))
 	}
@@ -137,6 +143,7 @@ func (c *cluster) startWorker(n, inc int, addr string) *workerProc {
 			"PINNED_LISTEN="+addr, "PINNED_PINBOARD_URL=http://"+c.proxys[n-1].addr(),
 			"PINNED_TOKEN="+token, "PINNED_ADVERTISE_URL=http://"+addr,
 			"PINNED_HISTORY="+filepath.Join(c.dir, proc+".jsonl"),
+			"PINNED_PERSIST="+c.app.URL,
 		),
 		Ready: counterReady,
 	})
@@ -221,6 +228,26 @@ func (c *cluster) stop() {
 	}
 	for _, px := range c.proxys {
 		px.close()
+	}
+}
+
+// recordStored writes, after the run, the count the counters' store holds
+// for each id (KindStored), for the checker's persisted-count invariant.
+func (c *cluster) recordStored(ids []string) {
+	c.t.Helper()
+	rdb := redistest.Client(c.t, c.app.URL)
+	for _, id := range ids {
+		v, _, err := fence.Get(context.Background(), rdb, counterapp.KeyPrefix+id)
+		if err != nil {
+			c.t.Fatal(err)
+		}
+		var n int64
+		if v != "" {
+			if n, err = strconv.ParseInt(v, 10, 64); err != nil {
+				c.t.Fatalf("stored count of %s: %q: %v", id, v, err)
+			}
+		}
+		c.hist.Write(history.Event{Kind: history.KindStored, ID: id, Count: n})
 	}
 }
 

@@ -8,8 +8,8 @@ import (
 
 	"github.com/valyala/fasthttp"
 
-	"github.com/pinned-go/pinned/internal/testkit/chaoscheck"
 	"github.com/pinned-go/pinned/internal/history"
+	"github.com/pinned-go/pinned/internal/testkit/chaoscheck"
 	"github.com/pinned-go/pinned/internal/wire"
 )
 

@@ -17,11 +17,20 @@
 //  3. Every instance is aborted when its lease ends: it is torn down (or its
 //     process is dead) within Config.AbortGrace of the end, or of the end of
 //     a pause of its process across the end.
-//  4. Every client request is classified: 2xx, 4xx, 503 with Retry-After,
+//  4. With a persisting application (KindStored events: the count the
+//     application's store holds per id after the run), no acknowledged
+//     increment is lost and nothing is stored that no request explains
+//     (see checkStored): the stored count equals the acknowledged
+//     increments, up to the task effects and the increments whose outcome
+//     the client could not know.
+//  5. Every client request is classified: 2xx, 4xx, 503 with Retry-After,
 //     502/504 (possibly sent), or a connection error while its pinboard was
 //     being killed. Anything else (a client timeout, i.e. a hang; a 5xx
 //     without Retry-After other than 502/504; a connection error while the
 //     pinboard was up) is a violation.
+//
+// Checks 5 to 7 are about alarms (alarms.go): alarm runs under a live lease,
+// no occurrence run twice outside a fault, no alarm set and never run.
 //
 // The end of a session's lease is computed by the checker from raw facts,
 // never from what the worker believed: the registration and every heartbeat
@@ -68,7 +77,7 @@ type Config struct {
 	// lease is counted as the pause race (see the package doc). Default 1 s.
 	EffectGrace time.Duration
 	// AbortGrace bounds how long after its session's lease ended an
-	// instance may still exist (it must be aborted: SPEC §4) before it is a
+	// instance may still exist (the worker's selfAbort must abort it) before it is a
 	// violation, counted from the end of a pause across the lease end.
 	// Default 5 s.
 	AbortGrace time.Duration
@@ -76,6 +85,9 @@ type Config struct {
 	ClientTimeout time.Duration
 	// MaxExamples bounds the violations kept per kind. Default 10.
 	MaxExamples int
+	// DuplicateWindow and PendingWindow tune the alarm checks (alarms.go).
+	// Defaults DefaultDuplicateWindow and DefaultPendingWindow.
+	DuplicateWindow, PendingWindow time.Duration
 }
 
 // Request classes.
@@ -120,10 +132,14 @@ type Report struct {
 	// live (0 when never), and OverlapID the id.
 	MaxOverlap time.Duration
 	OverlapID  string
+	// Stored compares the stored counts with the acknowledged increments.
+	Stored Stored
 	// Violations counts every violation by kind; Examples keeps the first
 	// MaxExamples of each.
 	Violations map[string]int
 	Examples   []Violation
+	// Alarms is the alarm checks' summary (alarms.go).
+	Alarms *AlarmReport
 }
 
 // OK reports whether no guarantee was broken.
@@ -138,6 +154,7 @@ func (r *Report) String() string {
 	if r.OverlapID != "" {
 		fmt.Fprintf(&b, " (id %s)", r.OverlapID)
 	}
+	fmt.Fprintf(&b, "\n%s", r.Stored)
 	b.WriteString("\nrequests:")
 	for _, k := range slices.Sorted(maps.Keys(r.Requests)) {
 		fmt.Fprintf(&b, " %s=%d", k, r.Requests[k])
@@ -145,6 +162,9 @@ func (r *Report) String() string {
 	b.WriteString("\nnon-2xx answers:")
 	for _, k := range slices.Sorted(maps.Keys(r.Answers)) {
 		fmt.Fprintf(&b, " %q=%d", k, r.Answers[k])
+	}
+	if r.Alarms != nil {
+		b.WriteString("\n" + r.Alarms.String())
 	}
 	b.WriteString("\nnemeses:")
 	for _, k := range slices.Sorted(maps.Keys(r.Nemeses)) {
@@ -217,7 +237,8 @@ func Check(cfg Config, events []history.Event) *Report {
 	pauses := map[string][]interval{}
 	pbDown := map[int][]interval{}
 	instances := map[string]*instance{}
-	var serves, effects, requests []history.Event
+	var serves, effects, requests, alarmRuns []history.Event
+	stored := map[string]int64{}
 
 	for _, e := range ev {
 		switch e.Kind {
@@ -244,8 +265,12 @@ func Check(cfg Config, events []history.Event) *Report {
 			serves = append(serves, e)
 		case history.KindEffect:
 			effects = append(effects, e)
+		case history.KindAlarm:
+			alarmRuns = append(alarmRuns, e)
 		case history.KindRequest:
 			requests = append(requests, e)
+		case history.KindStored:
+			stored[e.ID] = e.Count
 		case history.KindNemesis:
 			r.Nemeses[e.Nemesis]++
 			switch e.Nemesis {
@@ -393,7 +418,12 @@ func Check(cfg Config, events []history.Event) *Report {
 			e.ID, e.Inst, sessionOf(e), e.Proc, time.Duration(e.T-end))
 	}
 
-	// 4. Client requests.
+	// 4. Stored counts.
+	// An alarm run adds one to the stored count too (the counter's Alarm
+	// handler stores like an increment), logged before its write.
+	checkStored(r, stored, requests, slices.Concat(effects, alarmRuns), violate)
+
+	// 5. Client requests.
 	for _, e := range requests {
 		c := classify(e, pbDown[e.Via])
 		r.Requests[c]++
@@ -405,6 +435,9 @@ func Check(cfg Config, events []history.Event) *Report {
 				e.Op, e.ID, e.Via, e.T, e.Status, e.Reason, e.RetryAfter, e.Err, time.Duration(e.End-e.T), c)
 		}
 	}
+
+	// 5-7. Alarms.
+	r.Alarms = checkAlarms(cfg, ev, violate, endOf, sessionOf, pauses)
 
 	if r.Served == 0 || len(sessions) == 0 {
 		violate(VEmpty, "%d requests served, %d sessions: the run did not exercise the system", r.Served, len(sessions))
