@@ -36,6 +36,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/pinned-go/pinned/internal/cmdline"
 	"github.com/pinned-go/pinned/loadgen"
 )
 
@@ -158,105 +159,87 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return writeReports(rep, opts, stdout, stderr)
 }
 
-// usage prints every flag with its default, zero values included
-// (flag.PrintDefaults leaves those out).
-func usage(fs *flag.FlagSet, w io.Writer) {
-	fmt.Fprint(w, `usage: loadgen -url http[s]://host:port [flags]
-       loadgen plot [-title T] -o plot.html report.json...
+func parseFlags(args []string, stderr io.Writer) (loadgen.Config, options, error) {
+	var (
+		cfg         loadgen.Config
+		opts        options
+		headers     headerFlags
+		scenario    = loadgen.Scenario{}
+		kind        string
+		mix         string
+		dist        string
+		rate        string
+		ramp        time.Duration
+		step        time.Duration
+		duration    time.Duration
+		durationSet bool
+		kindSet     bool
+		requests    int64
+		engine      string
+		bodyFile    string
+		insecure    bool
+		caFile      string
+	)
+	set := cmdline.New("loadgen", "", `pinned's HTTP and WebSocket load generator: loadgen -url http[s]://host:port [flags].
+loadgen plot [-title T] -o plot.html report.json... overlays saved runs.
 
-`)
-	fs.VisitAll(func(f *flag.Flag) {
-		name, text := flag.UnquoteUsage(f)
-		fmt.Fprintf(w, "  -%s", f.Name)
-		if name != "" {
-			fmt.Fprintf(w, " %s", name)
-		}
-		def := f.DefValue
-		if def == "" {
-			def = "none"
-		}
-		fmt.Fprintf(w, "\n    \t%s (default %s)\n", strings.ReplaceAll(text, "\n", "\n    \t"), def)
-	})
-	fmt.Fprint(w, `
 -rate takes N (constant), A:B with -ramp D (linear from A to B over D, then B), or
 A,B,C with -step D (each rate for D, the last one held); -duration then defaults to
 the ramp or the steps. Exit status: 0 ok; 1 no request succeeded, or the error rate is
-above -max-error-rate; 2 bad flags or config; 3 interrupted or output failed.
-`)
-}
-
-func parseFlags(args []string, stderr io.Writer) (loadgen.Config, options, error) {
-	var (
-		cfg      loadgen.Config
-		opts     options
-		headers  headerFlags
-		scenario = loadgen.Scenario{}
-		kind     string
-		mix      string
-		dist     string
-		rate     string
-		ramp     time.Duration
-		step     time.Duration
-		duration time.Duration
-		requests int64
-		engine   string
-		bodyFile string
-		insecure bool
-		caFile   string
-	)
-	fs := flag.NewFlagSet("loadgen", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() { usage(fs, stderr) }
-	fs.StringVar(&cfg.URL, "url", "", "target base `URL`, http://host:port or https://host:port (required)")
-	fs.StringVar(&cfg.Path, "path", loadgen.DefaultPath, "path `template`; every {id} is replaced by the request's id")
-	fs.StringVar(&rate, "rate", "0", "open loop at this many requests/s (`N`, A:B or A,B,C: see below), latency from the intended send time; 0 = closed loop")
-	fs.DurationVar(&ramp, "ramp", 0, "with -rate A:B: the ramp's duration")
-	fs.DurationVar(&step, "step", 0, "with -rate A,B,C: how long each rate holds")
-	fs.IntVar(&cfg.Connections, "c", loadgen.DefaultConnections, "connections (closed loop: all busy back to back; open loop: at most this many)")
-	fs.StringVar(&engine, "engine", string(loadgen.EngineAuto), "`engine`: auto, loop (event loops, plain http) or fasthttp (https, websocket)")
-	fs.IntVar(&cfg.Loops, "loops", 0, "event loops of the loop engine (0 = one per CPU)")
-	fs.DurationVar(&cfg.Coalesce, "coalesce", 0, "loop engine, open loop: send a slot up to this late to send it with the next ones in one wake-up (less CPU, more lag; 0 = every slot on time)")
-	fs.IntVar(&cfg.MaxWorkers, "max-workers", 0, "fasthttp engine, open loop: bound on the worker pool (0 = -c)")
-	fs.DurationVar(&duration, "duration", loadgen.DefaultDuration, "measured duration; 0 = no time bound")
-	fs.Int64Var(&requests, "requests", loadgen.DefaultRequests, "measured requests; 0 = no count bound (the run stops at the first bound reached)")
-	fs.DurationVar(&cfg.Warmup, "warmup", 0, "load before the measured phase, excluded from every statistic")
-	fs.StringVar(&kind, "scenario", string(loadgen.KindGet), "`kind` of request: get, post, download, upload or ws")
-	fs.StringVar(&mix, "mix", "", "scenario `file` (JSON weighted mix, see README); replaces -scenario, -method, -body-size and -body-file")
-	fs.Int64Var(&scenario.BodySize, "body-size", 0, "`bytes` of generated request body (post, upload) or websocket message (ws); 0 = the kind's default")
-	fs.StringVar(&bodyFile, "body-file", "", "request body from `file` (post; every {id} is replaced by the id); implies -scenario post")
-	fs.StringVar(&scenario.Method, "method", "", "HTTP `method`, {id} allowed (default GET, or POST for post and upload)")
-	fs.Var(&headers, "H", "extra request `header` \"Name: value\" (repeatable); @file reads one per line")
-	fs.StringVar(&dist, "dist", string(loadgen.DistUniform), "id `distribution`: uniform, zipf or new (a new id per request: activation storm)")
-	fs.IntVar(&cfg.IDs.Keys, "keys", loadgen.DefaultKeys, "number of distinct ids for uniform and zipf")
-	fs.Float64Var(&cfg.IDs.ZipfS, "zipf-s", loadgen.DefaultZipfS, "Zipf exponent s > 0 (1 = classic Zipf; larger = more skewed)")
-	fs.StringVar(&cfg.IDs.Prefix, "id-prefix", loadgen.DefaultIDPrefix, "prefix of every id")
-	fs.StringVar(&cfg.IDs.RunID, "run-id", "", "run id that makes -dist new ids unique across runs (empty = random)")
-	fs.Uint64Var(&cfg.IDs.Seed, "seed", 0, "seed of the id and scenario choices (0 = random)")
-	fs.DurationVar(&cfg.Timeout, "timeout", loadgen.DefaultTimeout, "timeout of each request, including streamed bodies")
-	fs.DurationVar(&cfg.ConnWaitTimeout, "conn-wait", loadgen.DefaultConnWaitTimeout, "fasthttp engine: how long a request waits for a free connection (error class pool)")
-	fs.DurationVar(&cfg.DrainTimeout, "drain", loadgen.DefaultDrainTimeout, "open loop: how long waiting requests may still be sent after the schedule ends (then: unsent)")
-	fs.DurationVar(&cfg.MaxLatency, "max-latency", loadgen.DefaultMaxLatency, "histogram range; larger latencies are clamped and counted")
-	fs.BoolVar(&insecure, "insecure", false, "https: do not verify the target's certificate")
-	fs.StringVar(&caFile, "cacert", "", "https: verify the target's certificate against the PEM certificates in `file` (instead of the system roots)")
-	fs.StringVar(&cfg.Label, "label", "", "run label in reports and plots")
-	fs.StringVar(&opts.jsonPath, "json", "", "write the JSON report to `file` (- = stdout; the table then goes to stderr)")
-	fs.StringVar(&opts.plotPath, "plot", "", "write the HTML report (percentile and time-series charts) to `file`")
-	fs.StringVar(&opts.hgrmPath, "hgrm", "", "write the latency distribution in HdrHistogram's .hgrm text format to `file`")
-	fs.BoolVar(&opts.quiet, "quiet", false, "no progress line on stderr")
-	fs.Float64Var(&opts.maxErrorRate, "max-error-rate", -1, "exit 1 if the error rate (failed+unsent)/(sent+unsent) exceeds this `fraction`; negative = only when nothing succeeded")
-	if err := fs.Parse(args); err != nil {
+above -max-error-rate; 2 bad flags or config; 3 interrupted or output failed.`)
+	set.String(&cfg.URL, "url", "", "URL", "", "target base URL, http://host:port or https://host:port (required)")
+	set.String(&cfg.Path, "path", "", "template", loadgen.DefaultPath, "path template; every {id} is replaced by the request's id")
+	set.String(&rate, "rate", "", "N|A:B|A,B,C", "0", "open loop at this many requests/s (see above), latency from the intended send time; 0: closed loop")
+	set.Duration(&ramp, "ramp", "", 0, "with -rate A:B: the ramp's duration")
+	set.Duration(&step, "step", "", 0, "with -rate A,B,C: how long each rate holds")
+	set.Int(&cfg.Connections, "c", "", loadgen.DefaultConnections, "connections (closed loop: all busy back to back; open loop: at most this many)")
+	set.String(&engine, "engine", "", "engine", string(loadgen.EngineAuto), "auto, loop (event loops, plain http) or fasthttp (https, websocket)")
+	set.Int(&cfg.Loops, "loops", "", 0, "event loops of the loop engine (0: one per CPU)")
+	set.Duration(&cfg.Coalesce, "coalesce", "", 0, "loop engine, open loop: send a slot up to this late to send it with the next ones in one wake-up (less CPU, more lag; 0: every slot on time)")
+	set.Int(&cfg.MaxWorkers, "max-workers", "", 0, "fasthttp engine, open loop: bound on the worker pool (0: -c)")
+	set.Var(tracked(&duration, &durationSet, loadgen.DefaultDuration, time.ParseDuration, time.Duration.String), "duration", "", "duration",
+		"measured duration; 0: no time bound (with -ramp or -step: the schedule's length)")
+	set.Var(int64Value(&requests, loadgen.DefaultRequests), "requests", "", "int", "measured requests; 0: no count bound (the run stops at the first bound reached)")
+	set.Duration(&cfg.Warmup, "warmup", "", 0, "load before the measured phase, excluded from every statistic")
+	set.Var(tracked(&kind, &kindSet, string(loadgen.KindGet), func(v string) (string, error) { return v, nil }, func(v string) string { return v }),
+		"scenario", "", "kind", "kind of request: get, post, download, upload or ws")
+	set.String(&mix, "mix", "", "file", "", "scenario file (JSON weighted mix, see docs/testing.md); replaces -scenario, -method, -body-size and -body-file")
+	set.Var(int64Value(&scenario.BodySize, 0), "body-size", "", "bytes", "generated request body (post, upload) or websocket message (ws); 0: the kind's default")
+	set.String(&bodyFile, "body-file", "", "file", "", "request body from file (post; every {id} is replaced by the id); implies -scenario post")
+	set.String(&scenario.Method, "method", "", "method", "", "HTTP method, {id} allowed (empty: GET, or POST for post and upload)")
+	set.Var(&headers, "H", "", "header", "extra request header \"Name: value\" (repeatable); @file reads one per line")
+	set.String(&dist, "dist", "", "distribution", string(loadgen.DistUniform), "ids: uniform, zipf or new (a new id per request: activation storm)")
+	set.Int(&cfg.IDs.Keys, "keys", "", loadgen.DefaultKeys, "number of distinct ids for uniform and zipf")
+	set.Float(&cfg.IDs.ZipfS, "zipf-s", "", loadgen.DefaultZipfS, "Zipf exponent s > 0 (1: classic Zipf; larger: more skewed)")
+	set.String(&cfg.IDs.Prefix, "id-prefix", "", "string", loadgen.DefaultIDPrefix, "prefix of every id")
+	set.String(&cfg.IDs.RunID, "run-id", "", "string", "", "run id that makes -dist new ids unique across runs (empty: random)")
+	set.Var(cmdline.Parsed[uint64]{P: &cfg.IDs.Seed, Parse: func(v string) (uint64, error) {
+		n, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			return 0, errors.New("want an unsigned integer")
+		}
+		return n, nil
+	}, Format: func(v uint64) string { return strconv.FormatUint(v, 10) }}, "seed", "", "uint", "seed of the id and scenario choices (0: random)")
+	set.Duration(&cfg.Timeout, "timeout", "", loadgen.DefaultTimeout, "timeout of each request, including streamed bodies")
+	set.Duration(&cfg.ConnWaitTimeout, "conn-wait", "", loadgen.DefaultConnWaitTimeout, "fasthttp engine: how long a request waits for a free connection (error class pool)")
+	set.Duration(&cfg.DrainTimeout, "drain", "", loadgen.DefaultDrainTimeout, "open loop: how long waiting requests may still be sent after the schedule ends (then: unsent)")
+	set.Duration(&cfg.MaxLatency, "max-latency", "", loadgen.DefaultMaxLatency, "histogram range; larger latencies are clamped and counted")
+	set.Bool(&insecure, "insecure", "", "https: do not verify the target's certificate")
+	set.String(&caFile, "cacert", "", "file", "", "https: verify the target's certificate against the PEM certificates in file (instead of the system roots)")
+	set.String(&cfg.Label, "label", "", "string", "", "run label in reports and plots")
+	set.String(&opts.jsonPath, "json", "", "file", "", "write the JSON report to file (-: stdout; the table then goes to stderr)")
+	set.String(&opts.plotPath, "plot", "", "file", "", "write the HTML report (percentile and time-series charts) to file")
+	set.String(&opts.hgrmPath, "hgrm", "", "file", "", "write the latency distribution in HdrHistogram's .hgrm text format to file")
+	set.Bool(&opts.quiet, "quiet", "", "no progress line on stderr")
+	set.Float(&opts.maxErrorRate, "max-error-rate", "", -1, "exit 1 if the error rate (failed+unsent)/(sent+unsent) exceeds this fraction; negative: only when nothing succeeded")
+	if err := set.Parse(args, nil, stderr); err != nil {
 		return cfg, opts, err
 	}
-	if fs.NArg() > 0 {
-		return cfg, opts, fmt.Errorf("unexpected argument %q (flags go before arguments; see -h)", fs.Arg(0))
-	}
-	set := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	scheduled, err := parseRate(&cfg, rate, ramp, step)
 	if err != nil {
 		return cfg, opts, err
 	}
-	if !set["duration"] && scheduled > 0 {
+	if !durationSet && scheduled > 0 {
 		duration = scheduled
 	}
 	switch {
@@ -298,7 +281,7 @@ func parseFlags(args []string, stderr io.Writer) (loadgen.Config, options, error
 		cfg.TLS = &tls.Config{RootCAs: pool}
 	}
 	if mix != "" {
-		if scenario.BodySize != 0 || scenario.Method != "" || set["scenario"] || bodyFile != "" {
+		if scenario.BodySize != 0 || scenario.Method != "" || kindSet || bodyFile != "" {
 			return cfg, opts, errors.New("-mix replaces -scenario, -method, -body-size and -body-file; set them in the scenario file")
 		}
 		scs, err := loadgen.LoadScenarioFile(mix, cfg.Path)
@@ -310,7 +293,7 @@ func parseFlags(args []string, stderr io.Writer) (loadgen.Config, options, error
 	}
 	scenario.Kind = loadgen.Kind(kind)
 	if bodyFile != "" {
-		if set["scenario"] && scenario.Kind != loadgen.KindPost {
+		if kindSet && scenario.Kind != loadgen.KindPost {
 			return cfg, opts, fmt.Errorf("-body-file with -scenario %s: a body file is for post", kind)
 		}
 		body, err := readSmallFile(bodyFile, loadgen.MaxHeldBodySize)
@@ -324,6 +307,30 @@ func parseFlags(args []string, stderr io.Writer) (loadgen.Config, options, error
 	}
 	cfg.Scenarios = []loadgen.Scenario{scenario}
 	return cfg, opts, nil
+}
+
+// tracked is a setting that records whether the command line set it.
+func tracked[T any](p *T, isSet *bool, def T, parse func(string) (T, error), format func(T) string) cmdline.Parsed[T] {
+	*p = def
+	return cmdline.Parsed[T]{P: p, Format: format, Parse: func(v string) (T, error) {
+		x, err := parse(v)
+		if err == nil {
+			*isSet = true
+		}
+		return x, err
+	}}
+}
+
+// int64Value is an int64 setting with default def.
+func int64Value(p *int64, def int64) cmdline.Parsed[int64] {
+	*p = def
+	return cmdline.Parsed[int64]{P: p, Format: func(v int64) string { return strconv.FormatInt(v, 10) }, Parse: func(v string) (int64, error) {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return 0, errors.New("want an integer")
+		}
+		return n, nil
+	}}
 }
 
 // parseRate reads -rate (with -ramp or -step) into cfg and returns how long
@@ -457,11 +464,19 @@ func writeFile(path string, fn func(io.Writer) error) error {
 func plotCommand(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("loadgen plot", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	out := fs.String("o", "", "output HTML `file` (required; - = stdout)")
-	title := fs.String("title", "", "plot title")
+	out := fs.String("o", "", "")
+	title := fs.String("title", "", "")
 	fs.Usage = func() {
-		fmt.Fprint(stderr, "usage: loadgen plot [-title T] -o plot.html report.json...\n")
-		fs.PrintDefaults()
+		// Written out: flag.PrintDefaults leaves out empty defaults.
+		fmt.Fprint(stderr, `Usage: loadgen plot [-title T] -o plot.html report.json...
+
+Overlays saved JSON reports (-json) on one HTML page.
+
+  -o file (default "")
+      output HTML file (required; -: stdout)
+  -title string (default "")
+      plot title (empty: "loadgen latency")
+`)
 	}
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {

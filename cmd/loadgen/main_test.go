@@ -279,12 +279,16 @@ func TestHelpListsEveryFlagWithItsDefault(t *testing.T) {
 		if j := strings.Index(rest[1:], "\n  -"); j >= 0 {
 			rest = rest[:j+1]
 		}
-		if !strings.Contains(rest, "(default ") {
+		if !strings.Contains(rest, "default ") {
 			t.Errorf("-h lists -%s without its default:\n%s", name, rest)
 		}
 	}
 	if n != 37 {
 		t.Errorf("-h lists %d flags; the test knows 37: update one of them", n)
+	}
+	code, _, stderr = runArgs("plot", "-h")
+	if code != exitOK || !strings.Contains(stderr, "-o file (default \"\")") || !strings.Contains(stderr, "-title string (default \"\")") {
+		t.Errorf("plot -h: exit %d\n%s", code, stderr)
 	}
 }
 

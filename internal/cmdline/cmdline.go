@@ -1,5 +1,5 @@
 // Package cmdline is the command line of pinned's commands (pinboard,
-// counter, fleet, bench): each setting is declared once with its flag, its
+// counter, fleet, bench, loadgen): each setting is declared once with its flag, its
 // environment variable (either may be absent), its type, its default and
 // its usage. -h prints every setting in one format and Parse returns
 // flag.ErrHelp (the command exits 0); Unknown lists the variables with the
