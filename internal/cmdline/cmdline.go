@@ -1,10 +1,10 @@
 // Package cmdline is the command line of pinned's commands (pinboard,
-// counter, fleet, bench, loadgen): each setting is declared once with its flag, its
-// environment variable (either may be absent), its type, its default and
-// its usage. -h prints every setting in one format and Parse returns
-// flag.ErrHelp (the command exits 0); Unknown lists the variables with the
-// command's prefix that no setting declares, so a typo in a variable name
-// is reported instead of silently ignored.
+// counter, fleet, bench, loadgen): each setting is declared once with its
+// flag, its environment variable (either may be absent), its type, its
+// default and its usage. -h prints every setting in one format and Parse
+// returns flag.ErrHelp (the command exits 0); Unknown lists the variables
+// with the command's prefix that no setting declares, so a typo in a
+// variable name is reported instead of silently ignored.
 //
 // Why not peterbourgon/ff (v4): it fills declared flags from prefixed
 // variables and prints help, but settings that must not be flags (tokens:
