@@ -379,6 +379,14 @@ func (c *cconn) tryRequest(b []byte, fromScratch bool) int {
 	x := lp.getExchange()
 	x.c = c
 	need, fast := x.parse(b[:headLen])
+	if rp := x.refuse; rp != nil {
+		lp.putExchange(x)
+		p.m.rejected.Inc()
+		lp.nl.Disarm(&c.timer)
+		c.state = stBusy
+		c.replyAndClose(rp)
+		return -1
+	}
 	if !fast {
 		lp.putExchange(x)
 		lp.f.handOver(c, b)
