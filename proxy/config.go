@@ -22,7 +22,7 @@ const (
 	// ReadBufferSize): larger heads get 431.
 	DefaultMaxHeaderBytes = 16 << 10
 	// DefaultMaxHeaderFields bounds the field lines of a request head: more
-	// get 431 (Envoy's and reliability §3's bound; browsers send about 20).
+	// get 431 (Envoy's bound; browsers send about 20).
 	DefaultMaxHeaderFields = 100
 	// DefaultMaxResponseHeaderBytes bounds a worker's response head; larger
 	// heads get 502.

@@ -748,7 +748,7 @@ func noBody(code int) bool {
 }
 
 // respondHTTP10 answers an HTTP/1.0 client whose response has no known
-// length. fasthttp would send it chunked, which HTTP/1.0 cannot read (P9),
+// length. fasthttp would send it chunked, which HTTP/1.0 cannot read (RFC 9112 §7.1),
 // so the proxy takes the connection over and frames the body by closing it.
 func (x *exchange) respondHTTP10() bool {
 	rh := &x.ctx.Response.Header
