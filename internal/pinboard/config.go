@@ -57,6 +57,7 @@ const (
 	EnvLogFormat         = "PINBOARD_LOG_FORMAT"             // -log-format
 	EnvRestartFence      = "PINBOARD_RESTART_FENCE"          // -restart-fence
 	EnvLoops             = "PINBOARD_LOOPS"                  // -loops
+	EnvNoHotIDs          = "PINBOARD_NO_HOT_IDS"             // -no-hot-ids
 	EnvEpochTTL          = "PINBOARD_EPOCH_TTL"              // -epoch-ttl
 )
 
@@ -96,6 +97,10 @@ type Settings struct {
 	Dev                 bool
 	LogLevel            slog.Level
 	LogJSON             bool
+	// NoHotIDs turns the hot-id sketch's recording off: the proxy records
+	// no request (the console's hot ids and traffic stay empty), which
+	// costs nothing on the request path.
+	NoHotIDs bool
 	// Loops is the number of event loops serving the public port
 	// (proxy.Front); 0 serves it with fasthttp's goroutine per connection
 	// alone. ParseSettings defaults it to the number of CPUs.
@@ -225,6 +230,7 @@ Exit status: 0 after a clean shutdown, 1 when a listener fails,
 		return false, errors.New("want text or json")
 	}, Format: func(j bool) string { return map[bool]string{false: "text", true: "json"}[j] }}, "log-format", EnvLogFormat, "format", "log records on stderr as text or json")
 	set.Bool(&s.Dev, "dev", "", "development mode: in-memory store (nothing survives a restart), a generated token printed on stdout")
+	set.Bool(&s.NoHotIDs, "no-hot-ids", EnvNoHotIDs, "record no request in the console's hot-id sketch (GET /registry/hot and /registry/traffic stay empty)")
 	s.Loops = proxy.DefaultLoops()
 	set.Var(cmdline.Parsed[int]{P: &s.Loops, Parse: func(v string) (int, error) {
 		n, err := strconv.Atoi(v)

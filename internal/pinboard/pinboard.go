@@ -149,7 +149,9 @@ func New(cfg Config) (*Pinboard, error) {
 			control = cfg.wrapDialControl(control)
 		}
 		pc := cfg.Settings.Proxy
-		pc.Recorder = p.hot // every routed request feeds the console's hot ids
+		if !cfg.NoHotIDs {
+			pc.Recorder = p.hot // every routed request feeds the console's hot ids
+		}
 		dp, err := newDataPlane(p.st, reg.Lease(), root, p.dpSet, p.clock, control, pc)
 		if err != nil {
 			p.st.Close()
