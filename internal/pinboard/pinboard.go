@@ -204,6 +204,7 @@ func New(cfg Config) (*Pinboard, error) {
 	if c, ok := p.dp.(interface{ ConfigureServer(*fasthttp.Server) }); ok {
 		c.ConfigureServer(p.public)
 	}
+	refuseOversizeRegistryHeads(p.public, reg)
 	p.admin = &fasthttp.Server{
 		Handler:               p.adminRouter().Handler,
 		Name:                  "pinboard-admin",
@@ -233,6 +234,42 @@ func dispatch(registry, dataPlane fasthttp.RequestHandler) fasthttp.RequestHandl
 			return
 		}
 		dataPlane(ctx)
+	}
+}
+
+// refuseOversizeRegistryHeads makes s answer a registry call whose head
+// announces a body over the registry's limit (registry.OversizeHead) with
+// 413 at once, before any byte of the body is read. fasthttp reads a body
+// (with StreamRequestBody: its first 8 KiB) before it runs a handler, so a
+// handler's own Content-Length check would wait for bytes a client may
+// never send; only an "Expect: 100-continue" head is decided before that,
+// by the server's ExpectHandler. So the head hook marks an HTTP/1.1
+// registry call over the limit as expecting 100-continue, and the
+// ExpectHandler refuses it (fasthttp then closes the connection without
+// reading the body or running the handler). Every other request, and every
+// other Expect, goes to the hooks s already had (the proxy's). An HTTP/1.0
+// head cannot be marked: its oversize body is refused by the registry's
+// own check after the prefetch.
+func refuseOversizeRegistryHeads(s *fasthttp.Server, reg *registry.Registry) {
+	prevHead, prevExpect := s.HeaderReceived, s.ExpectHandler
+	s.HeaderReceived = func(h *fasthttp.RequestHeader) fasthttp.RequestConfig {
+		var rc fasthttp.RequestConfig
+		if prevHead != nil {
+			rc = prevHead(h)
+		}
+		if h.IsHTTP11() && registryTarget(h.RequestURI()) && registry.OversizeHead(h) {
+			h.Set(fasthttp.HeaderExpect, "100-continue")
+		}
+		return rc
+	}
+	s.ExpectHandler = func(ctx *fasthttp.RequestCtx) int {
+		if registryTarget(ctx.Request.Header.RequestURI()) && registry.OversizeHead(&ctx.Request.Header) {
+			return reg.RefuseOversize(ctx)
+		}
+		if prevExpect != nil {
+			return prevExpect(ctx)
+		}
+		return fasthttp.StatusContinue
 	}
 }
 

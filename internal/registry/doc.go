@@ -8,7 +8,9 @@
 // Every /registry/* call carries "Authorization: Bearer <deployment token>";
 // otherwise 401 with "WWW-Authenticate: Bearer realm=\"pinboard\"". Bodies are
 // JSON, camelCase, at most 64 KiB (413 beyond, checked against
-// Content-Length before reading and while reading a streamed body); unknown
+// Content-Length before reading and while reading a streamed body; a server
+// that prefetches bodies asks OversizeHead right after the head and answers
+// RefuseOversize before reading a byte, as the pinboard does); unknown
 // fields are ignored; a malformed body or field is a 400 with
 // {"error": "...", "field": "<json name>"} (field omitted when the body as a
 // whole is at fault). Store failures are 503 + Retry-After: 1 (Redis
