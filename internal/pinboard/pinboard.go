@@ -20,13 +20,13 @@ import (
 	"github.com/valyala/fasthttp/pprofhandler"
 
 	"github.com/pinned-go/pinned/clock"
+	"github.com/pinned-go/pinned/internal/registry"
 	"github.com/pinned-go/pinned/internal/store"
 	"github.com/pinned-go/pinned/internal/store/memstore"
 	"github.com/pinned-go/pinned/internal/store/redisstore"
 	"github.com/pinned-go/pinned/internal/wire"
 	"github.com/pinned-go/pinned/metricshttp"
 	"github.com/pinned-go/pinned/proxy"
-	"github.com/pinned-go/pinned/internal/registry"
 )
 
 // DataPlane is the handler for every public request that is not a registry
