@@ -32,12 +32,16 @@ func evictIndex(reason string) int {
 }
 
 // rejection reasons label pinned_rejections_total: the wire reasons of the
-// 503/403 answers the host makes, plus invalid_id for 400s.
-const rejectInvalidID = "invalid_id"
+// 503/403 answers the host makes, plus invalid_id for 400s and
+// body_too_large for 413s.
+const (
+	rejectInvalidID    = "invalid_id"
+	rejectBodyTooLarge = "body_too_large"
+)
 
 var rejectReasons = [...]string{
 	wire.ReasonCapacity, wire.ReasonDraining, wire.ReasonClosing, wire.ReasonLease,
-	wire.ReasonForbidden, wire.ReasonAborted, rejectInvalidID,
+	wire.ReasonForbidden, wire.ReasonAborted, rejectInvalidID, rejectBodyTooLarge,
 }
 
 func rejectIndex(reason string) int {

@@ -10,8 +10,8 @@ import (
 
 	"github.com/valyala/fasthttp"
 
-	"github.com/pinned-go/pinned/host"
 	"github.com/pinned-go/pinned/clock"
+	"github.com/pinned-go/pinned/host"
 	"github.com/pinned-go/pinned/internal/faults"
 	"github.com/pinned-go/pinned/internal/wire"
 )
@@ -59,6 +59,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		w:       w,
 		hosts:   hosts,
 		ns:      namespaces(hosts),
+		maxBody: maxBody(hosts),
 		log:     w.log,
 		results: make(chan result),
 		quit:    make(chan struct{}),
@@ -102,6 +103,7 @@ type loop struct {
 	w       *Worker
 	hosts   []host.Attached
 	ns      []string
+	maxBody int64        // the smallest of the hosts' body limits, sent at registration
 	log     *slog.Logger // w.log plus the session attr while registered
 	results chan result
 	quit    chan struct{} // closed when the loop has stopped reading results
@@ -284,6 +286,7 @@ func (l *loop) sendRegister(now clock.Instant) {
 		Draining:       w.Draining(),
 		Challenge:      pair.challenge,
 		ChallengeValue: pair.value,
+		MaxBodyBytes:   l.maxBody,
 	}, pair)
 }
 

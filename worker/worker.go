@@ -11,8 +11,8 @@ import (
 
 	"github.com/VictoriaMetrics/metrics"
 
-	"github.com/pinned-go/pinned/host"
 	"github.com/pinned-go/pinned/clock"
+	"github.com/pinned-go/pinned/host"
 	"github.com/pinned-go/pinned/internal/wire"
 )
 
@@ -145,6 +145,19 @@ func live(hosts []host.Attached) int {
 		n += h.Len()
 	}
 	return n
+}
+
+// maxBody is the request body limit the worker registers with: the
+// smallest of its hosts' (a body one host refuses may reach it through any
+// namespace the session serves).
+func maxBody(hosts []host.Attached) int64 {
+	var m int64
+	for i, h := range hosts {
+		if n := int64(h.MaxRequestBodySize()); i == 0 || n < m {
+			m = n
+		}
+	}
+	return m
 }
 
 // ClientID returns the worker's clientId, minted once by New. The pinboard

@@ -13,7 +13,9 @@
 // process_* ones (metricshttp).
 //
 // Flags (and environment): -listen (PINNED_LISTEN), -idle-timeout,
-// -max-instances, -shutdown-timeout. PINNED_HISTORY=<file> appends a chaos
+// -max-instances, -max-body-bytes (PINNED_MAX_BODY_BYTES: the host's request body limit, which the
+// server is configured to agree with: 413 with a JSON error beyond it, and
+// what the worker tells the pinboard), -shutdown-timeout. PINNED_HISTORY=<file> appends a chaos
 // history (history.go; for test/chaos). PINNED_ADMIN_LISTEN (a loopback
 // host:port) adds an admin listener with /metrics and /debug/pprof/*.
 //
@@ -36,6 +38,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"strconv"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -55,6 +58,7 @@ type options struct {
 	listen          string
 	idleTimeout     time.Duration
 	maxInstances    int
+	maxBodyBytes    int
 	shutdownTimeout time.Duration
 	fleet           fleetOptions
 	history         string // PINNED_HISTORY (history.go)
@@ -104,9 +108,18 @@ func loadOptions(args []string, getenv func(string) string) (options, error) {
 	fs.StringVar(&o.listen, "listen", listen, "address to listen on (env PINNED_LISTEN)")
 	fs.DurationVar(&o.idleTimeout, "idle-timeout", host.DefaultIdleTimeout, "close an instance after this long without activity")
 	fs.IntVar(&o.maxInstances, "max-instances", host.DefaultMaxInstances, "live instances at most; more answer 503")
+	maxBody := host.DefaultMaxRequestBodySize
+	if v := getenv("PINNED_MAX_BODY_BYTES"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n <= 0 {
+			return o, fmt.Errorf("counter: PINNED_MAX_BODY_BYTES=%q: want a positive number of bytes", v)
+		}
+		maxBody = n
+	}
+	fs.IntVar(&o.maxBodyBytes, "max-body-bytes", maxBody, "largest request body accepted; larger ones answer 413 (env PINNED_MAX_BODY_BYTES)")
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 10*time.Second, "graceful shutdown bound; then remaining instances are aborted")
 	if err := fs.Parse(args); err != nil {
-		return o, fmt.Errorf("counter: %w (flags: -listen, -idle-timeout, -max-instances, -shutdown-timeout)", err)
+		return o, fmt.Errorf("counter: %w (flags: -listen, -idle-timeout, -max-instances, -max-body-bytes, -shutdown-timeout)", err)
 	}
 	if fs.NArg() > 0 {
 		return o, fmt.Errorf("counter: unexpected arguments %q", fs.Args())
@@ -221,12 +234,13 @@ func run(ctx context.Context, opts options, logger *slog.Logger, ready func(net.
 		return err
 	}
 	h, err := host.New(host.Config{
-		Namespace:    "/counter",
-		Worker:       fl.hostWorker(),
-		IdleTimeout:  opts.idleTimeout,
-		MaxInstances: opts.maxInstances,
-		Logger:       logger,
-		Metrics:      set,
+		Namespace:          "/counter",
+		Worker:             fl.hostWorker(),
+		IdleTimeout:        opts.idleTimeout,
+		MaxInstances:       opts.maxInstances,
+		MaxRequestBodySize: opts.maxBodyBytes,
+		Logger:             logger,
+		Metrics:            set,
 	}, counterapp.TypeWithHooks(rec.hooks()))
 	if err != nil {
 		return err
@@ -254,6 +268,12 @@ func run(ctx context.Context, opts options, logger *slog.Logger, ready func(net.
 		IdleTimeout:     2 * time.Minute,
 		Logger:          slogPrintf{logger},
 		CloseOnShutdown: true,
+	}
+	// The server's body limit is the host's: a larger body gets 413 with a
+	// JSON error (drained first, so its client reads the answer), never a
+	// bare 400 or a reset; the worker tells the pinboard the same limit.
+	if err := h.ConfigureServer(srv); err != nil {
+		return err
 	}
 
 	ln, err := net.Listen("tcp", opts.listen)

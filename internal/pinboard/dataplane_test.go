@@ -39,6 +39,9 @@ func (tw *testWorker) Headroom() int     { return 1000 }
 func (tw *testWorker) Len() int          { return 0 }
 func (tw *testWorker) AbortAll(string)   {}
 func (tw *testWorker) CloseIdle(string)  {}
+func (tw *testWorker) MaxRequestBodySize() int {
+	return host.DefaultMaxRequestBodySize
+}
 
 var _ host.Attached = (*testWorker)(nil)
 

@@ -85,6 +85,11 @@ type Session struct {
 	// (a fingerprint, never the token); "" when unknown. Heartbeats keep
 	// the session's slot under this token (ReserveSlot) alive.
 	TokenID string
+	// MaxBodyBytes is the largest request body the worker accepts, as it
+	// said when registering (wire.RegisterRequest.MaxBodyBytes); 0 when it
+	// said nothing. The proxy refuses a larger body with 413 before
+	// forwarding it. Fixed for the session's life.
+	MaxBodyBytes int64
 }
 
 // Serves reports whether the session serves namespace ns.
@@ -142,7 +147,7 @@ type CachedPlacements interface {
 // ctx cancellation.
 type Store interface {
 	// Register stores s (ID, ClientID, Secret, AdvertiseURL, Namespaces,
-	// Headroom, Draining, Verified) as a new live session with the given
+	// Headroom, Draining, Verified, TokenID, MaxBodyBytes) as a new live session with the given
 	// lease, makes it current for its client and advertise URL, and marks
 	// any other live session holding either as superseded. It returns the
 	// ids of the sessions it superseded.

@@ -32,6 +32,12 @@
 //     no default port, IP literals as netip prints them, no trailing dot,
 //     numeric-obfuscated hosts refused (the pinboard normalises; a worker
 //     sends what it likes).
+//   - 2 (2026-05-19): the worker tells the pinboard its request body limit:
+//     maxBodyBytes in [RegisterRequest] (the smallest
+//     host.Config.MaxRequestBodySize of its hosts; absent from an older
+//     worker), kept in the session hash field "mb" ([FieldMaxBodyBytes])
+//     and shown as maxBodyBytes in [WorkerInfo], so the proxy answers 413
+//     before forwarding a body the worker's server would refuse.
 //
 // # Invariants
 //
