@@ -63,6 +63,10 @@ var (
 	// ErrUnavailable: the store cannot reach its backend (Redis down, not
 	// yet connected). It is temporary: retry later, and check Ping.
 	ErrUnavailable = errors.New("store: unavailable")
+	// ErrConnecting is wrapped together with ErrUnavailable while the store
+	// is still making its first attempt to reach its backend: not a failure
+	// yet, so callers report it quietly (the janitor logs no error for it).
+	ErrConnecting = errors.New("store: connecting")
 )
 
 // Session is one worker registration. Times are unix milliseconds on the

@@ -144,7 +144,7 @@ func New(cfg Config) (*Store, error) {
 		backoffMin: cmp.Or(cfg.ConnectBackoffMin, DefaultConnectBackoffMin),
 		backoffMax: cmp.Or(cfg.ConnectBackoffMax, DefaultConnectBackoffMax),
 		closing:    make(chan struct{}),
-		lastErr:    errors.New("not connected yet"),
+		lastErr:    fmt.Errorf("%w: the first attempt is in flight", store.ErrConnecting),
 		// Whole seconds, rounded up: the script compares with Redis's
 		// uptime_in_seconds, which is rounded down.
 		fenceSeconds: strconv.FormatInt(int64((cfg.RestartFence+time.Second-1)/time.Second), 10),
@@ -242,7 +242,7 @@ func (s *Store) get(ctx context.Context) (rueidis.Client, error) {
 	if s.closed {
 		return nil, store.ErrClosed
 	}
-	return nil, fmt.Errorf("%w: redis not connected: %v", store.ErrUnavailable, s.lastErr)
+	return nil, fmt.Errorf("%w: redis not connected: %w", store.ErrUnavailable, s.lastErr)
 }
 
 // wrap classifies an error from rueidis: context errors pass through, Redis
