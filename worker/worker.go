@@ -49,6 +49,7 @@ type Worker struct {
 	handlers  atomic.Pointer[leaseHandlers]
 
 	challenges challengeSet
+	giveUps    giveUpLog // aggregated "release gave up" warnings
 
 	drain drainState
 
