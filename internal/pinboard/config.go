@@ -15,8 +15,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/pinned-go/pinned/proxy"
 	"github.com/pinned-go/pinned/internal/registry"
+	"github.com/pinned-go/pinned/internal/store/redisstore"
+	"github.com/pinned-go/pinned/proxy"
 )
 
 // Defaults of the pinboard's settings.
@@ -53,6 +54,8 @@ const (
 	EnvLogLevel          = "PINBOARD_LOG_LEVEL"              // -log-level
 	EnvLogFormat         = "PINBOARD_LOG_FORMAT"             // -log-format
 	EnvRestartFence      = "PINBOARD_RESTART_FENCE"          // -restart-fence
+	EnvStoreProbe        = "PINBOARD_STORE_PROBE"            // -store-probe
+	EnvStoreProbeTimeout = "PINBOARD_STORE_PROBE_TIMEOUT"    // -store-probe-timeout
 )
 
 // Settings is the parsed command line and environment: everything Main
@@ -71,8 +74,14 @@ type Settings struct {
 	// has forgotten every placement while workers may still serve under
 	// leases granted before, so no id is placed anew until those leases
 	// have run out. Turn it off only when Redis persists every write.
-	RestartFence      time.Duration
-	AdvertiseNetworks []netip.Prefix
+	RestartFence time.Duration
+	// StoreProbe and StoreProbeTimeout are redisstore's circuit
+	// (Config.CircuitProbeInterval, CircuitProbeTimeout): while Redis is
+	// known to be down every store call fails at once (503 store +
+	// Retry-After) and a probe pings Redis every StoreProbe. Zero values
+	// mean redisstore's defaults; a negative StoreProbe turns it off.
+	StoreProbe, StoreProbeTimeout time.Duration
+	AdvertiseNetworks             []netip.Prefix
 	// The registry's hardening options (registry.Config fields of the same
 	// names); zero values mean the registry's defaults.
 	AdvertisePorts      []uint16
@@ -113,6 +122,8 @@ func ParseSettings(args []string, getenv func(string) string, usage io.Writer) (
 	fs.StringVar(&s.TokenFile, "token-file", getenv(EnvTokenFile), "file with the deployment token(s), one per line, reloaded on SIGHUP ("+EnvTokenFile+")")
 	lease := fs.String("lease", env(EnvLease, DefaultLease.String()), "lease granted to workers ("+EnvLease+")")
 	fence := fs.String("restart-fence", env(EnvRestartFence, "lease"), "refuse new placements (503 + Retry-After) while Redis has been up for less than this, so that a Redis restarted without persistence cannot get an id placed twice; \"lease\" = the lease, 0 = off (only when Redis persists every write) ("+EnvRestartFence+")")
+	probe := fs.String("store-probe", env(EnvStoreProbe, redisstore.DefaultCircuitProbeInterval.String()), "while Redis is known to be down, store calls fail at once and Redis is pinged this often; off = always wait for Redis ("+EnvStoreProbe+")")
+	probeTimeout := fs.String("store-probe-timeout", env(EnvStoreProbeTimeout, redisstore.DefaultCircuitProbeTimeout.String()), "a Redis that does not answer a probe's PING within this counts as down ("+EnvStoreProbeTimeout+")")
 	nets := fs.String("advertise-networks", getenv(EnvAdvertiseNetworks), "comma-separated CIDRs advertise URLs must resolve into; empty = loopback, private and public addresses, no special-purpose ranges ("+EnvAdvertiseNetworks+")")
 	ports := fs.String("advertise-ports", getenv(EnvAdvertisePorts), "comma-separated ports advertise URLs may use; empty = any ("+EnvAdvertisePorts+")")
 	nonceTTL := fs.String("nonce-ttl", env(EnvNonceTTL, registry.DefaultNonceTTL.String()), "how long a used challenge is remembered, at most 30s ("+EnvNonceTTL+")")
@@ -153,6 +164,12 @@ func ParseSettings(args []string, getenv func(string) string, usage io.Writer) (
 	} else {
 		s.RestartFence = dur(EnvRestartFence, *fence, 0)
 	}
+	if *probe == "off" {
+		s.StoreProbe = -1
+	} else {
+		s.StoreProbe = dur(EnvStoreProbe, *probe, time.Millisecond)
+	}
+	s.StoreProbeTimeout = dur(EnvStoreProbeTimeout, *probeTimeout, time.Millisecond)
 	s.ShutdownTimeout = dur(EnvShutdownTimeout, *shutdown, time.Millisecond)
 	s.ShutdownDelay = dur(EnvShutdownDelay, *delay, 0)
 	s.NonceTTL = dur(EnvNonceTTL, *nonceTTL, time.Second)

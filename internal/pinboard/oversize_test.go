@@ -4,12 +4,15 @@ import (
 	"bufio"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/pinned-go/pinned/internal/testkit/redistest"
 	"github.com/pinned-go/pinned/internal/wire"
 )
 
@@ -64,5 +67,61 @@ func TestRegistryRefusesAnnouncedOversizeAtOnce(t *testing.T) {
 		string(make([]byte, wire.MaxBodyBytes+1)))
 	if resp.StatusCode() == 413 {
 		t.Errorf("a %d-byte body on a proxied path got 413: the registry's limit leaked onto the data plane", wire.MaxBodyBytes+1)
+	}
+}
+
+// While Redis is known to be down, registry calls are answered 503 +
+// Retry-After at once, not after a wait per request (the store's circuit),
+// and everything comes back when Redis does.
+func TestStoreOutageAnsweredAtOnce(t *testing.T) {
+	rs := redistest.Start(t)
+	r := start(t, Settings{RedisURL: rs.URL}, NewProxy)
+	r.waitHealth(t, 200)
+	rs.Kill()
+	h := r.waitHealth(t, 503)
+	if !strings.Contains(h.Store, "unavailable") {
+		t.Fatalf("/healthz store = %q; want unavailable", h.Store)
+	}
+	hb := `{"sessionId":"AAAAAAAAAAAAAAAAAAAAAAAA"}`
+	for i := range 20 {
+		req := "GET " + wire.PathWorkers + " HTTP/1.1\r\nHost: h\r\nAuthorization: Bearer " + token + "\r\n\r\n" // reads: Redis's client retries them
+		if i%2 == 1 {
+			req = "POST " + wire.PathHeartbeat + " HTTP/1.1\r\nHost: h\r\nAuthorization: Bearer " + token +
+				"\r\nContent-Type: application/json\r\nContent-Length: " + fmt.Sprint(len(hb)) + "\r\n\r\n" + hb
+		}
+		start := time.Now()
+		resp := rawRequest(t, r.public, req)
+		d := time.Since(start)
+		if resp.StatusCode() != 503 || len(resp.Header.Peek(wire.HeaderRetryAfter)) == 0 || d > 100*time.Millisecond {
+			t.Fatalf("%s while Redis is down = %d (Retry-After %q) after %v; want 503 + Retry-After at once",
+				strings.Fields(req)[1], resp.StatusCode(), resp.Header.Peek(wire.HeaderRetryAfter), d)
+		}
+	}
+	rs.Restart(t)
+	r.waitHealth(t, 200)
+}
+
+func TestParseStoreProbe(t *testing.T) {
+	for _, tc := range []struct {
+		probe, timeout string
+		want, wantTO   time.Duration
+		err            bool
+	}{
+		{"", "", 250 * time.Millisecond, time.Second, false},
+		{"off", "", -1, time.Second, false},
+		{"100ms", "3s", 100 * time.Millisecond, 3 * time.Second, false},
+		{"soon", "", 0, 0, true},
+		{"", "0s", 0, 0, true},
+	} {
+		s, err := ParseSettings([]string{"-dev"}, envOf(map[string]string{EnvStoreProbe: tc.probe, EnvStoreProbeTimeout: tc.timeout}), io.Discard)
+		if tc.err {
+			if err == nil || !strings.Contains(err.Error(), "PINBOARD_STORE_PROBE") {
+				t.Errorf("probe %q timeout %q: err = %v; want one naming the variable", tc.probe, tc.timeout, err)
+			}
+			continue
+		}
+		if err != nil || s.StoreProbe != tc.want || s.StoreProbeTimeout != tc.wantTO {
+			t.Errorf("probe %q timeout %q = %v, %v, %v; want %v, %v", tc.probe, tc.timeout, s.StoreProbe, s.StoreProbeTimeout, err, tc.want, tc.wantTO)
+		}
 	}
 }

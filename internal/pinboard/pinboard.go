@@ -101,13 +101,14 @@ type Pinboard struct {
 	log   *slog.Logger
 	clock clock.Clock
 
-	st    store.Store
-	redis *redisstore.Store // nil with -dev
-	mem   *memstore.Store   // nil without -dev
-	reg   *registry.Registry
-	dp    DataPlane
-	dpSet *metrics.Set
-	own   *metrics.Set
+	st       store.Store
+	redis    *redisstore.Store // nil with -dev
+	mem      *memstore.Store   // nil without -dev
+	reg      *registry.Registry
+	dp       DataPlane
+	dpSet    *metrics.Set
+	own      *metrics.Set
+	storeSet *metrics.Set // redisstore's (the circuit); empty with -dev
 
 	public, admin *fasthttp.Server
 	invalidate    atomic.Pointer[func(store.Invalidation)]
@@ -122,11 +123,12 @@ type Pinboard struct {
 // serves.
 func New(cfg Config) (*Pinboard, error) {
 	p := &Pinboard{
-		cfg:   cfg,
-		log:   cmp.Or(cfg.Logger, slog.Default()).With("logger", "pinned.pinboard"),
-		clock: clock.Or(cfg.Clock),
-		own:   metrics.NewSet(),
-		dpSet: metrics.NewSet(),
+		cfg:      cfg,
+		log:      cmp.Or(cfg.Logger, slog.Default()).With("logger", "pinned.pinboard"),
+		clock:    clock.Or(cfg.Clock),
+		own:      metrics.NewSet(),
+		dpSet:    metrics.NewSet(),
+		storeSet: metrics.NewSet(),
 	}
 	root := cmp.Or(cfg.Logger, slog.Default())
 	opts := store.Options{OnInvalidate: p.forward}
@@ -137,7 +139,8 @@ func New(cfg Config) (*Pinboard, error) {
 		}
 		p.st, p.mem = m, m
 	} else {
-		r, err := redisstore.New(redisstore.Config{Options: opts, URL: cfg.RedisURL, Clock: p.clock, Logger: root, CacheTTL: cfg.Lease, RestartFence: cfg.RestartFence})
+		r, err := redisstore.New(redisstore.Config{Options: opts, URL: cfg.RedisURL, Clock: p.clock, Logger: root, CacheTTL: cfg.Lease,
+			RestartFence: cfg.RestartFence, CircuitProbeInterval: cfg.StoreProbe, CircuitProbeTimeout: cfg.StoreProbeTimeout, Metrics: p.storeSet})
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", EnvRedisURL, err)
 		}
@@ -346,7 +349,7 @@ func (p *Pinboard) adminRouter() *router.Router {
 // format: the pinboard's own, the registry's, the data plane's, and the
 // go_* and process_* metrics.
 func (p *Pinboard) WriteMetrics(w io.Writer) {
-	metricshttp.Write(w, metricshttp.Config{Sets: []*metrics.Set{p.own, p.reg.Metrics(), p.dpSet}, Process: true, Metadata: true})
+	metricshttp.Write(w, metricshttp.Config{Sets: []*metrics.Set{p.own, p.reg.Metrics(), p.storeSet, p.dpSet}, Process: true, Metadata: true})
 }
 
 // Run binds the listeners, connects the store (retrying with backoff while

@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/VictoriaMetrics/metrics"
 	"github.com/redis/rueidis"
 
 	"github.com/pinned-go/pinned/clock"
@@ -80,6 +81,18 @@ type Config struct {
 	// after the restart); no id may be placed anew before. Zero: no fence
 	// (a fresh Redis places at once). It is rounded up to whole seconds.
 	RestartFence time.Duration
+	// CircuitProbeInterval is how often the circuit's prober pings Redis
+	// while Redis is known to be down (see the package doc: calls then fail
+	// at once with store.ErrUnavailable). Zero means
+	// DefaultCircuitProbeInterval; negative turns the circuit off (every
+	// call then waits for Redis, up to its own deadline).
+	CircuitProbeInterval time.Duration
+	// CircuitProbeTimeout bounds one probe: a Redis that does not answer a
+	// PING within it counts as down. Zero means DefaultCircuitProbeTimeout.
+	CircuitProbeTimeout time.Duration
+	// Metrics receives the store's metrics (the circuit's); nil means a new
+	// set, see Store.Metrics.
+	Metrics *metrics.Set
 }
 
 // Store is a store.Store and store.Reaper on Redis.
@@ -98,7 +111,9 @@ type Store struct {
 	backoffMin   time.Duration
 	backoffMax   time.Duration
 
-	client atomic.Pointer[conn] // nil until connected
+	client  atomic.Pointer[conn] // nil until connected
+	circuit *circuit
+	set     *metrics.Set
 
 	mu      sync.Mutex
 	lastErr error // last dial error, while not connected
@@ -128,6 +143,7 @@ func New(cfg Config) (*Store, error) {
 		"MaxQueuedMessages": int64(cfg.MaxQueuedMessages), "QueueTTL": int64(cfg.QueueTTL),
 		"ReapBatch": int64(cfg.ReapBatch), "ConnectBackoffMin": int64(cfg.ConnectBackoffMin),
 		"ConnectBackoffMax": int64(cfg.ConnectBackoffMax), "RestartFence": int64(cfg.RestartFence),
+		"CircuitProbeTimeout": int64(cfg.CircuitProbeTimeout),
 	} {
 		if v < 0 {
 			return nil, fmt.Errorf("redisstore: Config.%s is negative; use 0 for the default", name)
@@ -149,6 +165,11 @@ func New(cfg Config) (*Store, error) {
 		// uptime_in_seconds, which is rounded down.
 		fenceSeconds: strconv.FormatInt(int64((cfg.RestartFence+time.Second-1)/time.Second), 10),
 	}
+	s.set = cfg.Metrics
+	if s.set == nil {
+		s.set = metrics.NewSet()
+	}
+	s.circuit = newCircuit(cmp.Or(cfg.CircuitProbeInterval, DefaultCircuitProbeInterval), cmp.Or(cfg.CircuitProbeTimeout, DefaultCircuitProbeTimeout), s.set)
 	if s.backoffMax < s.backoffMin {
 		return nil, fmt.Errorf("redisstore: ConnectBackoffMax %v is below ConnectBackoffMin %v", s.backoffMax, s.backoffMin)
 	}
@@ -186,6 +207,7 @@ func (s *Store) Connect(ctx context.Context) error {
 			s.client.Store(&conn{c})
 			s.lastErr = nil
 			s.mu.Unlock()
+			s.startProber()
 			if attempt > 1 {
 				s.log.Info("connected to redis", "attempts", attempt)
 			}
@@ -227,7 +249,12 @@ func (s *Store) Close() {
 	if c != nil {
 		c.Close()
 	}
+	s.stopProber()
 }
+
+// Metrics returns the set holding the store's metrics (Config.Metrics, or
+// the one New created).
+func (s *Store) Metrics() *metrics.Set { return s.set }
 
 // get returns the client or the reason there is none.
 func (s *Store) get(ctx context.Context) (rueidis.Client, error) {
@@ -235,6 +262,9 @@ func (s *Store) get(ctx context.Context) (rueidis.Client, error) {
 		return nil, err
 	}
 	if c := s.client.Load(); c != nil {
+		if err := s.circuit.refuse(); err != nil {
+			return nil, err
+		}
 		return c.Client, nil
 	}
 	s.mu.Lock()
@@ -253,9 +283,16 @@ func (s *Store) wrap(ctx context.Context, op string, err error) error {
 		return nil
 	}
 	if ctxErr := ctx.Err(); ctxErr != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) {
+		if errors.Is(ctxErr, context.DeadlineExceeded) {
+			s.circuit.suspect() // Redis may be hanging: let the prober look
+		}
 		return ctxErr
 	}
-	if _, ok := rueidis.IsRedisErr(err); ok {
+	if e, ok := rueidis.IsRedisErr(err); ok {
+		if unavailableReply(e) {
+			s.circuit.suspect()
+			return fmt.Errorf("%w: redis %s: %v", store.ErrUnavailable, op, err)
+		}
 		return fmt.Errorf("redisstore: %s: %w", op, err)
 	}
 	if errors.Is(err, rueidis.ErrClosing) {
@@ -266,6 +303,7 @@ func (s *Store) wrap(ctx context.Context, op string, err error) error {
 			return store.ErrClosed
 		}
 	}
+	s.circuit.suspect()
 	return fmt.Errorf("%w: redis %s: %v", store.ErrUnavailable, op, err)
 }
 

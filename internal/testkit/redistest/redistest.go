@@ -165,6 +165,22 @@ func (s *Server) signal(sig syscall.Signal) {
 	<-done
 }
 
+// Freeze stops the server with SIGSTOP: it keeps its connections and its
+// port but answers nothing (a hung Redis, or one behind a dead network)
+// until Thaw.
+func (s *Server) Freeze() { s.pause(syscall.SIGSTOP) }
+
+// Thaw resumes a frozen server (SIGCONT).
+func (s *Server) Thaw() { s.pause(syscall.SIGCONT) }
+
+func (s *Server) pause(sig syscall.Signal) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd != nil {
+		_ = s.cmd.Process.Signal(sig)
+	}
+}
+
 // Restart kills the server and starts a fresh, empty one on the same port:
 // a Redis restart without persistence.
 func (s *Server) Restart(tb testing.TB) {
