@@ -32,6 +32,8 @@ const (
 	DefaultQueueTTL = 10 * time.Minute
 	// DefaultReapBatch is the default Config.ReapBatch.
 	DefaultReapBatch = 256
+	// DefaultSentinelRefresh is the default Config.SentinelRefresh.
+	DefaultSentinelRefresh = 2 * time.Second
 	// DefaultConnectBackoffMin and DefaultConnectBackoffMax bound the wait
 	// between two attempts of Connect.
 	DefaultConnectBackoffMin = 100 * time.Millisecond
@@ -44,7 +46,12 @@ type Config struct {
 	store.Options
 	// URL is the Redis URL, as rueidis.ParseURL reads it:
 	// redis://[user:password@]host:port/db, rediss:// for TLS, and
-	// ?addr=host2:port2 for more cluster seed nodes. Required.
+	// ?addr=host2:port2 for more cluster seed nodes. With
+	// ?master_set=<name> the host and the addr values are Redis Sentinels
+	// and the store follows the primary they name for that master set
+	// (redis://s1:26379/0?master_set=pinned&addr=s2:26379&addr=s3:26379;
+	// the user and password are the Redis servers', the sentinels take
+	// none). Required.
 	URL string
 	// Clock stamps RegisteredAt, LastHeartbeat and ExpiresAt and picks Reap
 	// candidates; nil means clock.Real. Redis expires keys by its own clock.
@@ -93,6 +100,11 @@ type Config struct {
 	// Metrics receives the store's metrics (the circuit's); nil means a new
 	// set, see Store.Metrics.
 	Metrics *metrics.Set
+	// SentinelRefresh, with a Sentinel URL (?master_set=), is how often the
+	// client re-reads the primary's address from the sentinels besides
+	// following their +switch-master events (a missed event would otherwise
+	// keep it on a demoted primary). Zero means DefaultSentinelRefresh.
+	SentinelRefresh time.Duration
 }
 
 // Store is a store.Store and store.Reaper on Redis.
@@ -143,7 +155,7 @@ func New(cfg Config) (*Store, error) {
 		"MaxQueuedMessages": int64(cfg.MaxQueuedMessages), "QueueTTL": int64(cfg.QueueTTL),
 		"ReapBatch": int64(cfg.ReapBatch), "ConnectBackoffMin": int64(cfg.ConnectBackoffMin),
 		"ConnectBackoffMax": int64(cfg.ConnectBackoffMax), "RestartFence": int64(cfg.RestartFence),
-		"CircuitProbeTimeout": int64(cfg.CircuitProbeTimeout),
+		"CircuitProbeTimeout": int64(cfg.CircuitProbeTimeout), "SentinelRefresh": int64(cfg.SentinelRefresh),
 	} {
 		if v < 0 {
 			return nil, fmt.Errorf("redisstore: Config.%s is negative; use 0 for the default", name)
@@ -180,6 +192,9 @@ func New(cfg Config) (*Store, error) {
 	opt.ClientTrackingOptions = []string{"OPTIN"}
 	opt.DisableCache = false
 	opt.OnInvalidations = s.onInvalidations
+	if opt.Sentinel.MasterSet != "" {
+		opt.Sentinel.TopologyRefreshInterval = cmp.Or(cfg.SentinelRefresh, DefaultSentinelRefresh)
+	}
 	s.opt = opt
 	return s, nil
 }

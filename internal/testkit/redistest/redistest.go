@@ -25,6 +25,9 @@ import (
 // startTimeout bounds how long a redis-server may take to become ready.
 const startTimeout = 15 * time.Second
 
+// readyLine is what redis-server logs once it serves.
+const readyLine = "Ready to accept connections"
+
 // Server is a redis-server process owned by a test.
 type Server struct {
 	// Addr is host:port on 127.0.0.1.
@@ -32,8 +35,9 @@ type Server struct {
 	// URL is redis://Addr/0.
 	URL string
 
-	bin  string
-	args []string
+	bin   string
+	args  []string
+	ready string // the log line that says it serves
 
 	mu   sync.Mutex
 	cmd  *exec.Cmd
@@ -67,8 +71,9 @@ func Start(tb testing.TB, extra ...string) *Server {
 			tb.Fatal(err)
 		}
 		s := &Server{
-			Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)),
-			bin:  bin,
+			Addr:  net.JoinHostPort("127.0.0.1", strconv.Itoa(port)),
+			bin:   bin,
+			ready: readyLine,
 		}
 		s.URL = "redis://" + s.Addr + "/0"
 		s.args = append([]string{
@@ -115,7 +120,7 @@ func (s *Server) start() error {
 			line := sc.Text()
 			if !signalled {
 				tail = append(tail, line)
-				if strings.Contains(line, "Ready to accept connections") {
+				if strings.Contains(line, s.ready) {
 					signalled = true
 					ready <- nil
 				}
