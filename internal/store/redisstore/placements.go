@@ -11,6 +11,7 @@ import (
 
 	"github.com/redis/rueidis"
 
+	"github.com/pinned-go/pinned/internal/faults"
 	"github.com/pinned-go/pinned/internal/store"
 	"github.com/pinned-go/pinned/internal/wire"
 )
@@ -83,9 +84,13 @@ func (s *Store) Claim(ctx context.Context, ns, id, sessionID string) (string, er
 	name := wire.PlacementName(ns, id)
 	// Index first, claim second, in one round trip: Redis runs a pipeline
 	// in order on one node (see the package doc for cluster mode).
+	claim := scriptClaim
+	if faults.Has(faults.ClaimNoNX) {
+		claim = scriptClaimBlind // planted bug (pinned_faults builds only)
+	}
 	res := pipeline(ctx, c,
 		scriptIndexAdd.with([]string{wire.KeyOwned(sessionID)}, name, wire.OwnedCountPrefix+ns),
-		scriptClaim.with([]string{wire.KeyPlacement(ns, id)}, sessionID, s.fenceSeconds))
+		claim.with([]string{wire.KeyPlacement(ns, id)}, sessionID, s.fenceSeconds))
 	if err := res[0].Error(); err != nil {
 		return "", s.wrap(ctx, "index", err)
 	}
@@ -109,9 +114,13 @@ func (s *Store) Replace(ctx context.Context, ns, id, old, sessionID string) (str
 		return "", err
 	}
 	name := wire.PlacementName(ns, id)
+	replace := scriptReplace
+	if faults.Has(faults.ReplaceNoCompare) {
+		replace = scriptReplaceBlind // planted bug (pinned_faults builds only)
+	}
 	res := pipeline(ctx, c,
 		scriptIndexAdd.with([]string{wire.KeyOwned(sessionID)}, name, wire.OwnedCountPrefix+ns),
-		scriptReplace.with([]string{wire.KeyPlacement(ns, id)}, old, sessionID, s.fenceSeconds))
+		replace.with([]string{wire.KeyPlacement(ns, id)}, old, sessionID, s.fenceSeconds))
 	if err := res[0].Error(); err != nil {
 		return "", s.wrap(ctx, "index", err)
 	}

@@ -194,6 +194,18 @@ if fenced(ARGV[3]) then return redis.error_reply('PINNEDFENCE ' .. uptime()) end
 redis.call('SET', KEYS[1], ARGV[2])
 return ARGV[2]`)
 
+	// The planted bugs faults.ClaimNoNX and faults.ReplaceNoCompare
+	// (pinned_faults builds only): the placement writes of scriptClaim and
+	// scriptReplace, same arguments and fence, without their check.
+	scriptClaimBlind = lua(restartFence + `
+if fenced(ARGV[2]) then return redis.error_reply('PINNEDFENCE ' .. uptime()) end
+redis.call('SET', KEYS[1], ARGV[1])
+return ARGV[1]`)
+	scriptReplaceBlind = lua(restartFence + `
+if fenced(ARGV[3]) then return redis.error_reply('PINNEDFENCE ' .. uptime()) end
+redis.call('SET', KEYS[1], ARGV[2])
+return ARGV[2]`)
+
 	// KEYS[1] placement; ARGV[1] session id. Compare-and-delete.
 	scriptRelease = lua(`
 if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) return 1 end
