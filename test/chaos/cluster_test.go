@@ -59,6 +59,9 @@ type cluster struct {
 	// onPinboardRestart is called after a pinboard was restarted (the
 	// client drops its idle connections to the dead process).
 	onPinboardRestart func()
+	// storm, set by the client, sends bursts of requests for every id
+	// through both pinboards at once until the deadline.
+	storm func(until time.Time)
 	all               []*proctest.Proc // every process started, for keep
 }
 
@@ -190,11 +193,23 @@ func (c *cluster) exited(w *workerProc) {
 // killWorker kills worker n with SIGKILL and starts its next incarnation
 // on the same address.
 func (c *cluster) killWorker(n int) {
+	c.restartWorker(n, c.killOnly(n))
+}
+
+// killOnly kills worker n with SIGKILL and returns the dead process; the
+// worker stays down until restartWorker.
+func (c *cluster) killOnly(n int) *workerProc {
 	c.mu.Lock()
 	old := c.ws[n-1]
 	c.mu.Unlock()
 	old.Kill()
 	c.exited(old)
+	return old
+}
+
+// restartWorker starts the next incarnation of the dead worker old on its
+// address.
+func (c *cluster) restartWorker(n int, old *workerProc) {
 	nw := c.startWorker(n, old.inc+1, old.addr)
 	c.mu.Lock()
 	c.ws[n-1] = nw

@@ -31,7 +31,7 @@ const (
 	// same ids while the replies are slow).
 	nemRedisLatency   = "redis-latency"
 	nemRedisPartition = "redis-partition"
-	nemLatencyKill    = "redis-latency+kill-worker"
+	nemLatencyKill    = "redis-latency+kill-2-workers"
 	nemLatencyDrain   = "redis-latency+drain-worker"
 )
 
@@ -108,21 +108,38 @@ func (c *cluster) nemesis(kind string, rng *rand.Rand, maxPause time.Duration) s
 		time.Sleep(storeFault)
 		c.rproxys[n-1].setCut(false)
 	case nemLatencyKill, nemLatencyDrain:
-		// Slow replies on both pinboards while a worker's ids move: its
-		// session expires (kill) or it releases them and deregisters
-		// (drain), and both pinboards re-place the same ids at once. The
-		// latency lasts past the dead session's lease.
+		// Slow replies on both pinboards while workers' ids move, and
+		// bursts of requests for every id through both pinboards at once
+		// (storm), so that both re-place the same ids at the same moment:
+		// kill two workers (restarted at once: two fresh sessions with the
+		// same room, so the pinboards' choices for an id differ as often
+		// as not) whose sessions then expire, or drain one (it releases its
+		// ids, then deregisters). The latency and the bursts last past the
+		// dead sessions' lease.
 		d := 100*time.Millisecond + time.Duration(rng.Int64N(int64(200*time.Millisecond)+1)).Round(time.Millisecond)
-		n := 1 + rng.IntN(3)
-		e.Target, e.Cause = c.worker(n).proc, d.String()
 		c.storeDelay([]int{1, 2}, d)
 		start := time.Now()
 		if kind == nemLatencyKill {
-			c.killWorker(n)
-		} else if why := c.drainWorker(n); why != "" {
-			e.Cause += " " + why
+			a := 1 + rng.IntN(3)
+			b := 1 + (a+rng.IntN(2))%3 // another one
+			e.Target, e.Cause = c.worker(a).proc+"+"+c.worker(b).proc, d.String()
+			c.killWorker(a)
+			c.killWorker(b)
+		} else {
+			n := 1 + rng.IntN(3)
+			e.Target, e.Cause = c.worker(n).proc, d.String()
+			if why := c.drainWorker(n); why != "" {
+				e.Cause += " " + why
+			}
 		}
-		time.Sleep(time.Until(start.Add(lease + 2*time.Second)))
+		c.mu.Lock()
+		storm := c.storm
+		c.mu.Unlock()
+		if end := start.Add(lease + 2*time.Second); storm != nil {
+			storm(end)
+		} else {
+			time.Sleep(time.Until(end))
+		}
 		c.storeDelay([]int{1, 2}, 0)
 	case nemPartition:
 		n := 1 + rng.IntN(3)
