@@ -2,6 +2,8 @@ package redisstore
 
 import (
 	"context"
+	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -67,5 +69,20 @@ func TestSentinelFailover(t *testing.T) {
 	}
 	if _, _, err := s.Heartbeat(ctx, "s1", store.Update{Headroom: 1}, time.Minute); err != nil {
 		t.Errorf("heartbeat after the failover = %v", err)
+	}
+}
+
+// A node that cannot take writes now (a replica, as a demoted primary is
+// right after a failover, until the client follows the sentinels) is
+// store.ErrUnavailable (503 + Retry-After upstream), not a store failure
+// (500).
+func TestReplicaWritesAreUnavailable(t *testing.T) {
+	p := redistest.Start(t)
+	r := redistest.StartReplica(t, p)
+	s := open(t, Config{URL: r.URL, CircuitProbeInterval: -1})
+	defer s.Close()
+	_, err := s.Claim(context.Background(), "/ns", "id", "s1")
+	if !errors.Is(err, store.ErrUnavailable) || !strings.Contains(err.Error(), "READONLY") {
+		t.Fatalf("Claim on a replica = %v; want ErrUnavailable naming READONLY", err)
 	}
 }
