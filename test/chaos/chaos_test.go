@@ -7,7 +7,6 @@ import (
 	"maps"
 	"math/rand/v2"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -255,34 +254,11 @@ func writeReport(t *testing.T, path string, sc scenario, res result) {
 		}
 	}
 	fmt.Fprintf(&b, "\nNemesis schedule: %s\n", strings.Join(res.kinds, ", "))
-	path, err := fromModuleRoot(path)
+	path, err := proctest.FromModuleRoot(path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
 		t.Fatal(err)
-	}
-}
-
-// fromModuleRoot resolves a relative -chaos-report path against the module
-// root (go test runs in the package's directory, and the documented
-// command names docs/chaos.md).
-func fromModuleRoot(path string) (string, error) {
-	if filepath.IsAbs(path) {
-		return path, nil
-	}
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return filepath.Join(dir, path), nil
-		}
-		up := filepath.Dir(dir)
-		if up == dir {
-			return "", fmt.Errorf("-chaos-report %s: no go.mod above the test's directory", path)
-		}
-		dir = up
 	}
 }

@@ -11,6 +11,9 @@
 package proctest
 
 import (
+	"fmt"
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/pinned-go/pinned/internal/testkit/procrun"
@@ -58,4 +61,28 @@ func Start(tb testing.TB, s Spec) *Proc {
 		tb.Fatalf("%v\n%s", err, p.Log())
 	}
 	return p
+}
+
+// FromModuleRoot resolves a relative path against the module root (the
+// directory of the go.mod above the working directory): go test runs in
+// the package's directory, and a documented command names files like
+// docs/chaos.md from the root. An absolute path is returned as is.
+func FromModuleRoot(path string) (string, error) {
+	if filepath.IsAbs(path) {
+		return path, nil
+	}
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return filepath.Join(dir, path), nil
+		}
+		up := filepath.Dir(dir)
+		if up == dir {
+			return "", fmt.Errorf("%s: no go.mod above the working directory", path)
+		}
+		dir = up
+	}
 }

@@ -150,6 +150,16 @@ func (s *Server) start() error {
 	return nil
 }
 
+// Pid returns the server's process id (0 when it is not running).
+func (s *Server) Pid() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd == nil {
+		return 0
+	}
+	return s.cmd.Process.Pid
+}
+
 // Kill stops the server with SIGKILL and waits for it to exit. It is
 // idempotent.
 func (s *Server) Kill() { s.signal(syscall.SIGKILL) }
