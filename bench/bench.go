@@ -19,7 +19,7 @@ import (
 )
 
 // Suite names, in the order "all" runs them.
-var Suites = []string{"proxy", "activation", "streaming", "websocket", "redis", "memory"}
+var Suites = []string{"proxy", "activation", "streaming", "websocket", "redis", "memory", "alarms"}
 
 // Options configure Run. The zero value of a field means its default
 // (full mode) or its smoke default when Smoke is set.
@@ -53,8 +53,8 @@ type Options struct {
 	// generator, the proxies (pinboard, nginx, HAProxy) and the backends
 	// (counter workers, redis-server); empty means not pinned.
 	PinGen, PinProxy, PinBackend string
-	// Workers is the number of fleet workers in the activation suite
-	// (default 2; every other suite uses one backend process).
+	// Workers is the number of fleet workers in the activation and alarms
+	// suites (default 2; every other suite uses one backend process).
 	Workers int
 	// PinboardB, when set, is a second pinboard binary run next to the
 	// built one on the same Redis and worker: the proxy suite then
@@ -232,6 +232,8 @@ func Run(ctx context.Context, o Options) (*Results, error) {
 			err = s.redisSuite(ctx)
 		case "memory":
 			err = s.memorySuite(ctx)
+		case "alarms":
+			err = s.alarmsSuite(ctx)
 		case "profile":
 			err = s.profileSuite(ctx)
 		}

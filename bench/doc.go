@@ -1,7 +1,9 @@
 // Package bench runs pinned's benchmark suites against real processes on
 // 127.0.0.1 and writes markdown reports (bench/results/): proxy (direct vs
 // pinboard vs nginx vs HAProxy), activation, streaming, websocket, Redis
-// commands per request, memory per idle instance, and the profile capture
+// commands per request, memory per idle instance, durable alarms (lateness
+// healthy and after an outage of every worker, Redis commands per alarm),
+// and the profile capture
 // behind profiles/. cmd/bench is its command line; bench/README.md says how
 // to run and read it.
 //

@@ -155,6 +155,11 @@ func (r *rig) startPinboard(name, bin, redisAddr string) (*proc, error) {
 // startCounter runs examples/counter with an admin listener: in fleet mode
 // registered with pinboardAddr, or in local mode when pinboardAddr is "".
 func (r *rig) startCounter(name, pinboardAddr string) (*proc, error) {
+	return r.startCounterEnv(name, pinboardAddr)
+}
+
+// startCounterEnv is startCounter with more environment (PINNED_HISTORY).
+func (r *rig) startCounterEnv(name, pinboardAddr string, extra ...string) (*proc, error) {
 	addr, err := freeAddr()
 	if err != nil {
 		return nil, err
@@ -163,7 +168,7 @@ func (r *rig) startCounter(name, pinboardAddr string) (*proc, error) {
 	if err != nil {
 		return nil, err
 	}
-	env := []string{"PINNED_LISTEN=" + addr, "PINNED_ADMIN_LISTEN=" + admin}
+	env := append([]string{"PINNED_LISTEN=" + addr, "PINNED_ADMIN_LISTEN=" + admin}, extra...)
 	if pinboardAddr != "" {
 		env = append(env, "PINNED_PINBOARD_URL=http://"+pinboardAddr, "PINNED_TOKEN="+token, "PINNED_ADVERTISE_URL=http://"+addr)
 	}
@@ -274,7 +279,8 @@ func (r *rig) startNginx(backend string) (*proc, error) {
 
 // nginxConf: static upstream with keep-alive (no per-request connection
 // churn), HTTP/1.1 upstream, no access log, response buffering off for the
-// streamed bodies (/blob, read in 64 KiB pieces), request buffering off.
+// streamed bodies (/blob, read in 64 KiB pieces), request buffering off,
+// WebSocket upgrades passed on for /ws (nginx's documented setup).
 const nginxConf = `daemon off;
 master_process on;
 worker_processes auto;
@@ -303,6 +309,15 @@ http {
       proxy_http_version 1.1;
       proxy_set_header Connection "";
       proxy_request_buffering off;
+    }
+    location ~ /ws$ {
+      proxy_pass http://backend;
+      proxy_http_version 1.1;
+      proxy_set_header Upgrade $http_upgrade;
+      proxy_set_header Connection "upgrade";
+      proxy_read_timeout 300s;
+      proxy_send_timeout 300s;
+      proxy_buffering off;
     }
     location ~ /blob$ {
       proxy_pass http://backend;

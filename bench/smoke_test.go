@@ -40,7 +40,7 @@ func TestSmoke(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"## proxy", "## activation", "## streaming", "## websocket", "## redis", "## memory", "## profile", "| kernel |", "Pinning:"} {
+	for _, want := range []string{"## proxy", "## activation", "## streaming", "## websocket", "## redis", "## memory", "## alarms", "## profile", "| kernel |", "Pinning:"} {
 		if !strings.Contains(string(md), want) {
 			t.Errorf("report lacks %q", want)
 		}
@@ -109,9 +109,40 @@ func TestSmoke(t *testing.T) {
 			t.Errorf("memory: %v B/instance at %s; want a plausible figure", v, n)
 		}
 	}
+	checkAlarmsSmoke(t, suite["alarms"])
 	for _, f := range []string{"pinboard-cpu.pb.gz", "pinboard-allocs.pb.gz", "worker-cpu.pb.gz", "worker-allocs.pb.gz"} {
 		if st, err := os.Stat(prof + "/" + f); err != nil || st.Size() == 0 {
 			t.Errorf("profile %s: %v", f, err)
+		}
+	}
+}
+
+// checkAlarmsSmoke checks the alarms suite's figures: every alarm fired
+// once, the healthy ones within a second, the outage ones after it, and
+// both phases cost Redis commands.
+func checkAlarmsSmoke(t *testing.T, r *SuiteResult) {
+	t.Helper()
+	if r == nil {
+		t.Error("no alarms suite result")
+		return
+	}
+	v := r.Values
+	for _, c := range []struct {
+		key    string
+		ok     func(float64) bool
+		expect string
+	}{
+		{"alarms fired", func(x float64) bool { return x == 2000 }, "2000"},
+		{"alarms duplicates", func(x float64) bool { return x == 0 }, "0"},
+		{"alarms healthy p50 ms", func(x float64) bool { return x >= 0 && x < 1000 }, "in [0, 1000)"},
+		{"alarms healthy max ms", func(x float64) bool { return x >= 0 && x < 5000 }, "in [0, 5000)"},
+		{"alarms outage fired", func(x float64) bool { return x == 200 }, "200"},
+		{"alarms outage max ms", func(x float64) bool { return x > 1000 }, "> 1000 (the outage)"},
+		{"redis commands/set alarm", func(x float64) bool { return x > 0 }, "> 0"},
+		{"redis commands/fired alarm", func(x float64) bool { return x > 0 }, "> 0"},
+	} {
+		if x, ok := v[c.key]; !ok || !c.ok(x) {
+			t.Errorf("alarms: %q = %v (present %v); want %s", c.key, x, ok, c.expect)
 		}
 	}
 }

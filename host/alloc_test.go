@@ -39,4 +39,5 @@ func TestDispatchDoesNotAllocate(t *testing.T) {
 	f("wrap", wrapped, "GET", "/b/bob/")
 	f("fleet", fleet.Handler, "GET", "/b/alice/", wire.HeaderProxySecret, "s")
 	f("fleet with session", fleet.Handler, "GET", "/b/carol/", wire.HeaderProxySecret, "s", wire.HeaderSession, "sess")
+	f("fleet with session and epoch", fleet.Handler, "GET", "/b/dave/", wire.HeaderProxySecret, "s", wire.HeaderSession, "sess", wire.HeaderEpoch, "1733212345678901")
 }

@@ -95,24 +95,35 @@ func serverError(ctx *fasthttp.RequestCtx, err error, limit int, drain int64, re
 }
 
 // drainBody reads and discards what is left of a refused body of announced
-// length cl on c, at most limit bytes, within the connection's read deadline,
-// so that a client still sending it can finish and read the answer.
-// fasthttp has already buffered up to readBuf bytes of it, unseen here: the
-// drain reads until cl−readBuf bytes, then waits at most drainTail for the
-// rest. A chunked body (cl < 0), or one over limit, is not drained.
+// length cl on c, at most limit bytes, within the connection's read
+// deadline, so that a client still sending it can finish and read the
+// answer. fasthttp has already buffered up to readBuf bytes of it, unseen
+// here: the drain reads until cl−readBuf bytes, then until the client has
+// been quiet for drainTail. A body of no known length (chunked: fasthttp
+// reports no positive Content-Length for it) is read until the client is
+// quiet for drainTail. One announced over limit is not drained.
 func drainBody(c net.Conn, cl, limit, readBuf int64) {
-	if c == nil || cl <= 0 || cl > limit {
+	if c == nil || cl > limit {
 		return
 	}
 	var buf [32 << 10]byte
-	got, err := io.CopyBuffer(io.Discard, io.LimitReader(c, max(cl-readBuf, 0)), buf[:])
-	if err != nil || got < cl-readBuf {
-		return
+	got := int64(0)
+	if cl > 0 {
+		n, err := io.CopyBuffer(io.Discard, io.LimitReader(c, max(cl-readBuf, 0)), buf[:])
+		if got = n; err != nil || got < cl-readBuf {
+			return
+		}
 	}
-	if err := c.SetReadDeadline(time.Now().Add(drainTail)); err != nil {
-		return
+	for got < limit {
+		if err := c.SetReadDeadline(time.Now().Add(drainTail)); err != nil {
+			return
+		}
+		n, err := c.Read(buf[:min(int64(len(buf)), limit-got)])
+		got += int64(n)
+		if err != nil {
+			return // quiet for drainTail, or the client is done
+		}
 	}
-	_, _ = io.CopyBuffer(io.Discard, io.LimitReader(c, cl-got), buf[:])
 }
 
 // jsonError replaces the response with status and a JSON wire.Error.

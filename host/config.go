@@ -14,7 +14,7 @@ import (
 
 // Defaults for the zero values of Config fields.
 const (
-	// DefaultMaxInstances bounds the live instances of one host (SPEC §3).
+	// DefaultMaxInstances bounds the live instances of one host.
 	DefaultMaxInstances = 10_000
 	// DefaultIdleTimeout is how long an instance may stay idle (no request,
 	// stream, websocket or task) before the sweep closes it. Five minutes
@@ -50,6 +50,14 @@ const (
 	// the pinboard's default body limit, so that whatever a pinboard
 	// forwards can be drained.
 	DefaultMaxBodyDrain = 64 << 20
+	// DefaultAlarmTimeout bounds each call SetAlarm, DeleteAlarm and Alarms
+	// make to the worker (fleet mode).
+	DefaultAlarmTimeout = 5 * time.Second
+	// DefaultAlarmConcurrency bounds the alarms a local-mode host delivers
+	// at once.
+	DefaultAlarmConcurrency = 16
+	// DefaultMaxDeadAlarms is how many dead letters a local-mode host keeps.
+	DefaultMaxDeadAlarms = 1000
 )
 
 // Config configures a Host. The zero value of every field except Namespace
@@ -88,7 +96,9 @@ type Config struct {
 	// CloseWait bounds how long a request in local mode waits for a closing
 	// instance of its id before answering 503 closing. Zero means
 	// DefaultCloseWait; negative means do not wait. In fleet mode requests
-	// never wait: they get 503 closing so the proxy re-resolves.
+	// never wait (they get 503 closing so the proxy re-resolves), except one
+	// whose epoch superseded the closing instance (see Epochs in the package
+	// doc), which waits as long to activate its own.
 	CloseWait time.Duration
 
 	// ReleaseTimeout bounds each Worker.Release call. Zero means
@@ -127,6 +137,24 @@ type Config struct {
 	// Shards is the number of directory shards, a power of two up to
 	// MaxShards. Zero means DefaultShards.
 	Shards int
+
+	// AlarmTimeout bounds each call Instance.SetAlarm, DeleteAlarm and
+	// Alarms make to the worker in fleet mode. Zero means
+	// DefaultAlarmTimeout.
+	AlarmTimeout time.Duration
+
+	// MaxAlarmsPerInstance bounds the alarms one id holds in local mode
+	// (the pinboard's registry bounds them in fleet mode). Zero means
+	// wire.DefaultMaxAlarmsPerInstance.
+	MaxAlarmsPerInstance int
+
+	// AlarmConcurrency bounds the alarms delivered at once in local mode.
+	// Zero means DefaultAlarmConcurrency.
+	AlarmConcurrency int
+
+	// MaxDeadAlarms is how many dead letters a local-mode host keeps (the
+	// newest; Host.DeadAlarms). Zero means DefaultMaxDeadAlarms.
+	MaxDeadAlarms int
 
 	// Clock drives idle eviction and timeouts. nil means the real clock.
 	Clock clock.Clock
@@ -209,6 +237,28 @@ func (c Config) withDefaults() (Config, error) {
 		c.MaxBodyDrain = DefaultMaxBodyDrain
 	case c.MaxBodyDrain < 0:
 		c.MaxBodyDrain = 0
+	}
+	for _, f := range []struct {
+		name string
+		v    *int
+		def  int
+	}{
+		{"MaxAlarmsPerInstance", &c.MaxAlarmsPerInstance, wire.DefaultMaxAlarmsPerInstance},
+		{"AlarmConcurrency", &c.AlarmConcurrency, DefaultAlarmConcurrency},
+		{"MaxDeadAlarms", &c.MaxDeadAlarms, DefaultMaxDeadAlarms},
+	} {
+		switch {
+		case *f.v == 0:
+			*f.v = f.def
+		case *f.v < 0:
+			return c, fmt.Errorf("host: %s is %d: want a positive number, or 0 for %d", f.name, *f.v, f.def)
+		}
+	}
+	switch {
+	case c.AlarmTimeout == 0:
+		c.AlarmTimeout = DefaultAlarmTimeout
+	case c.AlarmTimeout < 0:
+		return c, fmt.Errorf("host: AlarmTimeout is %v: want a positive duration, or 0 for %v", c.AlarmTimeout, DefaultAlarmTimeout)
 	}
 	c.Clock = clock.Or(c.Clock)
 	if c.Logger == nil {

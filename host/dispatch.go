@@ -31,12 +31,21 @@ func (h *Host) serve(rc *fasthttp.RequestCtx, rest []byte) {
 	}
 
 	var lease context.Context
+	var epoch uint64 // the request's epoch; 0: none (always in local mode)
 	if h.w != nil {
 		var reason string
 		lease, reason = h.w.Admit(rc.Request.Header.Peek(wire.HeaderProxySecret), rc.Request.Header.Peek(wire.HeaderSession))
 		if lease == nil {
 			h.reject(rc, reason)
 			return
+		}
+		if b := rc.Request.Header.Peek(wire.HeaderEpoch); len(b) > 0 {
+			var ok bool
+			if epoch, ok = wire.ParseEpoch(b); !ok {
+				h.met.reject(rejectInvalidEpoch)
+				h.writeError(rc, fasthttp.StatusBadRequest, "invalid "+wire.HeaderEpoch+" header: want a decimal epoch", wire.HeaderEpoch)
+				return
+			}
 		}
 	}
 	if e := wire.CheckSegment(idb, h.maxIDLen); e != wire.SegmentOK {
@@ -47,6 +56,11 @@ func (h *Host) serve(rc *fasthttp.RequestCtx, rest []byte) {
 	if h.bodyTooLarge(rc) {
 		h.met.reject(rejectBodyTooLarge)
 		h.writeError(rc, fasthttp.StatusRequestEntityTooLarge, h.tooLargeMsg, "")
+		return
+	}
+	if lease != nil && isAlarmDelivery(rc, rest) {
+		// Admitted with the worker's secret: only a pinboard sends this.
+		h.serveAlarmRequest(rc, idb, lease, epoch)
 		return
 	}
 
@@ -63,7 +77,7 @@ func (h *Host) serve(rc *fasthttp.RequestCtx, rest []byte) {
 		return // pickRoute answered
 	}
 
-	inst := h.acquire(rc, idb, lease)
+	inst := h.acquire(rc, idb, lease, epoch)
 	if inst == nil {
 		h.putCtx(c)
 		return // acquire answered
@@ -157,8 +171,17 @@ func (h *Host) handlerError(c *Ctx, err error) {
 	var he *Error
 	_, panicked := err.(*panicError)
 	switch {
+	case errors.Is(err, ErrStale):
+		// The application's own store refused this activation: a newer one
+		// has written there. It must not serve again.
+		h.abort(c.inst, EvictStale)
+		h.reject(rc, wire.ReasonStale)
 	case errors.As(err, &he):
 		h.writeError(rc, he.Status, he.Message, he.Field)
+	case errors.Is(err, ErrAlarmNotHolder): // alarm.go: the directory no longer places the id here
+		h.reject(rc, wire.ReasonLease)
+	case errors.Is(err, ErrAlarmUnavailable):
+		h.reject(rc, wire.ReasonStore)
 	case c.inst.ctx.Err() != nil && !panicked:
 		// The instance was aborted under the handler: the outcome is unknown.
 		h.reject(rc, wire.ReasonAborted)
@@ -173,8 +196,11 @@ func (h *Host) handlerError(c *Ctx, err error) {
 }
 
 // acquire finds or activates the instance for id and counts the request as
-// its activity. When it returns nil the response is written.
-func (h *Host) acquire(rc *fasthttp.RequestCtx, id []byte, lease context.Context) *Instance {
+// its activity. When it returns nil the response is written. epoch is the
+// request's (0: none): older than the live instance's answers 503 stale and
+// leaves it alone; newer supersedes it (aborted, then a new activation
+// under epoch once it has closed).
+func (h *Host) acquire(rc *fasthttp.RequestCtx, id []byte, lease context.Context, epoch uint64) *Instance {
 	si := h.shardIndex(id)
 	sh := &h.shards[si]
 	for {
@@ -182,7 +208,7 @@ func (h *Host) acquire(rc *fasthttp.RequestCtx, id []byte, lease context.Context
 		inst := sh.m[string(id)]
 		if inst == nil {
 			sh.mu.Unlock()
-			inst, retry := h.activate(rc, sh, si, id, lease)
+			inst, retry := h.activate(rc, sh, si, id, lease, epoch)
 			if retry {
 				continue
 			}
@@ -198,6 +224,15 @@ func (h *Host) acquire(rc *fasthttp.RequestCtx, id []byte, lease context.Context
 				h.reject(rc, wire.ReasonClosing)
 				return nil
 			}
+			if epoch != 0 && epoch != inst.epoch {
+				sh.mu.Unlock()
+				if epoch < inst.epoch {
+					h.reject(rc, wire.ReasonStale)
+					return nil
+				}
+				h.supersede(inst)
+				continue // waits for its close below, then activates
+			}
 			sh.hold(inst)
 			sh.mu.Unlock()
 			return inst
@@ -206,9 +241,16 @@ func (h *Host) acquire(rc *fasthttp.RequestCtx, id []byte, lease context.Context
 			ready := inst.ready
 			sh.mu.Unlock()
 			<-ready
-			return h.joined(rc, sh, inst, lease)
+			inst, retry := h.joined(rc, sh, inst, lease, epoch)
+			if retry {
+				continue
+			}
+			return inst
 		default: // closing
-			if h.w != nil || h.closing.Load() || h.cfg.CloseWait < 0 {
+			// A request that superseded the instance waits for it to go (it
+			// releases nothing); any other answers 503 closing in fleet mode.
+			superseded := inst.x.superseded && epoch > inst.epoch
+			if (h.w != nil && !superseded) || h.closing.Load() || h.cfg.CloseWait < 0 {
 				sh.mu.Unlock()
 				h.reject(rc, wire.ReasonClosing)
 				return nil
@@ -241,8 +283,9 @@ func (h *Host) waitClosed(done <-chan struct{}) bool {
 }
 
 // joined handles a request that waited for someone else's activation of
-// inst (holding one activity on it).
-func (h *Host) joined(rc *fasthttp.RequestCtx, sh *shard, inst *Instance, lease context.Context) *Instance {
+// inst (holding one activity on it). retry reports that the request's
+// newer epoch superseded inst: acquire starts over.
+func (h *Host) joined(rc *fasthttp.RequestCtx, sh *shard, inst *Instance, lease context.Context, epoch uint64) (_ *Instance, retry bool) {
 	sh.mu.Lock()
 	state := inst.state
 	var setupErr error
@@ -253,23 +296,59 @@ func (h *Host) joined(rc *fasthttp.RequestCtx, sh *shard, inst *Instance, lease 
 	switch {
 	case state == stateClosed:
 		h.setupFailed(rc, setupErr) // the instance is gone; its activity no longer matters
-		return nil
+		return nil, false
+	case epoch != 0 && epoch < inst.epoch: // whatever became of it meanwhile
+		h.release(inst)
+		h.reject(rc, wire.ReasonStale)
+		return nil, false
 	case state != stateActive:
 		h.release(inst)
 		h.reject(rc, wire.ReasonClosing)
-		return nil
+		return nil, false
 	case lease != nil && (inst.lease != lease || inst.ctx.Err() != nil):
 		h.release(inst)
 		h.abort(inst, EvictLease)
 		h.reject(rc, wire.ReasonClosing)
-		return nil
+		return nil, false
+	case epoch > inst.epoch:
+		h.release(inst)
+		h.supersede(inst)
+		return nil, true
 	}
-	return inst
+	return inst, false
 }
 
-// activate creates the instance for id and runs its setup. retry reports
-// that another request inserted the id first.
-func (h *Host) activate(rc *fasthttp.RequestCtx, sh *shard, si uint16, id []byte, lease context.Context) (_ *Instance, retry bool) {
+// supersede aborts inst because a request with a newer epoch arrived (eviction
+// reason stale). Such a request was routed by a newer placement of the id
+// that names this worker again, so inst's close skips Worker.Release, which
+// would delete that newer placement.
+func (h *Host) supersede(inst *Instance) {
+	sh := &h.shards[inst.shard]
+	sh.mu.Lock()
+	if inst.state == stateActive || inst.state == stateActivating {
+		inst.extra().superseded = true
+		h.beginCloseLocked(sh, inst, EvictStale, true)
+	}
+	sh.mu.Unlock()
+}
+
+// nextEpoch allocates a local-mode activation epoch: wire.NextEpoch of the
+// host's last one and its clock, so epochs increase across the host's ids
+// (hence per id) and, through the clock floor, across process restarts.
+func (h *Host) nextEpoch() uint64 {
+	now := h.clock.Now().Wall()
+	for {
+		last := h.lastEpoch.Load()
+		if e := wire.NextEpoch(last, now); h.lastEpoch.CompareAndSwap(last, e) {
+			return e
+		}
+	}
+}
+
+// activate creates the instance for id under epoch (fleet mode; local mode
+// allocates one) and runs its setup. retry reports that another request
+// inserted the id first.
+func (h *Host) activate(rc *fasthttp.RequestCtx, sh *shard, si uint16, id []byte, lease context.Context, epoch uint64) (_ *Instance, retry bool) {
 	// The worker is consulted outside the shard lock: its own lock may be
 	// held while it calls AbortAll or CloseIdle, which take shard locks.
 	if h.w != nil && h.w.Draining() {
@@ -285,6 +364,9 @@ func (h *Host) activate(rc *fasthttp.RequestCtx, sh *shard, si uint16, id []byte
 	if parent == nil {
 		parent = context.Background()
 	}
+	if h.w == nil {
+		epoch = h.nextEpoch()
+	}
 	ctx, cancel := context.WithCancel(parent)
 	inst := &Instance{
 		h:        h,
@@ -292,6 +374,7 @@ func (h *Host) activate(rc *fasthttp.RequestCtx, sh *shard, si uint16, id []byte
 		ctx:      ctx,
 		cancel:   cancel,
 		lease:    lease,
+		epoch:    epoch,
 		turn:     make(chan struct{}, 1),
 		shard:    si,
 		state:    stateActivating,
@@ -330,7 +413,11 @@ func (h *Host) activate(rc *fasthttp.RequestCtx, sh *shard, si uint16, id []byte
 		h.live.Add(-1)
 		h.met.instances.Dec()
 		h.wg.Done()
-		h.logThrottled(slog.LevelWarn, "instance setup failed", "instance", inst.id, "error", err)
+		if errors.Is(err, ErrStale) {
+			h.logDebug("instance setup found it stale", "instance", inst.id, "epoch", inst.epoch, "error", err)
+		} else {
+			h.logThrottled(slog.LevelWarn, "instance setup failed", "instance", inst.id, "epoch", inst.epoch, "error", err)
+		}
 		h.setupFailed(rc, err)
 		return nil, false
 	}
@@ -343,7 +430,7 @@ func (h *Host) activate(rc *fasthttp.RequestCtx, sh *shard, si uint16, id []byte
 	sh.mu.Unlock()
 	h.met.activations.Inc()
 	if h.log.Enabled(context.Background(), slog.LevelDebug) {
-		attrs := []any{"instance", inst.id}
+		attrs := []any{"instance", inst.id, "epoch", inst.epoch}
 		if s := rc.Request.Header.Peek(wire.HeaderSession); len(s) > 0 {
 			attrs = append(attrs, "session", string(s))
 		}
@@ -368,6 +455,10 @@ func (h *Host) callNew(inst *Instance) (obj any, err error) {
 }
 
 func (h *Host) setupFailed(rc *fasthttp.RequestCtx, err error) {
+	if errors.Is(err, ErrStale) {
+		h.reject(rc, wire.ReasonStale)
+		return
+	}
 	var he *Error
 	if errors.As(err, &he) {
 		h.writeError(rc, he.Status, he.Message, he.Field)
@@ -394,17 +485,21 @@ func (h *Host) reject(rc *fasthttp.RequestCtx, reason string) {
 		msg = "no valid lease for this session"
 	case wire.ReasonAborted:
 		msg = "instance was aborted"
+	case wire.ReasonStale:
+		msg = "stale epoch: the id has a newer activation"
 	}
 	h.writeError(rc, status, msg, "")
-	if status == fasthttp.StatusServiceUnavailable {
-		rc.Response.Header.Set(wire.HeaderRetryAfter, h.retryAfter)
-	}
 	rc.Response.Header.Set(wire.HeaderReason, reason)
 }
 
-// writeError replaces the response with status and a JSON wire.Error body.
+// writeError replaces the response with status and a JSON wire.Error body;
+// a 503 (the host's own, or an *Error of the application) carries
+// Retry-After.
 func (h *Host) writeError(rc *fasthttp.RequestCtx, status int, msg, field string) {
 	jsonError(rc, status, msg, field)
+	if status == fasthttp.StatusServiceUnavailable {
+		rc.Response.Header.Set(wire.HeaderRetryAfter, h.retryAfter)
+	}
 }
 
 // upgradeError answers a failed websocket handshake with a JSON error.

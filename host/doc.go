@@ -91,10 +91,11 @@
 //     fail and the client gets a 1001 close frame). Once its activity
 //     drains, Teardown runs once, inside the turn; then the
 //     instance's context is cancelled (if abort did not already) and, in
-//     fleet mode, Worker.Release runs. The instance leaves the directory
+//     fleet mode, Worker.Release runs (unless a newer epoch superseded
+//     it, see Epochs). The instance leaves the directory
 //     only after that.
-//   - Abort (Instance.Abort, a handler panic, AbortAll, Close past its
-//     deadline): the instance's context is cancelled (handlers, tasks,
+//   - Abort (Instance.Abort, a handler panic, AbortAll, Evict, Close past
+//     its deadline): the instance's context is cancelled (handlers, tasks,
 //     stream generators, turn waiters see it), open streams get a write
 //     deadline in the past so fasthttp ends them even when the client stopped
 //     reading, websocket connections are closed under their handlers; then
@@ -110,12 +111,47 @@
 //     once idle, and at ctx's deadline the rest are aborted. Every teardown
 //     has run when Close returns.
 //
+// # Alarms
+//
+// An instance schedules its own future wake-ups: inst.SetAlarm(name, at,
+// opts...) sets (or replaces) a named alarm, inst.DeleteAlarm(name) removes
+// it, inst.Alarms() lists them (several per instance, at most
+// Config.MaxAlarmsPerInstance locally, the pinboard's cap in fleet mode).
+// When one is due the type's Alarm handler runs with an *AlarmCtx (name,
+// scheduled time, attempt) inside the instance's turn, after the id was
+// activated if it was not live, exactly like a request: an evicted instance
+// wakes. A handler error (or panic) fails the attempt: it is retried after
+// the alarm's backoff (RetryBackoff, doubled each time) up to MaxAttempts,
+// then dead-lettered (logged, counted, listed). Every(d) repeats an alarm;
+// the missed-tick policy fires once for occurrences that passed undelivered,
+// or skips them (SkipMissed). Delivery is at least once: (name, scheduled
+// time) identifies an occurrence, so handlers can be idempotent.
+//
+//   - Fleet mode: the Worker (AlarmStore) stores alarms at the pinboard,
+//     which delivers each due one as POST /<ns>/<id>/_pinned/alarm with
+//     the worker's secret, the session and the x-pinned-alarm field; the
+//     host answers that path only to such admitted requests: 204 when the
+//     handler returned nil, 500 when it failed (also when the instance was
+//     aborted under it: the outcome is unknown), 404 without an Alarm
+//     handler, and its usual 503s when no handler ran (the pinboard retries
+//     those without counting an attempt), among them 503 lease when the
+//     lease ended while the delivery waited for the turn (checked inline
+//     once the turn is held, as Instance.Do does). Alarms survive worker crashes and
+//     restarts; see the pinboard's scheduler (internal/alarm).
+//   - Local mode: the host keeps alarms in memory and delivers them itself
+//     through the same path (one loop goroutine started by Start, at most
+//     Config.AlarmConcurrency deliveries at once), with the same
+//     semantics; they are lost when the process exits. Dead letters:
+//     Host.DeadAlarms.
+//
 // # Statuses the host makes
 //
 // Every body is a JSON wire.Error. Every 503 carries Retry-After
-// (Config.RetryAfter) and X-Pinned-Reason:
+// (Config.RetryAfter), the application's own (*Error with Status 503)
+// included, and the host's carry X-Pinned-Reason:
 //
-//	400                 invalid id (field "id")
+//	400                 invalid id (field "id"); invalid x-pinned-epoch (fleet
+//	                    mode, field "X-Pinned-Epoch")
 //	413                 body over Config.MaxRequestBodySize (the host's
 //	                    check, or the server ConfigureServer set up, which
 //	                    drains the body first so its client reads the 413)
@@ -127,19 +163,54 @@
 //	503 closing         the instance or the host is closing, or the
 //	                    instance belongs to another lease; re-resolve
 //	503 lease           no valid lease, or a stale session header (fleet mode)
+//	503 stale           the request's epoch is older than the live instance's
+//	                    (fleet mode), or the application returned ErrStale;
+//	                    the request had no effect
 //	503 aborted         the instance was aborted under the handler: the
 //	                    request may have had effects; not retried by the proxy
+//	503 lease, store    a handler returned ErrAlarmNotHolder (the directory no
+//	                    longer places the id here) or ErrAlarmUnavailable
 //
 // # Fleet mode
 //
-// With Config.Worker set, New calls Worker.Attach, and every request first
-// passes Worker.Admit (secret and session headers), which returns the
-// current lease's context. An instance remembers the lease it was activated
-// under and its context derives from it, so lease loss cancels every
-// instance's context. A request whose lease differs from its instance's, or
-// whose instance's lease has ended, is not served by it: the instance is
-// aborted and the request answers 503 closing. New activations are refused
-// while Worker.Draining.
+// With Config.Worker set, New calls Worker.Attach (Close detaches), and
+// every request first passes Worker.Admit (secret and session headers),
+// which returns the current lease's context. The host relies on that
+// context alone for the lease: an instance remembers the lease it was
+// activated under and its context derives from it, so the lease's end
+// cancels every instance's context; Instance.Do asks the lease context's
+// Err inline before every effect. A request whose lease differs from its
+// instance's, or whose instance's lease has ended, is not served by it: the
+// instance is aborted and the request answers 503 closing. New activations
+// are refused while Worker.Draining.
+//
+// # Epochs
+//
+// Every instance has an activation epoch (Instance.Epoch), strictly greater
+// than that of every earlier activation of its (namespace, id): the fencing
+// token an application passes to its own store, so that a write from an
+// instance that has lost its id is refused once a newer activation has
+// written (package fence, for Redis). In fleet mode the epoch is the
+// placement's, carried by the proxy in x-pinned-epoch (wire.HeaderEpoch) and
+// checked on every request, after Admit and without allocating:
+//
+//   - absent, or equal to the live instance's: served as usual (an instance
+//     activated by a request without the header has epoch 0);
+//   - older than the live instance's (or than the activation it joined):
+//     503 stale, the instance untouched; the proxy re-resolves;
+//   - newer: the live instance is stale (the id was placed again, on this
+//     worker, since it was activated): it is aborted (eviction reason
+//     stale) and, as its placement has already been replaced by the one
+//     the request names, closes without Worker.Release (which would delete
+//     the new one); the request waits for it to close (bounded by
+//     Config.CloseWait) and activates a new instance under its epoch;
+//   - malformed: 400.
+//
+// In local mode the header is ignored (no proxy vouches for it) and the
+// host allocates epochs itself: wire.NextEpoch of its last one and its
+// clock, increasing across its ids and, through the clock floor, across
+// restarts of the process. An application that finds itself stale in its
+// own store returns ErrStale (see there).
 //
 // # Request bodies
 //
@@ -165,8 +236,9 @@
 //     host lock held.
 //   - A GET to an active instance allocates nothing in this package (a
 //     test enforces it); only Register's router adds allocations.
-//   - Every goroutine the host starts (sweeper, closers, tasks) is waited
-//     for by Close. Stream steps run on fasthttp's connection goroutines and
+//   - Every goroutine the host starts (sweeper, closers, tasks, the local
+//     alarm loop and its deliveries) is waited for by Close; the alarm loop
+//     stops first, so no local alarm runs once Close has begun. Stream steps run on fasthttp's connection goroutines and
 //     websocket handlers on its hijack goroutines, which the host never
 //     outlives: their activity keeps Close waiting.
 //   - Metrics live on the host's metrics.Set; the namespace label is

@@ -17,6 +17,14 @@ var (
 	// ErrStreamStarted is returned by Ctx.Stream when the handler already set
 	// a stream; a response has one body.
 	ErrStreamStarted = errors.New("host: response stream already set")
+	// ErrStale is what an application returns (or wraps) when its own store
+	// refused it as stale: a newer activation of the id has written there
+	// (a fenced write or load refused, see Instance.Epoch). From New it
+	// answers 503 stale and leaves no instance; from a handler it aborts the
+	// instance (eviction reason stale) and answers 503 stale. Return it only
+	// when the request had no effect: the proxy may send it again to the
+	// id's current holder.
+	ErrStale = errors.New("host: activation is stale")
 )
 
 // Error is an error with an HTTP status. A handler (or the object's New)

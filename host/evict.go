@@ -104,12 +104,13 @@ func (h *Host) abortLocked(inst *Instance) {
 	for ws := range x.sockets {
 		ws.kick()
 	}
-	h.logDebug("instance aborted", "instance", inst.id, "reason", x.reason)
+	h.logDebug("instance aborted", "instance", inst.id, "epoch", inst.epoch, "reason", x.reason)
 }
 
 // closeInstance finishes closing inst: it waits until no handler, stream,
 // websocket or task of it runs, tears it down inside the turn, cancels its
-// context, releases the placement (fleet mode), and removes it from the
+// context, releases the placement (fleet mode, unless a newer epoch
+// superseded it), and removes it from the
 // directory. Requests that find it meanwhile answer 503 closing (fleet
 // mode) or wait for it (local mode). The instance's WaitGroup count, taken
 // at activation, ends here.
@@ -134,7 +135,7 @@ func (h *Host) closeInstance(inst *Instance) {
 	inst.cancel()
 	<-inst.turn
 
-	if h.w != nil {
+	if h.w != nil && !x.superseded {
 		err := h.releasePlacement(inst)
 		if err != nil {
 			h.logThrottled(slog.LevelWarn, "release failed", "instance", inst.id, "error", err)
@@ -147,14 +148,17 @@ func (h *Host) closeInstance(inst *Instance) {
 	}
 	inst.state = stateClosed
 	reason := x.reason
+	// Counted before the waiters wake: a request that waited for this close
+	// activates against a live count (MaxInstances) and metrics that
+	// already include it.
+	h.live.Add(-1)
+	h.met.instances.Dec()
+	h.met.evictions[evictIndex(reason)].Inc()
 	close(x.done)
 	x.streams, x.sockets = nil, nil
 	sh.mu.Unlock()
 
-	h.live.Add(-1)
-	h.met.instances.Dec()
-	h.met.evictions[evictIndex(reason)].Inc()
-	h.logDebug("instance closed", "instance", inst.id, "reason", reason)
+	h.logDebug("instance closed", "instance", inst.id, "epoch", inst.epoch, "reason", reason)
 }
 
 func (h *Host) callTeardown(inst *Instance) {

@@ -17,11 +17,11 @@ import (
 type fakeWorker struct {
 	secret   string
 	attached Attached
+	detached chan int // receives the attached host's Len when detach is called
 	draining atomic.Bool
 
 	mu      sync.Mutex
-	lease   context.Context
-	cancel  context.CancelFunc
+	lease   *fakeLease
 	session string
 
 	releaseGate chan struct{} // when set, Release waits for it (or ctx)
@@ -35,8 +35,25 @@ type fakeWorker struct {
 // (as worker.SessionOf does for real leases).
 type leaseKey struct{}
 
+// fakeLease is a lease context as Worker.Admit's contract asks: its Err is
+// the inline check and ends the context itself once the deadline passed
+// (here: a switch the test flips, as the clock passing the deadline would),
+// whether or not the worker has cancelled it.
+type fakeLease struct {
+	context.Context
+	cancel  context.CancelFunc
+	expired atomic.Bool
+}
+
+func (l *fakeLease) Err() error {
+	if l.expired.Load() {
+		l.cancel()
+	}
+	return l.Context.Err()
+}
+
 func newFakeWorker() *fakeWorker {
-	w := &fakeWorker{secret: "s3cret", released: map[string]int{}, releasedIn: map[string]string{}, releases: make(chan string, 1024)}
+	w := &fakeWorker{secret: "s3cret", detached: make(chan int, 1), released: map[string]int{}, releasedIn: map[string]string{}, releases: make(chan string, 1024)}
 	w.newLease("session-1")
 	return w
 }
@@ -45,10 +62,11 @@ func newFakeWorker() *fakeWorker {
 func (w *fakeWorker) newLease(session string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.cancel != nil {
-		w.cancel()
+	if w.lease != nil {
+		w.lease.cancel()
 	}
-	w.lease, w.cancel = context.WithCancel(context.WithValue(context.Background(), leaseKey{}, session))
+	ctx, cancel := context.WithCancel(context.WithValue(context.Background(), leaseKey{}, session))
+	w.lease = &fakeLease{Context: ctx, cancel: cancel}
 	w.session = session
 }
 
@@ -56,16 +74,16 @@ func (w *fakeWorker) newLease(session string) {
 func (w *fakeWorker) loseLease() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.cancel()
+	w.lease.cancel()
 	w.lease = nil
 }
 
-func (w *fakeWorker) Attach(h Attached) error {
+func (w *fakeWorker) Attach(h Attached) (func(), error) {
 	if w.attached != nil {
-		return errors.New("attached twice")
+		return nil, errors.New("attached twice")
 	}
 	w.attached = h
-	return nil
+	return func() { w.detached <- h.Len() }, nil
 }
 
 func (w *fakeWorker) Admit(secret, session []byte) (context.Context, string) {
@@ -321,38 +339,95 @@ func TestFleetActivationDuringAbortAll(t *testing.T) {
 	}
 }
 
-// checkingWorker is a fakeWorker that also implements LeaseChecker, with a
-// switch the test flips (as the clock passing the deadline would).
-type checkingWorker struct {
-	*fakeWorker
-	expired atomic.Bool
-}
-
-func (w *checkingWorker) LeaseValid(lease context.Context) bool {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return lease == w.lease && !w.expired.Load()
-}
-
-// Instance.Do checks the lease inline: once it is no longer valid, fn does
-// not run, even though the worker has not cancelled the lease (its watchdog
-// is late, or the process just woke from a pause).
+// Instance.Do checks the lease inline: once the lease's deadline passed, fn
+// does not run, even though the worker has not cancelled the lease (its
+// watchdog is late, or the process just woke from a pause); the lease
+// context's Err is what notices it.
 func TestFleetDoChecksTheLeaseInline(t *testing.T) {
-	w := &checkingWorker{fakeWorker: newFakeWorker()}
-	e := newEnv()
-	ts := newTestHost(t, Config{Worker: w}, e)
+	ts, w, _ := newFleetHost(t, Config{})
 	ts.expect(200, "GET", "/p/a/", auth("")...)
 	inst := ts.h.instance("a")
 	ran := false
 	if err := inst.Do(func() { ran = true }); err != nil || !ran {
 		t.Fatalf("Do under a valid lease = %v, ran %v", err, ran)
 	}
-	w.expired.Store(true)
+	w.mu.Lock()
+	lease := w.lease
+	w.mu.Unlock()
+	lease.expired.Store(true)
+	if inst.Context().Err() != nil || lease.Context.Err() != nil {
+		t.Fatal("the test meant a lease that is past its deadline but not yet cancelled")
+	}
 	ran = false
 	if err := inst.Do(func() { ran = true }); !errors.Is(err, ErrInstanceClosed) || ran {
 		t.Fatalf("Do under an expired lease = %v, ran %v; want ErrInstanceClosed without running", err, ran)
 	}
-	if inst.Context().Err() != nil {
-		t.Fatal("the test meant a lease that is invalid but not yet cancelled")
+	if inst.Context().Err() == nil {
+		t.Fatal("the instance context outlived the lease's end that Do noticed")
+	}
+}
+
+// Close detaches the host from its worker once every instance has closed,
+// and not before.
+func TestFleetCloseDetaches(t *testing.T) {
+	ts, w, _ := newFleetHost(t, Config{})
+	ts.expect(200, "GET", "/p/a/", auth("")...)
+	select {
+	case n := <-w.detached:
+		t.Fatalf("detached before Close, with %d instances", n)
+	default:
+	}
+	if err := ts.h.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case n := <-w.detached:
+		if n != 0 {
+			t.Fatalf("detached with %d live instances; want 0", n)
+		}
+	default:
+		t.Fatal("Close returned without detaching the host from its worker")
+	}
+	if err := ts.h.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if len(w.detached) != 0 {
+		t.Fatal("a second Close detached again")
+	}
+}
+
+// Evict aborts one instance: its running task is cancelled, its teardown
+// runs once, its placement is released, other instances are untouched, and
+// the next request activates a fresh instance.
+func TestFleetEvict(t *testing.T) {
+	ts, w, e := newFleetHost(t, Config{})
+	h := ts.h
+	ts.expect(200, "GET", "/p/a/", auth("")...)
+	ts.expect(200, "GET", "/p/b/", auth("")...)
+	ts.expect(202, "POST", "/p/a/task", auth("")...)
+	e.waitEntered(t, "a") // the task runs, and would run until taskBlock
+
+	if h.Evict("nobody", EvictEvict) {
+		t.Fatal("Evict of an id without an instance reported true")
+	}
+	if !h.Evict("a", EvictEvict) {
+		t.Fatal("Evict(a) = false; want true")
+	}
+	e.waitTorn(t, "a") // the teardown waits for the task: the task was cancelled
+	w.waitReleased(t, "/p/a")
+	waitFor(t, "a to leave the directory", func() bool { return h.Len() == 1 })
+	if h.instance("b") == nil || e.tornCount("b") != 0 || w.releasedCount("/p/b") != 0 {
+		t.Fatal("Evict(a) touched b")
+	}
+	before := e.setups.Load()
+	ts.expect(200, "GET", "/p/a/", auth("")...)
+	if got := e.setups.Load(); got != before+1 {
+		t.Fatalf("setups after the evicted id's next request = %d; want %d (a fresh instance)", got, before+1)
+	}
+	if got := e.tornCount("a"); got != 1 {
+		t.Errorf("teardowns of a = %d; want 1", got)
+	}
+	if got := h.met.evictions[evictIndex(EvictEvict)].Get(); got != 1 {
+		t.Errorf("pinned_evictions_total{reason=evict} = %d; want 1", got)
 	}
 }

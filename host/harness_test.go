@@ -88,6 +88,7 @@ func (e *env) typ() Type[*probe] {
 	r.GET("/panic", func(*probe, *Ctx) error { panic("boom") })
 	r.GET("/fail", func(*probe, *Ctx) error { return errors.New("secret detail") })
 	r.GET("/abort", func(p *probe, c *Ctx) error { p.inst.Abort(); return nil })
+	r.POST("/stale", func(*probe, *Ctx) error { return fmt.Errorf("the store refused epoch: %w", ErrStale) })
 	r.WebSocket("/ws", (*probe).ws)
 	r.Concurrent().GET("/peek", func(p *probe, c *Ctx) error {
 		var n int
@@ -155,7 +156,7 @@ func (e *env) waitEntered(t *testing.T, id string) {
 }
 
 func (p *probe) get(c *Ctx) error {
-	return c.JSON(200, map[string]any{"id": c.ID(), "n": p.n, "nonce": p.nonce})
+	return c.JSON(200, map[string]any{"id": c.ID(), "n": p.n, "nonce": p.nonce, "epoch": p.inst.Epoch()})
 }
 
 func (p *probe) incr(c *Ctx) error {

@@ -37,6 +37,14 @@ type Type[T any] struct {
 	Teardown func(obj T)
 	// Routes is the object's route table. Required.
 	Routes *Routes[T]
+	// Alarm runs when one of the instance's alarms fires (Instance.SetAlarm),
+	// inside the instance's turn, after the id was activated if it was not
+	// live. x says which alarm, its scheduled time and the attempt. An error
+	// (or a panic, which also aborts the instance) fails the attempt: it is
+	// retried with backoff and, after the alarm's last attempt,
+	// dead-lettered. Delivery is at least once. Optional: without it every
+	// alarm delivery fails (404).
+	Alarm func(obj T, x *AlarmCtx) error
 }
 
 // Host runs the instances of one object type under one namespace. It is
@@ -47,9 +55,12 @@ type Host struct {
 	ns       string
 	nsSlash  string // ns + "/"
 	w        Worker
-	lc       LeaseChecker // w, when it implements LeaseChecker; else nil
+	detach   func() // from Worker.Attach; nil in local mode
 	newObj   func(*Instance) (any, error)
 	teardown func(any)
+	alarm    func(any, *AlarmCtx) error // Type.Alarm; nil: none
+	alarms   *localAlarms               // local mode's alarms; nil in fleet mode
+	am       *alarmMetrics
 	table    *table
 	clock    clock.Clock
 	log      *slog.Logger
@@ -63,10 +74,11 @@ type Host struct {
 	maxIDLen    int
 	tooLargeMsg string // the 413's error message
 
-	live    atomic.Int64 // instances in the directory (activating, active, closing)
-	closing atomic.Bool  // Close began: no new activations
-	wg      sync.WaitGroup
-	ctxPool sync.Pool
+	live      atomic.Int64  // instances in the directory (activating, active, closing)
+	lastEpoch atomic.Uint64 // the last local-mode epoch allocated (nextEpoch)
+	closing   atomic.Bool   // Close began: no new activations
+	wg        sync.WaitGroup
+	ctxPool   sync.Pool
 
 	// stopCtx bounds Release calls; cancelled when Close gives up waiting.
 	stopCtx    context.Context
@@ -83,7 +95,8 @@ type Host struct {
 
 // New creates a host for object type T. It validates cfg and compiles
 // typ.Routes; it does no I/O and starts no goroutine (Start does). In fleet
-// mode (cfg.Worker != nil) it calls cfg.Worker.Attach with the new host.
+// mode (cfg.Worker != nil) it calls cfg.Worker.Attach with the new host;
+// Close detaches it.
 func New[T any](cfg Config, typ Type[T]) (*Host, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
@@ -101,7 +114,6 @@ func New[T any](cfg Config, typ Type[T]) (*Host, error) {
 		ns:          cfg.Namespace,
 		nsSlash:     cfg.Namespace + "/",
 		w:           cfg.Worker,
-		lc:          leaseChecker(cfg.Worker),
 		table:       tbl,
 		clock:       cfg.Clock,
 		log:         cfg.Logger.With("logger", "pinned.host", "namespace", cfg.Namespace),
@@ -120,6 +132,15 @@ func New[T any](cfg Config, typ Type[T]) (*Host, error) {
 	if td := typ.Teardown; td != nil {
 		h.teardown = func(obj any) { td(obj.(T)) }
 	}
+	if al := typ.Alarm; al != nil {
+		h.alarm = func(obj any, x *AlarmCtx) error { return al(obj.(T), x) }
+	}
+	pending := func() float64 { return 0 }
+	if h.w == nil {
+		h.alarms = newLocalAlarms(h)
+		pending = h.alarms.pending
+	}
+	h.am = newAlarmMetrics(cfg.Metrics, cfg.Namespace, pending)
 	for i := range h.shards {
 		h.shards[i].m = make(map[string]*Instance)
 	}
@@ -129,17 +150,20 @@ func New[T any](cfg Config, typ Type[T]) (*Host, error) {
 	h.ctxPool.New = func() any { return new(Ctx) }
 	h.stopCtx, h.stopCancel = context.WithCancel(context.Background())
 	if h.w != nil {
-		if err := h.w.Attach(h); err != nil {
+		detach, err := h.w.Attach(h)
+		if err != nil {
 			h.stopCancel()
 			return nil, fmt.Errorf("host: cannot attach to worker: %w", err)
 		}
+		h.detach = detach
 	}
 	return h, nil
 }
 
-// Start starts the idle sweeper. Requests are served with or without it,
-// but without it no instance is ever evicted for idleness. Start is
-// idempotent; after Close it returns ErrHostClosed.
+// Start starts the idle sweeper and, in local mode, the alarm loop.
+// Requests are served with or without it, but without it no instance is
+// ever evicted for idleness and no local alarm fires. Start is idempotent;
+// after Close it returns ErrHostClosed.
 func (h *Host) Start() error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -155,6 +179,9 @@ func (h *Host) Start() error {
 		h.sweepDone = make(chan struct{})
 		go h.sweepLoop(h.sweepStop, h.sweepDone)
 	}
+	if h.alarms != nil {
+		h.alarms.start()
+	}
 	return nil
 }
 
@@ -164,8 +191,9 @@ func (h *Host) Start() error {
 // remaining instances are aborted. Every teardown runs exactly once and
 // Close returns only after all of them (a handler or task that ignores its
 // context's cancellation keeps Close waiting). It returns ctx's error when
-// it had to abort. Close is idempotent: later calls wait for the first one
-// (or their own ctx) and return its result.
+// it had to abort. In fleet mode it then detaches the host from its Worker.
+// Close is idempotent: later calls wait for the first one (or their own
+// ctx) and return its result.
 func (h *Host) Close(ctx context.Context) error {
 	h.closeOnce.Do(func() { h.closeErr = h.close(ctx) })
 	select {
@@ -185,6 +213,9 @@ func (h *Host) close(ctx context.Context) error {
 	if stop != nil {
 		close(stop)
 		<-done
+	}
+	if h.alarms != nil {
+		h.alarms.close() // local alarms end with the host: no delivery runs past here
 	}
 	n := 0
 	h.forEachShard(func(sh *shard) {
@@ -207,6 +238,9 @@ func (h *Host) close(ctx context.Context) error {
 		<-all
 	}
 	h.stopCancel()
+	if h.detach != nil {
+		h.detach()
+	}
 	h.log.Info("host closed")
 	return err
 }
@@ -288,6 +322,25 @@ func (h *Host) abortAll(reason string) int {
 	return n
 }
 
+// Evict aborts the instance of id, if any, with the given eviction reason
+// (see Instance.Abort) without waiting for its teardown, and reports whether
+// there was one. The release of its placement follows the teardown, as for
+// every closed instance; until then requests for id answer 503 closing
+// (fleet mode), after it the next request activates a fresh instance.
+func (h *Host) Evict(id, reason string) bool {
+	sh := &h.shards[h.shardIndex([]byte(id))]
+	sh.mu.Lock()
+	inst := sh.m[id]
+	if inst != nil {
+		h.beginCloseLocked(sh, inst, reason, true)
+	}
+	sh.mu.Unlock()
+	if inst != nil {
+		h.log.Info("instance evicted", "instance", id, "reason", reason)
+	}
+	return inst != nil
+}
+
 // CloseIdle closes, with the given eviction reason, every instance that has
 // no in-flight request, open stream or websocket, or running task. It does
 // not wait for the teardowns.
@@ -305,9 +358,3 @@ func (h *Host) CloseIdle(reason string) {
 }
 
 var _ Attached = (*Host)(nil)
-
-// leaseChecker returns w as a LeaseChecker, or nil.
-func leaseChecker(w Worker) LeaseChecker {
-	lc, _ := w.(LeaseChecker)
-	return lc
-}

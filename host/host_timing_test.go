@@ -88,7 +88,7 @@ type allocWorker struct {
 	lease context.Context
 }
 
-func (w *allocWorker) Attach(Attached) error { return nil }
+func (w *allocWorker) Attach(Attached) (func(), error) { return func() {}, nil }
 func (w *allocWorker) Admit(secret, session []byte) (context.Context, string) {
 	if string(secret) != "s" {
 		return nil, wire.ReasonForbidden

@@ -33,6 +33,7 @@ type Instance struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	lease  context.Context // the lease it was activated under; nil in local mode
+	epoch  uint64          // activation epoch; 0 in fleet mode when the request carried none
 	turn   chan struct{}   // a send acquires the turn, a receive releases it
 
 	// Guarded by the shard's mutex.
@@ -54,6 +55,7 @@ type instanceExtra struct {
 	pendingClose string        // close requested while activating
 	pendingAbort bool          // abort requested while activating
 	aborted      bool          // abort ran
+	superseded   bool          // a newer epoch arrived: closes without Worker.Release
 	drained      chan struct{} // closed when activity drops to 0 while closing
 	done         chan struct{} // closed when the instance is closed
 	streams      map[*stream]struct{}
@@ -69,6 +71,19 @@ func (inst *Instance) extra() *instanceExtra {
 
 // ID returns the instance's id (one path segment, see wire.CheckSegment).
 func (inst *Instance) ID() string { return inst.id }
+
+// Epoch returns the instance's activation epoch: strictly greater than the
+// epoch of every earlier activation of its (namespace, id), in this process
+// or anywhere in the fleet. Use it as the fencing token of writes to the
+// application's own store (package fence does it for Redis), so that a
+// write from an instance that lost its id (a paused process, a stale
+// route) is refused once a newer activation has written. In fleet mode it
+// is the epoch of the placement the activating request was routed by
+// (wire.HeaderEpoch), 0 when that request carried none (an unfenced
+// instance: any epoch supersedes it); in local mode the host allocates it
+// (wire.NextEpoch on the host's clock: increasing across a restart of the
+// process as long as the clock does not step back).
+func (inst *Instance) Epoch() uint64 { return inst.epoch }
 
 // Namespace returns the namespace of the instance's host, "/name".
 func (inst *Instance) Namespace() string { return inst.h.ns }
@@ -135,9 +150,9 @@ func (inst *Instance) runTask(fn func(ctx context.Context) error) {
 // fn may read and write the object's state. Use it from websocket handlers,
 // tasks and concurrent routes. It returns ErrInstanceClosed (without
 // running fn) when the instance is aborted while waiting or has been torn
-// down, and, in fleet mode with a Worker that implements LeaseChecker, when
-// the lease the instance was activated under is no longer valid (checked
-// inline after the turn is taken, whether or not the worker has noticed).
+// down, and, in fleet mode, when the lease the instance was activated under
+// has ended (its context's Err, checked inline after the turn is taken,
+// whether or not the worker's watchdog has run).
 //
 // Do must not be called while the caller already holds the turn (from a
 // non-concurrent handler, a stream step of a non-concurrent route, or
@@ -150,7 +165,7 @@ func (inst *Instance) Do(fn func()) error {
 		return ErrInstanceClosed
 	}
 	defer inst.releaseTurn()
-	if lc := inst.h.lc; lc != nil && inst.lease != nil && !lc.LeaseValid(inst.lease) {
+	if inst.lease != nil && inst.lease.Err() != nil {
 		return ErrInstanceClosed
 	}
 	fn()

@@ -595,6 +595,17 @@ func TestStatusesCarryRetryAfter(t *testing.T) {
 	if resp.StatusCode != 503 || resp.Header.Get("Retry-After") != "1" || resp.Header.Get("Content-Type") != "application/json" {
 		t.Errorf("capacity answer = %d %v; want 503, Retry-After 1, JSON", resp.StatusCode, resp.Header)
 	}
+	// The application's own 503 (an *Error, here from New) carries it too.
+	e.setupErr = func(id string) error { return NewError(503, "my store is down") }
+	ts.h.instance("a").Abort()
+	e.waitTorn(t, "a")
+	waitFor(t, "a to leave", func() bool { return ts.h.instance("a") == nil })
+	for _, path := range []string{"/p/a/", "/p/b/"} {
+		r := ts.expect(503, "GET", path)
+		if r.header.Get("Retry-After") != "1" || r.json(t)["error"] != "my store is down" {
+			t.Errorf("application 503 from New = %v %s; want Retry-After 1 and its message", r.header, r.body)
+		}
+	}
 }
 
 // TestCloseSendsGoingAwayToWebSockets: a graceful Close does not wait for

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/pinned-go/pinned/internal/testkit/logtest"
+	"github.com/pinned-go/pinned/internal/wire"
 )
 
 // expectLog fails unless rec holds a record msg at level with every
@@ -24,9 +25,9 @@ func expectLog(t *testing.T, rec *logtest.Recorder, level slog.Level, msg string
 }
 
 // The lifecycle records carry logger=pinned.host, the namespace, the
-// instance and (for activations through the proxy) the session, and the
-// eviction reason, one per way an instance ends: idle, abort, drain,
-// wind_down, lease, close. Per-instance records are DEBUG; the
+// instance, its epoch and (for activations through the proxy) the session,
+// and the eviction reason, one per way an instance ends: idle, abort,
+// drain, wind_down, lease, stale, close. Per-instance records are DEBUG; the
 // host-wide ones (AbortAll, CloseIdle, Close) are INFO.
 func TestLifecycleLogAttributes(t *testing.T) {
 	rec := &logtest.Recorder{}
@@ -54,11 +55,22 @@ func TestLifecycleLogAttributes(t *testing.T) {
 		})
 	}
 
-	ts.expect(200, "GET", "/p/idle/", auth("session-1")...)
-	expectLog(t, rec, slog.LevelDebug, "instance activated", with("instance", "idle", "session", "session-1"))
+	ts.expect(200, "GET", "/p/idle/", append(auth("session-1"), wire.HeaderEpoch, "7")...)
+	expectLog(t, rec, slog.LevelDebug, "instance activated", with("instance", "idle", "session", "session-1", "epoch", "7"))
 	fc.Advance(time.Minute)
 	h.sweep()
 	closed("idle", EvictIdle)
+	expectLog(t, rec, slog.LevelDebug, "instance closed", with("instance", "idle", "reason", EvictIdle, "epoch", "7"))
+
+	// A newer epoch supersedes the instance: aborted as stale, closed
+	// without a release, and the id activated again under the new epoch.
+	ts.expect(200, "GET", "/p/st/", append(auth(""), wire.HeaderEpoch, "3")...)
+	ts.expect(200, "GET", "/p/st/", append(auth(""), wire.HeaderEpoch, "4")...)
+	expectLog(t, rec, slog.LevelDebug, "instance aborted", with("instance", "st", "reason", EvictStale, "epoch", "3"))
+	expectLog(t, rec, slog.LevelDebug, "instance closed", with("instance", "st", "reason", EvictStale, "epoch", "3"))
+	expectLog(t, rec, slog.LevelDebug, "instance activated", with("instance", "st", "epoch", "4"))
+	ts.expect(200, "GET", "/p/st/abort", append(auth(""), wire.HeaderEpoch, "4")...)
+	closed("st", EvictAbort)
 
 	ts.expect(200, "GET", "/p/ab/abort", auth("")...)
 	expectLog(t, rec, slog.LevelDebug, "instance aborted", with("instance", "ab", "reason", EvictAbort))

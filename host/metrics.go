@@ -18,9 +18,11 @@ const (
 	EvictWindDown = "wind_down" // the worker is winding down
 	EvictLease    = "lease"     // the worker's lease was lost or superseded
 	EvictClose    = "close"     // Host.Close
+	EvictEvict    = "evict"     // an operator evicted it (wire.MessageEvict, Host.Evict)
+	EvictStale    = "stale"     // a request with a newer epoch arrived, or the application found itself stale (ErrStale)
 )
 
-var evictReasons = [...]string{EvictIdle, EvictAbort, EvictDrain, EvictWindDown, EvictLease, EvictClose, "other"}
+var evictReasons = [...]string{EvictIdle, EvictAbort, EvictDrain, EvictWindDown, EvictLease, EvictClose, EvictEvict, EvictStale, "other"}
 
 func evictIndex(reason string) int {
 	for i, r := range evictReasons[:len(evictReasons)-1] {
@@ -32,16 +34,17 @@ func evictIndex(reason string) int {
 }
 
 // rejection reasons label pinned_rejections_total: the wire reasons of the
-// 503/403 answers the host makes, plus invalid_id for 400s and
-// body_too_large for 413s.
+// 503/403 answers the host makes, plus invalid_id and invalid_epoch for
+// 400s and body_too_large for 413s.
 const (
 	rejectInvalidID    = "invalid_id"
+	rejectInvalidEpoch = "invalid_epoch"
 	rejectBodyTooLarge = "body_too_large"
 )
 
 var rejectReasons = [...]string{
 	wire.ReasonCapacity, wire.ReasonDraining, wire.ReasonClosing, wire.ReasonLease,
-	wire.ReasonForbidden, wire.ReasonAborted, rejectInvalidID, rejectBodyTooLarge,
+	wire.ReasonForbidden, wire.ReasonAborted, wire.ReasonStale, rejectInvalidID, rejectInvalidEpoch, wire.ReasonStore, rejectBodyTooLarge,
 }
 
 func rejectIndex(reason string) int {

@@ -10,22 +10,31 @@ import "context"
 type Worker interface {
 	// Attach is called once by New with the host being created. The worker
 	// reports the host's headroom in its heartbeats and calls AbortAll and
-	// CloseIdle on lease loss, reregistration and wind-down.
-	Attach(h Attached) error
+	// CloseIdle on lease loss, reregistration and wind-down. detach lets go
+	// of the host: Close calls it once, after every instance has closed, and
+	// the worker stops driving the host.
+	Attach(h Attached) (detach func(), err error)
 	// Admit checks one data-plane request inline, before it activates or
 	// reaches an instance (a watchdog alone is not enough to fence). secret
 	// is the value of wire.HeaderProxySecret and session the value of
 	// wire.HeaderSession (nil when absent: the request is served under the
-	// current session). On success it returns the current lease's context,
-	// which is cancelled when the lease is lost or runs out locally, and "".
-	// Otherwise it returns nil and wire.ReasonForbidden (answer 403) or
-	// wire.ReasonLease (answer 503). Admit must not allocate.
+	// current session). On success it returns the current lease's context
+	// and "". Otherwise it returns nil and wire.ReasonForbidden (answer 403)
+	// or wire.ReasonLease (answer 503). Admit must not allocate.
 	//
-	// Every call under one lease must return the same context value: the
-	// host compares it with == to the lease an instance was activated under
-	// and refuses (503 closing, and aborts the instance) on a mismatch.
-	// Instance contexts derive from it, so cancelling it on lease loss
-	// cancels them all.
+	// The lease context is the lease; the host relies on it alone:
+	//   - every call under one lease returns the same context value: the host
+	//     compares it with == to the lease an instance was activated under
+	//     and refuses (503 closing, and aborts the instance) on a mismatch;
+	//   - it is cancelled when the lease ends (lost, or its local deadline
+	//     passed), and instance contexts derive from it, so that ends them
+	//     all;
+	//   - its Err is the inline check: from the lease's local deadline on,
+	//     Err is non-nil when called (Done closed by then), whether or not
+	//     a timer of the worker has fired. Instance.Do calls it before every
+	//     effect, so a task timer firing after the lease ran out (a late
+	//     watchdog, a paused process) takes no effect. Err must be cheap,
+	//     safe for concurrent use, and must not allocate.
 	Admit(secret, session []byte) (lease context.Context, reason string)
 	// Draining reports whether new activations are refused (drain or
 	// wind_down in progress). The host calls it, with no lock held, before
@@ -44,21 +53,6 @@ type Worker interface {
 	// return promptly when there is nothing to release (for example after
 	// the session that held the placement is gone).
 	Release(ctx context.Context, namespace, id string) error
-}
-
-// LeaseChecker is implemented by a Worker that can check a lease inline
-// outside the request path; *worker.Worker implements it. When the host's
-// Worker implements it, Instance.Do (the way tasks, websockets and concurrent
-// handlers touch an object's state) checks the lease its instance was
-// activated under before running fn and refuses with ErrInstanceClosed when
-// it is no longer valid: an effect never depends on the worker's watchdog
-// having run (a task timer firing after a lease ran out, whether the
-// watchdog is late or the process was paused, takes no effect).
-type LeaseChecker interface {
-	// LeaseValid reports whether lease (a context Admit returned) is the
-	// current lease and still valid on the clock right now. It must be
-	// cheap, safe for concurrent use, and must not allocate.
-	LeaseValid(lease context.Context) bool
 }
 
 // Attached is the view of a host that its Worker drives; *Host implements it.
@@ -83,4 +77,11 @@ type Attached interface {
 	// CloseIdle closes every instance that has no in-flight request, open
 	// stream or websocket, or running task, with the given eviction reason.
 	CloseIdle(reason string)
+	// Evict force-ends the instance of id, if there is one (abort
+	// semantics: its context and tasks are cancelled, teardown runs once,
+	// then the placement is released as for any closed instance), with
+	// the given eviction reason, without waiting for its teardown. It
+	// reports whether there was one. Like AbortAll it never calls back
+	// into the Worker synchronously.
+	Evict(id, reason string) bool
 }

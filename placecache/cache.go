@@ -134,17 +134,34 @@ func (c *Cache[V]) Now() clock.Instant { return c.clock.Now() }
 // Get returns the value cached for name, if it is present and younger than
 // the TTL at now. It does not allocate.
 func (c *Cache[V]) Get(name []byte, now clock.Instant) (V, bool) {
+	v, ok, s := c.lookup(name, now)
+	if ok {
+		s.hits.Add(1)
+	} else {
+		s.misses.Add(1)
+	}
+	return v, ok
+}
+
+// Peek is Get without counting a hit or a miss: a second look at a name
+// whose Get just missed (another caller may have filled it since) must not
+// count that request twice. It does not allocate.
+func (c *Cache[V]) Peek(name []byte, now clock.Instant) (V, bool) {
+	v, ok, _ := c.lookup(name, now)
+	return v, ok
+}
+
+// lookup is Get's and Peek's read: the live value of name, and its shard.
+func (c *Cache[V]) lookup(name []byte, now clock.Instant) (V, bool, *shard[V]) {
 	_, s := c.shardOf(name)
 	s.mu.RLock()
 	e, ok := s.m[string(name)]
 	s.mu.RUnlock()
 	if ok && now.Sub(e.at) < c.ttl {
-		s.hits.Add(1)
-		return e.v, true
+		return e.v, true, s
 	}
-	s.misses.Add(1)
 	var zero V
-	return zero, false
+	return zero, false, s
 }
 
 // Begin captures the shard's invalidation sequence for name. Call it before

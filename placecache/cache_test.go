@@ -41,6 +41,27 @@ func TestGetPut(t *testing.T) {
 	}
 }
 
+// Peek sees what Get sees (including expiry) and counts nothing.
+func TestPeek(t *testing.T) {
+	fc := clock.NewFake(time.Unix(0, 0))
+	c := newCache(t, Config{TTL: 10 * time.Second, Clock: fc})
+	name := []byte("/counter/a")
+	if _, ok := c.Peek(name, c.Now()); ok {
+		t.Fatal("Peek on an empty cache = ok")
+	}
+	c.Put(name, "s1", c.Begin(name))
+	if v, ok := c.Peek(name, c.Now()); !ok || v != "s1" {
+		t.Fatalf("Peek = %q, %v; want s1, true", v, ok)
+	}
+	fc.Advance(10 * time.Second)
+	if _, ok := c.Peek(name, c.Now()); ok {
+		t.Fatal("Peek served an entry at its TTL")
+	}
+	if st := c.Stats(); st.Hits != 0 || st.Misses != 0 {
+		t.Fatalf("Stats after Peeks = %+v; want no hit and no miss counted", st)
+	}
+}
+
 // The second-level-cache race: a value read from the store before an
 // invalidation must not be inserted after it.
 func TestPutAfterInvalidationIsRefused(t *testing.T) {

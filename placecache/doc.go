@@ -1,9 +1,11 @@
-// Package placecache is the pinboard's in-process cache of placements
-// ("/<namespace>/<id>" → holder) and sessions (session id → worker endpoint).
-// It sits in front of the store, so that a proxied request in steady state
-// costs no Redis round trip, and it is kept honest by the store's
-// invalidations (rueidis client-side caching on Redis, direct calls with the
-// in-memory store).
+// Package placecache is the pinboard's in-process cache of placements: a
+// generic map from names ("/<namespace>/<id>") to values (the placement
+// resolver, internal/placement, stores a proxy.Route: the session holding
+// the placement) with a TTL, a bounded size and an invalidation guard. It
+// caches nothing else (sessions live in the resolver). It sits in front of
+// the store, so that a proxied request in steady state costs no Redis round
+// trip, and it is kept honest by the store's invalidations (rueidis
+// client-side caching on Redis, direct calls with the in-memory store).
 //
 // # The second-level-cache race and how it is closed
 //
@@ -20,9 +22,10 @@
 //
 // # Invariants
 //
-//   - Get never allocates and takes only its shard's read lock; no lock or
-//     counter is shared by all requests (counters live in the shards and are
-//     summed when metrics are written).
+//   - Get and Peek never allocate and take only their shard's read lock; no
+//     lock or counter is shared by all requests (counters live in the shards
+//     and are summed when metrics are written). Get counts a hit or a miss;
+//     Peek, a second look after a Get missed, counts nothing.
 //   - An entry is never returned after an Invalidate/InvalidateAll that
 //     completed before the Get started, and never returned once older than
 //     Config.TTL (the safety net when an invalidation is lost; keep it at or

@@ -54,7 +54,6 @@ func (c *syscallCountingConn) SyscallConn() (syscall.RawConn, error) { return c.
 
 // tcpRig is a worker, the proxy and a client on 127.0.0.1 TCP sockets.
 type tcpRig struct {
-	ep     *proxy.Endpoint
 	p      *proxy.Proxy
 	client *fasthttp.HostClient
 	reads  atomic.Int64 // read syscalls on worker connections
@@ -86,13 +85,9 @@ func newTCPRig(tb testing.TB, body []byte, count bool) *tcpRig {
 		}
 		return &syscallCountingConn{TCPConn: c.(*net.TCPConn), raw: raw, reads: &r.reads}, nil
 	}
-	r.ep, err = proxy.NewEndpoint(proxy.EndpointConfig{Dial: dial}, "sess", "secret", "http://"+wln.Addr().String())
-	if err != nil {
-		tb.Fatal(err)
-	}
 	res := proxytest.NewStatic()
-	res.PlaceNamespace("/counter", r.ep)
-	r.p, err = proxy.New(proxy.Config{Resolver: res, Logger: slog.New(slog.DiscardHandler)})
+	res.PlaceNamespace("/counter", &proxy.Session{ID: "sess", Secret: "secret", AdvertiseURL: "http://" + wln.Addr().String()})
+	r.p, err = proxy.New(proxy.Config{Resolver: res, Logger: slog.New(slog.DiscardHandler), Endpoint: proxy.EndpointConfig{Dial: dial}})
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -112,11 +107,10 @@ func newTCPRig(tb testing.TB, body []byte, count bool) *tcpRig {
 		_ = fln.Close()
 		_ = front.Shutdown()
 		<-fdone
-		r.ep.Close()
+		_ = r.p.Close()
 		_ = wln.Close()
 		_ = worker.Shutdown()
 		<-wdone
-		_ = r.p.Close()
 	}
 	return r
 }

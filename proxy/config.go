@@ -72,12 +72,30 @@ const (
 
 	// DefaultMaxConns caps client connections (the server's Concurrency).
 	DefaultMaxConns = 64 << 10
+
+	// DefaultEndpointSweepInterval is how often Run's janitor looks for
+	// worker endpoints (connection pools) to close: one unused for a whole
+	// interval, with nothing in flight and no tunnel, is closed, so an
+	// endpoint lives between one and two intervals after its last request.
+	DefaultEndpointSweepInterval = time.Minute
 )
 
 // Config configures a Proxy. A zero field means its documented default.
 type Config struct {
-	// Resolver maps placement names to worker endpoints. Required.
+	// Resolver maps placement names to worker sessions. Required. A
+	// Resolver (and the Sessions it returns) serves one Proxy: the proxy
+	// attaches its endpoints to the Sessions.
 	Resolver Resolver
+
+	// Recorder, when set, hears of every request the proxy routed (once
+	// its answer's head is decided): the pinboard's hot-id sketch.
+	Recorder Recorder
+
+	// Endpoint configures the connection pool, in-flight cap and retry
+	// budget the proxy keeps per worker session.
+	Endpoint EndpointConfig
+	// EndpointSweepInterval: DefaultEndpointSweepInterval (Run's janitor).
+	EndpointSweepInterval time.Duration
 
 	// Logger receives the proxy's logs, tagged logger=pinned.proxy. Nil
 	// means slog.Default().
@@ -141,7 +159,8 @@ type Config struct {
 }
 
 // ErrNoResolver is returned by New when Config.Resolver is nil: set it to the
-// placement cache (or a static resolver in tests).
+// placement resolver (internal/placement), or a static one in tests
+// (proxytest.Static).
 var ErrNoResolver = errors.New("proxy: Config.Resolver is required")
 
 func (c *Config) setDefaults() error {
@@ -173,6 +192,10 @@ func (c *Config) setDefaults() error {
 	def(&c.MaxAttempts, DefaultMaxAttempts)
 	defD(&c.RetryAfter, DefaultRetryAfter)
 	def(&c.MaxConns, DefaultMaxConns)
+	defD(&c.EndpointSweepInterval, DefaultEndpointSweepInterval)
+	if err := c.Endpoint.setDefaults(); err != nil {
+		return err
+	}
 
 	switch {
 	case c.MaxIDLen < 0 || c.MaxIDLen > wire.MaxIDLen:
@@ -188,7 +211,8 @@ func (c *Config) setDefaults() error {
 	case c.MaxAttempts < 0 || c.MaxTunnels < 0 || c.MaxConns < 0:
 		return errors.New("proxy: MaxAttempts, MaxTunnels and MaxConns must not be negative")
 	case c.HeaderTimeout < 0 || c.IdleTimeout < 0 || c.WriteTimeout < 0 || c.ResponseHeaderTimeout < 0 ||
-		c.StreamIdleTimeout < 0 || c.TunnelIdleTimeout < 0 || c.TunnelHandshakeTimeout < 0 || c.RetryAfter < 0:
+		c.StreamIdleTimeout < 0 || c.TunnelIdleTimeout < 0 || c.TunnelHandshakeTimeout < 0 || c.RetryAfter < 0 ||
+		c.EndpointSweepInterval < 0:
 		return errors.New("proxy: timeouts must not be negative")
 	}
 	return nil

@@ -58,7 +58,7 @@ func FuzzProxyDifferential(f *testing.F) {
 type differential struct {
 	proxyAddr string
 	backend   string
-	res       *oneEndpoint
+	res       *oneSession
 	execs     atomic.Int64
 
 	mu       sync.Mutex
@@ -73,18 +73,22 @@ type backendRecord struct {
 	complete       bool // the body was read to its end
 }
 
-// oneEndpoint resolves every name to one endpoint.
-type oneEndpoint struct {
-	ep atomic.Pointer[proxy.Endpoint]
+// oneSession resolves every name to one session.
+type oneSession struct {
+	s atomic.Pointer[proxy.Session]
 }
 
-func (o *oneEndpoint) Resolve(context.Context, []byte) (*proxy.Endpoint, error) {
-	return o.ep.Load(), nil
+func (o *oneSession) Lookup([]byte, time.Time) (proxy.Route, bool) {
+	return proxy.Route{Session: o.s.Load()}, true
 }
-func (o *oneEndpoint) Invalidate([]byte, *proxy.Endpoint) {}
+
+func (o *oneSession) Resolve(context.Context, []byte) (proxy.Route, error) {
+	return proxy.Route{Session: o.s.Load()}, nil
+}
+func (o *oneSession) Refused([]byte, proxy.Route) {}
 
 func startDifferential(tb testing.TB) *differential {
-	d := &differential{res: &oneEndpoint{}, records: map[string][]backendRecord{}, inflight: map[string]int{}}
+	d := &differential{res: &oneSession{}, records: map[string][]backendRecord{}, inflight: map[string]int{}}
 	bln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		tb.Fatal(err)
@@ -105,6 +109,9 @@ func startDifferential(tb testing.TB) *differential {
 		ResponseHeaderTimeout: 2 * time.Second,
 		StreamIdleTimeout:     2 * time.Second,
 		MaxAttempts:           1,
+		// Every input has a session (and so an endpoint) of its own: the
+		// janitor closes those of past inputs.
+		EndpointSweepInterval: 100 * time.Millisecond,
 	})
 	if err != nil {
 		tb.Fatal(err)
@@ -115,15 +122,16 @@ func startDifferential(tb testing.TB) *differential {
 		tb.Fatal(err)
 	}
 	d.proxyAddr = ln.Addr().String()
-	done := make(chan struct{})
+	done, janitorDone := make(chan struct{}), make(chan struct{})
 	go func() { defer close(done); _ = srv.Serve(ln) }()
+	janitor, stopJanitor := context.WithCancel(context.Background())
+	go func() { defer close(janitorDone); _ = p.Run(janitor) }()
 	tb.Cleanup(func() {
 		_ = srv.Shutdown()
 		<-done
+		stopJanitor()
+		<-janitorDone
 		_ = p.Close()
-		if ep := d.res.ep.Load(); ep != nil {
-			ep.Close()
-		}
 		_ = bsrv.Close()
 		<-bdone
 	})
@@ -225,13 +233,7 @@ func originTarget(t string) string {
 func (d *differential) check(t *testing.T, in []byte) {
 	n := d.execs.Add(1)
 	session := "fz" + strconv.FormatInt(n, 10)
-	ep, err := proxy.NewEndpoint(proxy.EndpointConfig{}, session, "secret", "http://"+d.backend)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if old := d.res.ep.Swap(ep); old != nil {
-		old.Close()
-	}
+	d.res.s.Store(&proxy.Session{ID: session, Secret: "secret", AdvertiseURL: "http://" + d.backend})
 	refs, refErr := reference(in)
 
 	c, err := net.Dial("tcp", d.proxyAddr)

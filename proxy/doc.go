@@ -7,15 +7,26 @@
 //	p, err := proxy.New(proxy.Config{Resolver: placements}) // no I/O
 //	srv := p.NewServer()                                     // configured for the proxy
 //	go srv.Serve(ln)
+//	go p.Run(ctx)                                            // the endpoint janitor
 //	...
 //	srv.Shutdown(); p.Close()
 //
-// A Resolver maps the placement name "/<ns>/<id>" to an *Endpoint: one worker
-// session with its secret, its address and its own connection pool. The
-// placement cache implements it (package proxytest has a static one for
-// tests). Endpoints are made with NewEndpoint by whoever resolves, shared by
-// all placements of a session, and closed (Endpoint.Close) when the session
-// is gone, which also ends its WebSocket tunnels.
+// A Resolver maps the placement name "/<ns>/<id>" to a Route: the *Session
+// holding it (session id, secret, advertise URL) and the placement's epoch.
+// The placement resolver (internal/placement) implements it; package
+// proxytest has a static one for tests. Lookup answers from the resolver's
+// cache without blocking or allocating (the hot path); Resolve reads the
+// store and places the instance on a miss; Refused reports a session that
+// refused or failed a request. Dependencies point one way: the resolver
+// never calls the proxy.
+//
+// The proxy owns the connections to workers: one endpoint per Session
+// (connection pool, in-flight cap, retry budget; Config.Endpoint), made on
+// first use and attached to the Session, so that a request reaches its pool
+// with one atomic load. Run's janitor closes endpoints that stayed unused
+// for a whole EndpointSweepInterval with nothing in flight and no tunnel
+// (those of dead or idle workers); a later request for such a session gets a
+// fresh one.
 //
 // # What a request goes through
 //
@@ -53,7 +64,9 @@
 //     regenerated on each leg; the client's Connection: close does not close
 //     the worker connection, nor the worker's the client's (P3). No
 //     User-Agent, Content-Type, Server or Date is invented.
-//  6. The Resolver's endpoint; the request goes out on a pooled connection
+//  6. The route: Resolver.Lookup at the request's time (RequestCtx.Time),
+//     else Resolve; then the session's endpoint. The request goes out on a
+//     pooled connection
 //     (forward.go). The proxy writes and reads the messages itself and uses
 //     the endpoint's fasthttp.HostClient only for its pool, which gives it
 //     what HostClient.Do hides: whether any byte left (a counting writer),
@@ -135,11 +148,14 @@
 // carries Retry-After and X-Pinned-Reason.
 //
 //   - Resolve fails: 503 no_worker (ErrNoWorker) or 503 store.
+//   - The session's advertise URL is unusable (wire.ParseAdvertiseURL):
+//     Refused, and 503 unreachable.
 //   - The endpoint is over its cap (MaxConns in flight plus MaxQueue
 //     waiting), or no connection frees within QueueTimeout: 503 overloaded.
 //   - The worker cannot be reached (dial failed, or the connection failed
-//     before the kernel took a byte): the placement is invalidated and
-//     resolved again; when it moved (the worker's session had expired and
+//     before the kernel took a byte): the resolver hears of it (Refused) and
+//     the placement is resolved again; when it moved (the worker's session
+//     had expired and
 //     the resolver placed the instance elsewhere) and the body is held, the
 //     request goes to the new holder, otherwise the answer is 503
 //     unreachable. The request provably did not leave, so nothing is
@@ -148,7 +164,7 @@
 //     back: 502; no response head within ResponseHeaderTimeout: 504. Nothing
 //     waits without a deadline.
 //   - A worker 503 with X-Pinned-Reason closing, draining or lease (the host
-//     made it, not the application) invalidates the placement; the request is
+//     made it, not the application) is reported (Refused); the request is
 //     re-resolved and sent again when its body is held (or absent). Otherwise
 //     the 503 and its Retry-After reach the client.
 //   - A worker 403 with X-Pinned-Reason forbidden means the process at the
@@ -188,12 +204,12 @@
 // client → worker reads through fasthttp's wrapper, which may hold bytes the
 // client sent right behind its handshake. A half-close is passed on with
 // CloseWrite. The hijack handler returns only when both pumps have ended.
-// Tunnels are capped by MaxTunnels (503 overloaded beyond); Endpoint.Close
-// and CloseTunnels end a worker's tunnels, CloseTunnelsFor those of one
-// placement, Proxy.Close all of them. A Resolver that also implements
-// TunnelObserver hears of every tunnel once it is registered on its
-// endpoint, so that it can watch the placement and close the tunnel when
-// the placement moves.
+// Tunnels are capped by MaxTunnels (503 overloaded beyond); CloseTunnels
+// ends those of one placement on every session but the one it moved to,
+// Proxy.Close all of them. A Resolver that also implements TunnelWatcher
+// hears of every tunnel (Watch) once CloseTunnels reaches it, and of its end
+// (Unwatch), so that it can watch the placement and report when it moves:
+// the pinboard then calls CloseTunnels.
 //
 // # Invariants
 //
@@ -215,6 +231,14 @@
 //     CloseWithError.
 //   - A worker connection goes back to the pool only after its response was
 //     read to the end with nothing left over and without Connection: close.
+//   - A Session carries at most one live endpoint; the janitor retires one
+//     only by a compare-and-swap of its in-flight count from zero, so no
+//     request is ever admitted on a retired endpoint: a request that finds
+//     its session's endpoint retired makes a fresh one (the janitor never
+//     fails a request). Making and retiring endpoints share one mutex, taken
+//     only off the hot path.
+//   - A Resolver and its Sessions serve one Proxy (the proxy attaches its
+//     endpoints to the Sessions).
 //
 // # Callers must not assume
 //
@@ -223,8 +247,8 @@
 //     it);
 //   - that a chunked request body failing after its first chunk is withheld
 //     from the worker: the worker sees a truncated body and its read fails;
-//   - that Close waits for requests: it only ends tunnels. Shut the server
-//     down first.
+//   - that Close waits for requests: it only ends tunnels and closes idle
+//     worker connections. Shut the server down first.
 //
 // # Observability
 //
@@ -236,6 +260,7 @@
 // pinned_proxy_unreachable_total, pinned_proxy_overloaded_total,
 // pinned_proxy_bad_gateway_total, pinned_proxy_upstream_timeouts_total,
 // pinned_proxy_rejected_total, pinned_proxy_retry_budget_exhausted_total,
-// pinned_proxy_tunnels_open, pinned_proxy_tunnels_total and
-// pinned_proxy_tunnels_rejected_total.
+// pinned_proxy_tunnels_open, pinned_proxy_tunnels_total,
+// pinned_proxy_tunnels_rejected_total, pinned_proxy_endpoints and
+// pinned_proxy_endpoints_closed_total.
 package proxy

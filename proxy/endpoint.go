@@ -1,54 +1,18 @@
 package proxy
 
 import (
-	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net"
-	"net/url"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/valyala/fasthttp"
+
+	"github.com/pinned-go/pinned/internal/wire"
 )
-
-// Resolver maps a placement name to the worker endpoint that holds it. The
-// placement cache implements it; tests use a static map (package proxytest).
-type Resolver interface {
-	// Resolve returns the endpoint holding the placement name "/<ns>/<id>",
-	// placing the instance if needed. name is a sub-slice of the raw request
-	// path: valid only during the call, never to be retained or modified.
-	// On a cache hit Resolve must not allocate and must not block. Errors
-	// wrapping ErrNoWorker become 503 no_worker, every other error 503 store;
-	// both carry Retry-After.
-	Resolve(ctx context.Context, name []byte) (*Endpoint, error)
-	// Invalidate drops the cached placement of name if it still points at
-	// ep: the worker answered 503 closing, draining or lease for it, could
-	// not be reached, or ep was closed. The next Resolve must consult the
-	// store. Invalidate is called on the request's goroutine: no I/O.
-	Invalidate(name []byte, ep *Endpoint)
-}
-
-// TunnelObserver may be implemented by a Resolver that closes tunnels when
-// their placement moves (Endpoint.CloseTunnelsFor). Both calls run on the
-// tunnel's goroutine and must not block; each tunnel gets exactly one of
-// each, Opened first.
-type TunnelObserver interface {
-	// TunnelOpened is called once a tunnel for the placement name to ep is
-	// open and registered on ep (CloseTunnelsFor reaches it), before any
-	// byte is relayed. A placement that moved between its resolve and this
-	// call is caught only if the observer checks it now.
-	TunnelOpened(name string, ep *Endpoint)
-	// TunnelClosed is called when the tunnel has ended.
-	TunnelClosed(name string, ep *Endpoint)
-}
-
-// ErrNoWorker is what a Resolver wraps when no live, undrained worker serves
-// the namespace; the proxy answers 503 no_worker with Retry-After. Start a
-// worker for the namespace, or wait for one to register.
-var ErrNoWorker = errors.New("proxy: no worker serves the namespace")
 
 // Defaults for EndpointConfig.
 const (
@@ -71,13 +35,13 @@ const (
 	// worker, resends after a stale connection) may add at most this
 	// fraction to the requests the worker was sent.
 	DefaultRetryBudgetRatio = 0.2
-	// DefaultRetryBudgetBurst: retries a worker endpoint may take beyond
+	// DefaultRetryBudgetBurst: retries a worker session may take beyond
 	// what its requests have earned; also the most it can bank.
 	DefaultRetryBudgetBurst = 10
 )
 
-// EndpointConfig configures the connection pool of each worker endpoint. A
-// zero field means its default.
+// EndpointConfig configures the connection pool the proxy keeps for each
+// worker session (Config.Endpoint). A zero field means its default.
 type EndpointConfig struct {
 	// Dial connects to a worker's host:port. Nil means a net.Dialer with
 	// the given timeout (TCP, so that tunnels can splice).
@@ -131,85 +95,84 @@ func dialTCP(addr string, timeout time.Duration) (net.Conn, error) {
 	return d.Dial("tcp", addr)
 }
 
-// Endpoint is one worker session as the proxy sends to it: the session id
-// and secret it presents, the worker's address, and a connection pool of its
-// own (a fasthttp.HostClient, used for its pool only: the proxy writes and
-// reads the messages itself). Endpoints are made by NewEndpoint, shared by
-// every placement on the session, and closed by whoever made them once the
-// session is gone.
+// endpoint is one worker session as the proxy sends to it: the session id
+// and secret it presents, the worker's address, a connection pool of its own
+// (a fasthttp.HostClient, used for its pool only: the proxy writes and reads
+// the messages itself), its in-flight cap and its retry budget. The proxy
+// makes one per Session on first use (Proxy.endpointFor) and attaches it to
+// the Session; the janitor (Proxy.Run) retires endpoints nobody uses.
 //
-// An Endpoint is safe for concurrent use.
-type Endpoint struct {
-	// Session is the worker session id, sent as X-Pinned-Session.
-	Session string
-	// Addr is the worker's host:port.
-	Addr string
+// An endpoint is safe for concurrent use.
+type endpoint struct {
+	id   string // the session id, for logs
+	addr string // the worker's host:port
 
 	secret  []byte // sent as X-Pinned-Proxy-Secret
-	session []byte
+	session []byte // sent as X-Pinned-Session
 	// prefix is the path of the advertise URL without its trailing slash,
 	// prepended to every request path ("" when the URL has none).
 	prefix []byte
 
-	client       *fasthttp.HostClient
-	dial         func(addr string, timeout time.Duration) (net.Conn, error)
-	dialTimeout  time.Duration
-	queueTimeout time.Duration
-	maxInflight  int64 // MaxConns + MaxQueue
-	retryUnit    int64 // tokens per retry: 1/RetryBudgetRatio requests
-	retryCap     int64 // RetryBudgetBurst retries' worth of tokens
+	client          *fasthttp.HostClient
+	dial            func(addr string, timeout time.Duration) (net.Conn, error)
+	dialTimeout     time.Duration
+	queueTimeout    time.Duration
+	idleConnTimeout time.Duration
+	maxInflight     int64 // MaxConns + MaxQueue
+
+	// pools are the event loops' connections to the worker, one pool per
+	// loop of the proxy's Front (none without one); loopMax caps each:
+	// MaxConns shared out among the loops.
+	pools     []loopPool
+	loopMax   int
+	retryUnit int64 // tokens per retry: 1/RetryBudgetRatio requests
+	retryCap  int64 // RetryBudgetBurst retries' worth of tokens
 
 	// The counters every request to this worker touches share one cache
 	// line, away from the read-mostly fields above.
-	_        [64]byte
-	inflight atomic.Int64 // requests holding or waiting for a connection
+	_ [64]byte
+	// inflight counts requests holding or waiting for a connection;
+	// retiredInflight once the janitor retired the endpoint.
+	inflight atomic.Int64
 	tokens   atomic.Int64 // retry budget, in units of 1/ratio requests
-	_        [48]byte
-
-	// closed is set by Close; requests resolved to a closed endpoint are
-	// re-resolved.
-	closed atomic.Bool
-
-	tunnelsMu sync.Mutex
-	tunnels   map[*tunnel]struct{}
+	// used is set by every request and cleared by each janitor sweep: an
+	// endpoint still unused at the next sweep is retired.
+	used    atomic.Bool
+	tunnels atomic.Int64 // open tunnels routed through the endpoint
+	_       [32]byte
 }
 
-// NewEndpoint makes the endpoint of a worker session. advertiseURL is the
-// worker's advertise URL (http only); its path, if any, prefixes every
-// forwarded path. NewEndpoint does no I/O.
-func NewEndpoint(cfg EndpointConfig, session, secret, advertiseURL string) (*Endpoint, error) {
-	if err := cfg.setDefaults(); err != nil {
-		return nil, err
-	}
-	u, err := url.Parse(advertiseURL)
+// retiredInflight is the in-flight count of a retired endpoint: far below
+// zero, so that an admit on it sees a count ≤ 0 however many race.
+const retiredInflight = math.MinInt64 / 2
+
+// newEndpoint makes the endpoint of s, with a connection pool for each of
+// loops event loops. cfg has its defaults set. It does no I/O.
+func newEndpoint(cfg *EndpointConfig, s *Session, loops int) (*endpoint, error) {
+	addr, prefix, err := wire.ParseAdvertiseURL(s.AdvertiseURL)
 	if err != nil {
-		return nil, fmt.Errorf("proxy: bad advertise URL %q: %w", advertiseURL, err)
+		return nil, fmt.Errorf("proxy: session %s: %w", s.ID, err)
 	}
-	if u.Scheme != "http" || u.Host == "" || u.User != nil || u.RawQuery != "" || u.Fragment != "" {
-		return nil, fmt.Errorf("proxy: advertise URL %q must be http://host:port[/path]", advertiseURL)
+	e := &endpoint{
+		id:              s.ID,
+		addr:            addr,
+		secret:          []byte(s.Secret),
+		session:         []byte(s.ID),
+		prefix:          []byte(prefix),
+		dial:            cfg.Dial,
+		dialTimeout:     cfg.DialTimeout,
+		queueTimeout:    cfg.QueueTimeout,
+		idleConnTimeout: cfg.IdleConnTimeout,
+		maxInflight:     int64(cfg.MaxConns + cfg.MaxQueue),
+		retryUnit:       int64(1/cfg.RetryBudgetRatio + 0.5),
 	}
-	addr := u.Host
-	if u.Port() == "" {
-		addr = net.JoinHostPort(u.Hostname(), "80")
-	}
-	prefix := u.EscapedPath()
-	for len(prefix) > 0 && prefix[len(prefix)-1] == '/' {
-		prefix = prefix[:len(prefix)-1]
-	}
-	e := &Endpoint{
-		Session:      session,
-		Addr:         addr,
-		secret:       []byte(secret),
-		session:      []byte(session),
-		prefix:       []byte(prefix),
-		dial:         cfg.Dial,
-		dialTimeout:  cfg.DialTimeout,
-		queueTimeout: cfg.QueueTimeout,
-		maxInflight:  int64(cfg.MaxConns + cfg.MaxQueue),
-		retryUnit:    int64(1/cfg.RetryBudgetRatio + 0.5),
+	if loops > 0 {
+		e.pools = make([]loopPool, loops)
+		e.loopMax = max(1, (cfg.MaxConns+loops-1)/loops)
 	}
 	e.retryCap = int64(cfg.RetryBudgetBurst) * e.retryUnit
 	e.tokens.Store(e.retryCap)
+	e.used.Store(true)
 	dial, dialTimeout := cfg.Dial, cfg.DialTimeout
 	e.client = &fasthttp.HostClient{
 		Addr: addr,
@@ -240,94 +203,75 @@ func NewEndpoint(cfg EndpointConfig, session, secret, advertiseURL string) (*End
 	return e, nil
 }
 
-// Close closes the endpoint's WebSocket tunnels and idle connections, and
-// refuses new tunnels; requests in flight finish. Call it when the session's
-// placements are lost. Close is idempotent.
-func (e *Endpoint) Close() {
-	e.tunnelsMu.Lock()
-	e.closed.Store(true)
-	ts := make([]*tunnel, 0, len(e.tunnels))
-	for t := range e.tunnels {
-		ts = append(ts, t)
-	}
-	e.tunnelsMu.Unlock()
-	for _, t := range ts {
-		t.close()
-	}
-	e.client.CloseIdleConnections()
-}
-
-// CloseTunnels closes every open WebSocket tunnel to the endpoint; new
-// tunnels are still accepted.
-func (e *Endpoint) CloseTunnels() { e.closeTunnels(nil) }
-
-// CloseTunnelsFor closes the endpoint's open WebSocket tunnels of one
-// placement name ("/<ns>/<id>"): call it when that placement leaves the
-// endpoint's session, so that no client keeps talking to an instance that
-// is no longer the placed one.
-func (e *Endpoint) CloseTunnelsFor(name []byte) { e.closeTunnels(name) }
-
-func (e *Endpoint) closeTunnels(name []byte) {
-	e.tunnelsMu.Lock()
-	ts := make([]*tunnel, 0, len(e.tunnels))
-	for t := range e.tunnels {
-		if name == nil || t.name == string(name) {
-			ts = append(ts, t)
+// setRouteFields sets what a worker checks on every proxied request: the
+// session's secret and id, and the placement's epoch (X-Pinned-Epoch; none
+// when the route does not know it). first says the client's copies were
+// removed and none was set yet, so adding is enough. buf is scratch for the
+// epoch's digits. It does not allocate.
+func setRouteFields(h *fasthttp.RequestHeader, ep *endpoint, epoch uint64, first bool, buf []byte) {
+	if first {
+		h.AddBytesV(wire.HeaderProxySecret, ep.secret)
+		h.AddBytesV(wire.HeaderSession, ep.session)
+		if epoch != 0 {
+			h.AddBytesV(wire.HeaderEpoch, wire.AppendEpoch(buf[:0], epoch))
 		}
+		return
 	}
-	e.tunnelsMu.Unlock()
-	for _, t := range ts {
-		t.close()
+	h.SetBytesV(wire.HeaderProxySecret, ep.secret)
+	h.SetBytesV(wire.HeaderSession, ep.session)
+	if epoch != 0 {
+		h.SetBytesV(wire.HeaderEpoch, wire.AppendEpoch(buf[:0], epoch))
+	} else {
+		h.Del(wire.HeaderEpoch)
 	}
 }
 
-// Tunnels returns the number of open tunnels to the endpoint.
-func (e *Endpoint) Tunnels() int {
-	e.tunnelsMu.Lock()
-	defer e.tunnelsMu.Unlock()
-	return len(e.tunnels)
-}
+// loopPool returns the pool of event loop i.
+func (e *endpoint) loopPool(i int) *loopPool { return &e.pools[i] }
 
-func (e *Endpoint) addTunnel(t *tunnel) bool {
-	e.tunnelsMu.Lock()
-	defer e.tunnelsMu.Unlock()
-	if e.closed.Load() {
-		return false
-	}
-	if e.tunnels == nil {
-		e.tunnels = make(map[*tunnel]struct{})
-	}
-	e.tunnels[t] = struct{}{}
-	return true
-}
+// admission is what admit decided.
+type admission uint8
 
-func (e *Endpoint) removeTunnel(t *tunnel) {
-	e.tunnelsMu.Lock()
-	delete(e.tunnels, t)
-	e.tunnelsMu.Unlock()
-}
+const (
+	admitted admission = iota
+	full               // over MaxConns + MaxQueue: 503 overloaded
+	retired            // the janitor closed the endpoint: take a fresh one
+)
 
 // admit counts a request toward the endpoint's in-flight cap (connections
-// plus queue) and reports whether it may proceed. Every admitted request
-// must call leave.
-func (e *Endpoint) admit() bool {
-	if e.inflight.Add(1) > e.maxInflight {
+// plus queue) and says whether it may proceed. Every admitted request must
+// call leave. A retired endpoint admits nothing: the janitor retires only an
+// endpoint with nothing in flight, by a compare-and-swap of that count, so
+// no request is ever admitted on an endpoint whose pool it closed.
+func (e *endpoint) admit() admission {
+	n := e.inflight.Add(1)
+	if n > e.maxInflight || n <= 0 {
 		e.inflight.Add(-1)
-		return false
+		if n <= 0 {
+			return retired
+		}
+		return full
 	}
-	return true
+	if !e.used.Load() {
+		e.used.Store(true)
+	}
+	return admitted
 }
 
-func (e *Endpoint) leave() { e.inflight.Add(-1) }
+func (e *endpoint) leave() { e.inflight.Add(-1) }
 
-// Inflight returns the requests holding or waiting for a connection to the
-// endpoint.
-func (e *Endpoint) Inflight() int { return int(e.inflight.Load()) }
+// retire marks the endpoint retired if nothing is in flight and no tunnel
+// is open, and reports whether it did.
+func (e *endpoint) retire() bool {
+	return e.tunnels.Load() == 0 && e.inflight.CompareAndSwap(0, retiredInflight)
+}
+
+func (e *endpoint) isRetired() bool { return e.inflight.Load() <= retiredInflight/2 }
 
 // earn credits the retry budget with one request: a token, up to the cap.
 // The check and the add race; the cap is exceeded by at most the number of
 // concurrent callers.
-func (e *Endpoint) earn() {
+func (e *endpoint) earn() {
 	if e.tokens.Load() < e.retryCap {
 		e.tokens.Add(1)
 	}
@@ -335,7 +279,7 @@ func (e *Endpoint) earn() {
 
 // spend takes one retry from the budget (retryUnit tokens) and reports
 // whether there was enough. A fresh endpoint starts with a full burst.
-func (e *Endpoint) spend() bool {
+func (e *endpoint) spend() bool {
 	if e.tokens.Add(-e.retryUnit) < 0 {
 		e.tokens.Add(e.retryUnit)
 		return false

@@ -1,6 +1,8 @@
 package proxy
 
 import (
+	"bufio"
+	"bytes"
 	"encoding/json"
 	"strconv"
 
@@ -17,6 +19,9 @@ type reply struct {
 	retryAfter bool   // send Retry-After
 	close      bool   // close the client connection after it
 	body       []byte // JSON wire.Error, never modified
+	// raw is the whole response as a Front's loops write it (the bytes the
+	// fasthttp server writes for reply), never modified.
+	raw []byte
 }
 
 // replies is the table of every reply the proxy makes.
@@ -44,6 +49,7 @@ type replies struct {
 
 	// Worker side.
 	noWorker, store, unreachable, overloaded, tunnelsFull reply // 503 + Retry-After
+	connsFull                                             reply // 503 + Retry-After, close: MaxConns client connections
 	badGateway                                            reply // 502
 	timeout                                               reply // 504
 }
@@ -109,8 +115,55 @@ func (r *replies) build(cfg *Config) {
 	r.unreachable = unavailable(wire.ReasonUnreachable, "worker unreachable")
 	r.overloaded = unavailable(wire.ReasonOverloaded, "worker overloaded")
 	r.tunnelsFull = unavailable(wire.ReasonOverloaded, "too many open WebSocket tunnels")
+	r.connsFull = closing(unavailable(wire.ReasonOverloaded, "too many client connections"))
+	// A 502 may come after the worker processed the request: the client
+	// decides whether to try again, after Retry-After.
 	r.badGateway = mk(fasthttp.StatusBadGateway, "", "bad gateway")
+	r.badGateway.retryAfter = true
 	r.timeout = mk(fasthttp.StatusGatewayTimeout, "", "worker did not answer in time")
+
+	for _, rp := range []*reply{&r.notObject, &r.notOrigin, &r.fragment, &r.dotSegment, &r.escape, &r.backslash,
+		&r.hostMismatch, &r.framing, &r.transferEncoding, &r.contentLength, &r.fieldName, &r.obsFold, &r.bareLF,
+		&r.tooManyFields, &r.tooManyHeaderFields, &r.malformed, &r.headTooLarge, &r.headTimeout, &r.tooLarge,
+		&r.badBody, &r.upgradeToken, &r.upgradeHandshake, &r.noWorker, &r.store, &r.unreachable, &r.overloaded,
+		&r.tunnelsFull, &r.connsFull, &r.badGateway, &r.timeout} {
+		rp.raw = r.render(rp)
+	}
+	for i := range r.namespace {
+		r.namespace[i].raw = r.render(&r.namespace[i])
+		r.id[i].raw = r.render(&r.id[i])
+	}
+}
+
+// render returns the bytes of rp as fasthttp's server writes them for
+// Proxy.reply.
+func (r *replies) render(rp *reply) []byte {
+	var resp fasthttp.Response
+	resp.Header.SetNoDefaultContentType(true)
+	resp.SetStatusCode(rp.status)
+	resp.Header.SetContentType("application/json")
+	if rp.reason != "" {
+		resp.Header.Set(wire.HeaderReason, rp.reason)
+	}
+	if rp.retryAfter {
+		resp.Header.Set(wire.HeaderRetryAfter, r.retryAfter)
+	}
+	if rp.close {
+		resp.SetConnectionClose()
+	}
+	resp.SetBodyRaw(rp.body)
+	var b bytes.Buffer
+	bw := bufio.NewWriter(&b)
+	_ = resp.Write(bw)
+	_ = bw.Flush()
+	// The server the replies are written by sends no Date (NoDefaultDate);
+	// a Response outside a server adds one, frozen here: drop it.
+	out := b.Bytes()
+	if i := bytes.Index(out, []byte("\r\nDate: ")); i >= 0 {
+		j := bytes.Index(out[i+2:], []byte("\r\n"))
+		out = append(out[:i+2], out[i+2+j+2:]...)
+	}
+	return out
 }
 
 // route returns the reply for a refused target.

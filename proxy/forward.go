@@ -29,19 +29,22 @@ type exchange struct {
 	ctx *fasthttp.RequestCtx
 
 	// Request state.
-	reqScan  headScan
-	name     []byte // the placement name: a sub-slice of the request URI or tgt
-	target   []byte // the origin-form target: the request URI or tgt
-	tgt      []byte // a copy of target when it must outlive a URI rewrite
-	uri      []byte // scratch for a rewritten request URI
-	stable   bool   // name and target point into tgt
-	http10   bool   // the client spoke HTTP/1.0
-	bodyKind bodyKind
-	body     []byte // a replayable request body
-	scratch  [64]byte
+	reqScan headScan
+	name    []byte // the placement name: a sub-slice of the request URI or tgt
+	target  []byte // the origin-form target: the request URI or tgt
+	tgt     []byte // a copy of target when it must outlive a URI rewrite
+	uri     []byte // scratch for a rewritten request URI
+	stable  bool   // name and target point into tgt
+	http10  bool   // the client spoke HTTP/1.0
+	// resentOnce: sent again after an attempt that got no answer (noAnswer).
+	resentOnce bool
+	bodyKind   bodyKind
+	body       []byte // a replayable request body
+	scratch    [64]byte
 
 	// Worker connection state, valid between acquire and release.
-	ep       *Endpoint
+	route    Route // where the current attempt was routed
+	ep       *endpoint
 	cc       pooledConn
 	conn     net.Conn
 	cw       countingConn
@@ -118,39 +121,24 @@ var (
 func (x *exchange) forward() bool {
 	p := x.p
 	ctx := x.ctx
-	var next *Endpoint // resolved after an unreachable worker, for the next attempt
+	var next Route // resolved after an unreachable worker, for the next attempt
 	for attempt := 1; ; attempt++ {
-		ep, err := next, error(nil)
-		next = nil
-		if ep == nil {
-			ep, err = p.resolver.Resolve(ctx, x.name)
-		}
-		if err == nil && ep == nil {
-			err = ErrNoWorker
+		rt, err := next, error(nil)
+		next = Route{}
+		if rt.Session == nil {
+			rt, err = p.route(ctx, x.name)
 		}
 		if err != nil {
-			if errors.Is(err, ErrNoWorker) {
-				p.reply(ctx, &p.replies.noWorker)
-			} else {
-				if p.errLog.Allow() {
-					p.log.Warn("cannot resolve placement", "name", string(x.name), "err", err)
-				}
-				p.reply(ctx, &p.replies.store)
-			}
+			p.resolveFailed(ctx, x.name, err)
 			return false
 		}
-		if ep.closed.Load() {
-			x.ep = ep
-			p.resolver.Invalidate(x.name, ep)
-			if attempt < p.cfg.MaxAttempts {
-				p.m.reresolves.Inc()
-				continue
-			}
-			p.m.unreachable.Inc()
-			p.reply(ctx, &p.replies.unreachable)
+		x.route = rt
+		ep, ok, err := p.admit(rt.Session)
+		if err != nil {
+			p.unusable(x, err)
 			return false
 		}
-		if !ep.admit() {
+		if !ok {
 			p.m.overloaded.Inc()
 			p.reply(ctx, &p.replies.overloaded)
 			return false
@@ -170,7 +158,7 @@ func (x *exchange) forward() bool {
 			p.m.retries.Inc()
 			continue
 		case outUnreachable:
-			if next = x.moved(ep, attempt); next != nil {
+			if next = x.moved(attempt); next.Session != nil {
 				p.m.reresolves.Inc()
 				continue
 			}
@@ -195,20 +183,60 @@ func (x *exchange) forward() bool {
 	}
 }
 
+// route returns the route of name: the resolver's cached one (Lookup, at
+// the request's time), else Resolve's. A route without a session is
+// ErrNoWorker.
+func (p *Proxy) route(ctx *fasthttp.RequestCtx, name []byte) (Route, error) {
+	if rt, ok := p.resolver.Lookup(name, ctx.Time()); ok && rt.Session != nil {
+		return rt, nil
+	}
+	rt, err := p.resolver.Resolve(ctx, name)
+	if err == nil && rt.Session == nil {
+		err = ErrNoWorker
+	}
+	return rt, err
+}
+
+// resolveFailed answers a request whose route could not be resolved: 503
+// no_worker for ErrNoWorker, 503 store for anything else.
+func (p *Proxy) resolveFailed(ctx *fasthttp.RequestCtx, name []byte, err error) {
+	if errors.Is(err, ErrNoWorker) {
+		p.reply(ctx, &p.replies.noWorker)
+		return
+	}
+	if p.errLog.Allow() {
+		p.log.Warn("cannot resolve placement", "name", string(name), "err", err)
+	}
+	p.reply(ctx, &p.replies.store)
+}
+
+// unusable answers a request routed to a session whose advertise URL the
+// proxy cannot use (err): the resolver hears of it like of an unreachable
+// worker, and the client gets 503 unreachable.
+func (p *Proxy) unusable(x *exchange, err error) {
+	p.resolver.Refused(x.name, x.route)
+	p.m.unreachable.Inc()
+	if p.errLog.Allow() {
+		p.log.Warn("cannot reach worker", "session", x.route.Session.ID, "err", err)
+	}
+	p.reply(x.ctx, &p.replies.unreachable)
+}
+
 // moved handles a worker that could not be reached (the request provably
-// did not leave): it tells the resolver, which re-checks the placement, and
-// returns the new holder's endpoint when the placement moved (the worker's
-// session was gone from the store) and the request can be sent again, or
-// nil: the worker is still the holder and the client gets 503 unreachable.
-func (x *exchange) moved(ep *Endpoint, attempt int) *Endpoint {
+// did not leave): it tells the resolver (Refused), which re-checks the
+// placement, and returns the new holder's route when the placement moved
+// (the worker's session was gone from the store) and the request can be
+// sent again, or a zero Route: the worker is still the holder and the
+// client gets 503 unreachable.
+func (x *exchange) moved(attempt int) Route {
 	p := x.p
-	p.resolver.Invalidate(x.name, ep)
+	p.resolver.Refused(x.name, x.route)
 	if attempt >= p.cfg.MaxAttempts || !x.replayable() {
-		return nil
+		return Route{}
 	}
 	next, err := p.resolver.Resolve(x.ctx, x.name)
-	if err != nil || next == nil || next == ep || next.closed.Load() {
-		return nil
+	if err != nil || next.Session == nil || next.Session.ID == x.route.Session.ID {
+		return Route{}
 	}
 	return next
 }
@@ -244,7 +272,7 @@ func (x *exchange) roundTrip(attempt int) outcome {
 			return outOverloaded
 		}
 		if p.errLog.Allow() {
-			p.log.Warn("cannot reach worker", "session", ep.Session, "addr", ep.Addr, "err", err)
+			p.log.Warn("cannot reach worker", "session", ep.id, "addr", ep.addr, "err", err)
 		}
 		return outUnreachable
 	}
@@ -277,9 +305,9 @@ func (x *exchange) roundTrip(attempt int) outcome {
 			return outUnreachable
 		}
 		if p.errLog.Allow() {
-			p.log.Warn("cannot send to worker", "session", ep.Session, "addr", ep.Addr, "err", err)
+			p.log.Warn("cannot send to worker", "session", ep.id, "addr", ep.addr, "err", err)
 		}
-		return outBadGateway
+		return x.noAnswer(attempt)
 	}
 
 	x.br.Reset(x.conn)
@@ -308,6 +336,23 @@ func (x *exchange) roundTrip(attempt int) outcome {
 	return outOK
 }
 
+// noAnswer decides about a request that may have reached the worker but got
+// no byte of an answer (the connection failed after the request went out):
+// an idempotent request whose body is held goes once more (outResend),
+// and when it was sent again already the worker is taken as unreachable
+// (503 + Retry-After: no answer twice, nothing the client can tell from a
+// worker that is down); any other request may have been processed: 502.
+func (x *exchange) noAnswer(attempt int) outcome {
+	if !x.idempotent() || !x.replayable() {
+		return outBadGateway
+	}
+	if !x.resentOnce && x.retry(attempt) {
+		x.resentOnce = true
+		return outResend
+	}
+	return outUnreachable
+}
+
 // retry takes one retry from the endpoint's budget if the request has
 // attempts left.
 func (x *exchange) retry(attempt int) bool {
@@ -326,6 +371,7 @@ func (x *exchange) retry(attempt int) bool {
 func (x *exchange) readHead(reused bool, attempt int) outcome {
 	p, ep, ctx := x.p, x.ep, x.ctx
 	rh := &ctx.Response.Header
+	interim := false // an interim answer came: the worker did answer
 	for {
 		head, err := peekHead(x.br)
 		if err != nil {
@@ -333,14 +379,21 @@ func (x *exchange) readHead(reused bool, attempt int) outcome {
 			if isTimeout(err) {
 				return outTimeout
 			}
-			if _, nothing := err.(errNothingRead); nothing && reused && x.replayable() && x.idempotent() &&
-				x.retry(attempt) {
-				// The worker closed a pooled connection as we sent on it;
-				// an idempotent request may go again (RFC 9110 §9.2.2).
-				return outResend
+			if _, nothing := err.(errNothingRead); nothing && !interim {
+				if reused && x.replayable() && x.idempotent() && !x.resentOnce && x.retry(attempt) {
+					// The worker closed a pooled connection as we sent on
+					// it; an idempotent request may go again (RFC 9110
+					// §9.2.2).
+					x.resentOnce = true
+					return outResend
+				}
+				if p.errLog.Allow() {
+					p.log.Warn("no response from worker", "session", ep.id, "addr", ep.addr, "err", err)
+				}
+				return x.noAnswer(attempt)
 			}
 			if p.errLog.Allow() {
-				p.log.Warn("no response from worker", "session", ep.Session, "addr", ep.Addr, "err", err)
+				p.log.Warn("no response from worker", "session", ep.id, "addr", ep.addr, "err", err)
 			}
 			return outBadGateway
 		}
@@ -350,7 +403,7 @@ func (x *exchange) readHead(reused bool, attempt int) outcome {
 		if err := rh.Read(x.br); err != nil {
 			x.drop()
 			if p.errLog.Allow() {
-				p.log.Warn("bad response head from worker", "session", ep.Session, "err", err)
+				p.log.Warn("bad response head from worker", "session", ep.id, "err", err)
 			}
 			return outBadGateway
 		}
@@ -362,7 +415,7 @@ func (x *exchange) readHead(reused bool, attempt int) outcome {
 		if s.responseFault() {
 			x.drop()
 			if p.errLog.Allow() {
-				p.log.Warn("ambiguous response framing from worker", "session", ep.Session)
+				p.log.Warn("ambiguous response framing from worker", "session", ep.id)
 			}
 			return outBadGateway
 		}
@@ -377,6 +430,7 @@ func (x *exchange) readHead(reused bool, attempt int) outcome {
 		}
 		// 100 Continue, 102, 103: the server already answered the client's
 		// Expect itself; interim responses are not relayed.
+		interim = true
 	}
 }
 
@@ -388,11 +442,11 @@ func (x *exchange) hostUnavailable(attempt int) outcome {
 	rh := &x.ctx.Response.Header
 	reason := rh.Peek(wire.HeaderReason)
 	switch string(reason) {
-	case wire.ReasonClosing, wire.ReasonDraining, wire.ReasonLease:
+	case wire.ReasonClosing, wire.ReasonDraining, wire.ReasonLease, wire.ReasonStale:
 	default:
 		return outOK
 	}
-	x.p.resolver.Invalidate(x.name, x.ep)
+	x.p.resolver.Refused(x.name, x.route)
 	if !x.replayable() || !x.retry(attempt) {
 		return outOK
 	}
@@ -416,20 +470,14 @@ func (x *exchange) hostUnavailable(attempt int) outcome {
 func (x *exchange) setEndpointHeaders(attempt int) {
 	h := &x.ctx.Request.Header
 	ep := x.ep
-	if attempt == 1 {
-		h.AddBytesV(wire.HeaderProxySecret, ep.secret)
-		h.AddBytesV(wire.HeaderSession, ep.session)
-	} else {
-		h.SetBytesV(wire.HeaderProxySecret, ep.secret)
-		h.SetBytesV(wire.HeaderSession, ep.session)
-	}
+	setRouteFields(h, ep, x.route.Epoch, attempt == 1, x.scratch[:0])
 	if len(ep.prefix) > 0 || x.stable {
 		x.stabilize()
 		x.uri = append(append(x.uri[:0], ep.prefix...), x.target...)
 		h.SetRequestURIBytes(x.uri)
 	}
 	if len(h.Host()) == 0 {
-		h.SetHost(ep.Addr)
+		h.SetHost(ep.addr)
 	}
 }
 
@@ -645,7 +693,7 @@ func (x *exchange) respond() bool {
 			x.drop()
 			p.m.badGateway.Inc()
 			if p.errLog.Allow() {
-				p.log.Warn("cannot read response body from worker", "session", x.ep.Session, "err", err)
+				p.log.Warn("cannot read response body from worker", "session", x.ep.id, "err", err)
 			}
 			p.reply(ctx, &p.replies.badGateway)
 			return false
@@ -805,7 +853,7 @@ func (x *exchange) CloseWithError(err error) error {
 	if err != nil || !x.eof {
 		x.drop()
 		if err != nil && !x.eof && x.p.errLog.Allow() {
-			x.p.log.Debug("stream ended early", "session", x.ep.Session, "err", err)
+			x.p.log.Debug("stream ended early", "session", x.ep.id, "err", err)
 		}
 	} else {
 		x.release()

@@ -2,9 +2,12 @@ package proxy_test
 
 import (
 	"bufio"
+	"context"
 	"io"
 	"log/slog"
 	"net"
+	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -162,15 +165,9 @@ func (w *worker) last() seenRequest {
 
 func (w *worker) url() string { return "http://" + w.addr }
 
-// endpoint makes an endpoint for w.
-func (w *worker) endpoint(t *testing.T, session, secret string, cfg proxy.EndpointConfig) *proxy.Endpoint {
-	t.Helper()
-	ep, err := proxy.NewEndpoint(cfg, session, secret, w.url())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(ep.Close)
-	return ep
+// session is a worker session on w.
+func (w *worker) session(id, secret string) *proxy.Session {
+	return &proxy.Session{ID: id, Secret: secret, AdvertiseURL: w.url()}
 }
 
 // tWriter sends log lines to the test log.
@@ -186,6 +183,7 @@ type front struct {
 	p    *proxy.Proxy
 	addr string
 	srv  *fasthttp.Server
+	fr   *proxy.Front // nil when the fasthttp server serves alone
 }
 
 func startProxy(t *testing.T, r proxy.Resolver, mutate func(*proxy.Config)) *front {
@@ -204,28 +202,59 @@ func startProxy(t *testing.T, r proxy.Resolver, mutate func(*proxy.Config)) *fro
 		t.Fatal(err)
 	}
 	done := make(chan struct{})
-	go func() { defer close(done); _ = srv.Serve(ln) }()
+	if testLoops() == 0 {
+		go func() { defer close(done); _ = srv.Serve(ln) }()
+		t.Cleanup(func() {
+			_ = srv.Shutdown()
+			<-done
+			_ = p.Close()
+		})
+		return &front{p: p, addr: ln.Addr().String(), srv: srv}
+	}
+	fr, err := p.NewFront(proxy.FrontConfig{Loops: testLoops(), Fallback: srv})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { defer close(done); _ = fr.Serve(ln) }()
 	t.Cleanup(func() {
-		_ = srv.Shutdown()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = fr.Shutdown(ctx)
 		<-done
+		_ = ln.Close()
 		_ = p.Close()
 	})
-	return &front{p: p, addr: ln.Addr().String(), srv: srv}
+	return &front{p: p, addr: ln.Addr().String(), srv: srv, fr: fr}
+}
+
+// testLoops is the number of event loops the harness serves the proxy with
+// (proxy.Front); 0 serves it with the fasthttp server alone. The variable
+// PINNED_TEST_LOOPS chooses; by default 1, so that consecutive connections
+// share one loop's worker connections as they would share the fasthttp
+// path's pool (tests that need several loops ask for them).
+func testLoops() int {
+	if v := os.Getenv("PINNED_TEST_LOOPS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err == nil && n >= 0 {
+			return n
+		}
+	}
+	return 1
 }
 
 // setup starts a worker with h, an endpoint on it placed for namespace
 // "/counter", and a proxy in front.
-func setup(t *testing.T, h fasthttp.RequestHandler) (*worker, *front, *proxytest.Static, *proxy.Endpoint) {
+func setup(t *testing.T, h fasthttp.RequestHandler) (*worker, *front, *proxytest.Static, *proxy.Session) {
 	t.Helper()
 	return setupWith(t, h, nil)
 }
 
 // setupWith is setup with a hook on the proxy's Config.
-func setupWith(t *testing.T, h fasthttp.RequestHandler, mutate func(*proxy.Config)) (*worker, *front, *proxytest.Static, *proxy.Endpoint) {
+func setupWith(t *testing.T, h fasthttp.RequestHandler, mutate func(*proxy.Config)) (*worker, *front, *proxytest.Static, *proxy.Session) {
 	t.Helper()
 	w := startWorker(t, h)
 	res := proxytest.NewStatic()
-	ep := w.endpoint(t, "sess-1", "secret-1", proxy.EndpointConfig{})
+	ep := w.session("sess-1", "secret-1")
 	res.PlaceNamespace("/counter", ep)
 	f := startProxy(t, res, mutate)
 	return w, f, res, ep

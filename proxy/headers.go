@@ -76,6 +76,9 @@ type headScan struct {
 	// badLength: a Content-Length with a leading zero ("03"), which
 	// fasthttp reads as decimal and parsers elsewhere need not.
 	badLength bool
+	// expect: an Expect field (removed as hop-by-hop; the server answered
+	// it before the handler ran).
+	expect bool
 	// fields counts the field lines.
 	fields int
 	// tooMany: more than maxDeletes fields to remove.
@@ -89,7 +92,7 @@ type headScan struct {
 func (s *headScan) reset() {
 	s.contentLengths, s.transferEncodings, s.hosts, s.upgrades, s.ndel, s.fields = 0, 0, 0, 0, 0, 0
 	s.teNotChunked, s.connUpgrade, s.connClose, s.badName, s.tooMany = false, false, false, false, false
-	s.obsFold, s.bareLF, s.badLength = false, false, false
+	s.obsFold, s.bareLF, s.badLength, s.expect = false, false, false, false
 	s.host, s.upgrade = nil, nil
 }
 
@@ -202,6 +205,9 @@ func scanFields(block []byte, s *headScan, mode scanMode) {
 			s.upgrades++
 			s.addDelete(name, k)
 		case hkHop:
+			if name[0]|0x20 == 'e' {
+				s.expect = true
+			}
 			s.addDelete(name, k)
 		case hkPinned:
 			if mode&dropPinned != 0 {

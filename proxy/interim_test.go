@@ -17,13 +17,8 @@ import (
 // proxyTo starts a proxy whose "/counter" namespace goes to addr.
 func proxyTo(t *testing.T, addr string, mutate func(*proxy.Config)) *front {
 	t.Helper()
-	ep, err := proxy.NewEndpoint(proxy.EndpointConfig{}, "s", "k", "http://"+addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(ep.Close)
 	res := proxytest.NewStatic()
-	res.PlaceNamespace("/counter", ep)
+	res.PlaceNamespace("/counter", &proxy.Session{ID: "s", Secret: "k", AdvertiseURL: "http://" + addr})
 	return startProxy(t, res, mutate)
 }
 

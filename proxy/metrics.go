@@ -88,7 +88,7 @@ type proxyMetrics struct {
 	// upstream: from taking a worker connection to the worker's response
 	// head.
 	upstream        histogram
-	reresolves      *metrics.Counter // re-resolved after a closing/draining/lease 503 or a closed endpoint
+	reresolves      *metrics.Counter // re-resolved after a closing/draining/lease 503 or an unreachable worker
 	retries         *metrics.Counter // sent again after a stale pooled connection
 	unreachable     *metrics.Counter // 503 unreachable
 	overloaded      *metrics.Counter // 503 overloaded
@@ -98,6 +98,8 @@ type proxyMetrics struct {
 	budgetExhausted *metrics.Counter // a retry refused by the retry budget
 	tunnels         *metrics.Counter // tunnels opened
 	tunnelsRejected *metrics.Counter // tunnels refused at the cap
+	endpointsClosed *metrics.Counter // endpoints the janitor closed
+	handovers       *metrics.Counter // client connections a Front's loops handed to the fasthttp path
 }
 
 func (m *proxyMetrics) register(p *Proxy) {
@@ -120,4 +122,7 @@ func (m *proxyMetrics) register(p *Proxy) {
 	s.GetOrCreateGauge("pinned_proxy_tunnels_open", func() float64 {
 		return float64(p.tunnelsOpen.Load())
 	})
+	m.endpointsClosed = s.GetOrCreateCounter("pinned_proxy_endpoints_closed_total")
+	m.handovers = s.GetOrCreateCounter("pinned_proxy_handovers_total")
+	s.GetOrCreateGauge("pinned_proxy_endpoints", func() float64 { return float64(p.endpoints()) })
 }

@@ -18,7 +18,7 @@ import (
 func TestMetricsAndLogger(t *testing.T) {
 	w := startWorker(t, nil)
 	res := proxytest.NewStatic()
-	res.PlaceNamespace("/counter", w.endpoint(t, "s", "k", proxy.EndpointConfig{}))
+	res.PlaceNamespace("/counter", w.session("s", "k"))
 	set := metrics.NewSet()
 	var logs logtest.Buffer
 	f := startProxy(t, res, func(c *proxy.Config) {

@@ -119,10 +119,11 @@ func TestOverloadTenTimesCapacity(t *testing.T) {
 		running.Add(-1)
 		ctx.SetBodyString("ok")
 	})
-	ep := w.endpoint(t, "s", "k", proxy.EndpointConfig{MaxConns: maxConns, MaxQueue: maxQueue, QueueTimeout: queueTimeout})
 	res := proxytest.NewStatic()
-	res.PlaceNamespace("/counter", ep)
-	f := startProxy(t, res, nil)
+	res.PlaceNamespace("/counter", w.session("s", "k"))
+	f := startProxy(t, res, func(c *proxy.Config) {
+		c.Endpoint = proxy.EndpointConfig{MaxConns: maxConns, MaxQueue: maxQueue, QueueTimeout: queueTimeout}
+	})
 
 	out := openLoop(f.addr, "/counter/a", n, rate, 10*time.Second)
 
@@ -184,7 +185,7 @@ func TestRetryBudgetAllUnavailable(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			w := startWorker(t, c.h)
-			ep := w.endpoint(t, "s", "k", proxy.EndpointConfig{})
+			ep := w.session("s", "k")
 			res := proxytest.NewStatic()
 			res.PlaceNamespace("/counter", ep)
 			f := startProxy(t, res, func(cfg *proxy.Config) { cfg.MaxAttempts = 3 })

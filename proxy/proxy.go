@@ -17,6 +17,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/pinned-go/pinned/internal/logthrottle"
+	"github.com/pinned-go/pinned/internal/wire"
 )
 
 // Proxy is the pinboard's data plane: a fasthttp.RequestHandler that routes
@@ -26,6 +27,7 @@ import (
 type Proxy struct {
 	cfg      Config
 	resolver Resolver
+	watcher  TunnelWatcher // the resolver, if it implements it
 	log      *slog.Logger
 	errLog   logthrottle.Every
 	m        proxyMetrics
@@ -36,9 +38,24 @@ type Proxy struct {
 	tunnelsOpen atomic.Int64
 	stripes     atomic.Uint32 // hands out upstream histogram stripes to new exchanges
 	tunnelsMu   sync.Mutex
-	tunnels     map[*tunnel]struct{}
+	tunnels     map[string]map[*tunnel]struct{} // registered tunnels by placement name
 	tunnelWG    sync.WaitGroup
 	closed      atomic.Bool
+
+	// eps is the table of the endpoints the proxy made, with the session
+	// each is attached to: for Close, the janitor and metrics. epMu also
+	// serialises making an endpoint (endpointFor) with retiring one (the
+	// janitor), so a Session never holds a retired endpoint once epMu is
+	// released.
+	epMu sync.Mutex
+	eps  map[*endpoint]*Session
+
+	// front is the Front serving the proxy with event loops (nil without
+	// one) and loops its number of loops: every endpoint gets a
+	// connection pool per loop. Both are set by NewFront, before any
+	// request.
+	front *Front
+	loops int
 }
 
 // New makes a Proxy. It validates cfg and does no I/O.
@@ -51,8 +68,10 @@ func New(cfg Config) (*Proxy, error) {
 		resolver: cfg.Resolver,
 		log:      cfg.Logger.With("logger", "pinned.proxy"),
 		errLog:   logthrottle.Every{Interval: time.Second},
-		tunnels:  make(map[*tunnel]struct{}),
+		tunnels:  make(map[string]map[*tunnel]struct{}),
+		eps:      make(map[*endpoint]*Session),
 	}
+	p.watcher, _ = cfg.Resolver.(TunnelWatcher)
 	p.replies.build(&p.cfg)
 	p.m.register(p)
 	p.exchanges.New = func() any {
@@ -77,6 +96,11 @@ func (p *Proxy) Handler(ctx *fasthttp.RequestCtx) {
 	x := p.exchanges.Get().(*exchange)
 	x.ctx = ctx
 	handed := p.serve(x)
+	if p.cfg.Recorder != nil && x.name != nil {
+		// The answer's head is decided; a streamed body has not been
+		// written yet, and the server touches x only after this returns.
+		p.record(x)
+	}
 	if ctx.Request.Header.ContentLength() == -1 {
 		// A chunked body, forwarded or not: where it ends is decided by
 		// fasthttp's decoder, which the raw scan cannot check, and which
@@ -93,9 +117,10 @@ func (p *Proxy) Handler(ctx *fasthttp.RequestCtx) {
 
 func (p *Proxy) putExchange(x *exchange) {
 	x.ctx, x.ep, x.cc, x.conn, x.hijacked = nil, nil, nil, nil, nil
+	x.route = Route{}
 	x.cw.Conn = nil
 	x.name, x.target = nil, nil
-	x.stable, x.http10, x.bodyKind = false, false, bodyNone
+	x.stable, x.http10, x.bodyKind, x.resentOnce = false, false, bodyNone, false
 	x.body = x.body[:0]
 	x.br.Reset(nil)
 	x.bw.Reset(nil)
@@ -106,6 +131,16 @@ func (p *Proxy) putExchange(x *exchange) {
 // that does not depend on its target (framing, field syntax, field count),
 // as scanned into s. It reports whether the request may proceed.
 func (p *Proxy) screen(ctx *fasthttp.RequestCtx, s *headScan) bool {
+	if rp := p.screenReply(s); rp != nil {
+		p.reject(ctx, rp)
+		return false
+	}
+	return true
+}
+
+// screenReply returns the refusal for a head that breaks a rule of the
+// smuggling policy that does not depend on its target, or nil.
+func (p *Proxy) screenReply(s *headScan) *reply {
 	var rp *reply
 	switch {
 	case s.fields > p.cfg.MaxHeaderFields:
@@ -130,11 +165,8 @@ func (p *Proxy) screen(ctx *fasthttp.RequestCtx, s *headScan) bool {
 		rp = &p.replies.bareLF
 	case s.tooMany:
 		rp = &p.replies.tooManyFields
-	default:
-		return true
 	}
-	p.reject(ctx, rp)
-	return false
+	return rp
 }
 
 // Guard wraps a handler that serves other paths on the proxy's server (the
@@ -252,24 +284,37 @@ func (x *exchange) readReplayBody(n int) bool {
 }
 
 // sanitizeRequest removes hop-by-hop, pinned and forwarding fields, stops the
-// client's Connection: close from closing the worker connection (P3), and
-// adds the forwarding fields. The proxy's own fields are added after the
-// removals, so no Connection option of the client's can strip them.
+// client's Connection: close from closing the worker connection, and adds the
+// forwarding fields (sanitizeHeader).
 func (p *Proxy) sanitizeRequest(x *exchange, trusted bool) {
 	ctx := x.ctx
 	h := &ctx.Request.Header
-	for _, f := range x.reqScan.deletes() {
+	x.http10 = !h.IsHTTP11()
+	peer, _ := netip.AddrFromSlice(ctx.RemoteIP())
+	p.sanitizeHeader(h, &x.reqScan, peer, ctx.IsTLS(), trusted, x.scratch[:0])
+}
+
+// sanitizeHeader is the field hygiene of RFC 9110 §7.6.1 on a request head
+// scanned into s: it removes the hop-by-hop fields (Connection and what it
+// names, Keep-Alive, TE, ...), the client's X-Pinned-* and, unless the peer
+// is trusted, Forwarded and X-Forwarded-*; it keeps the worker connection
+// open whatever the client's Connection says (an HTTP/1.0 request goes on
+// as HTTP/1.1), and adds X-Forwarded-For (peer appended), -Proto and -Host.
+// The proxy's own fields are added after the removals, so no Connection
+// option of the client's can strip them. scratch is a buffer for
+// X-Forwarded-For.
+func (p *Proxy) sanitizeHeader(h *fasthttp.RequestHeader, s *headScan, peer netip.Addr, tls, trusted bool, scratch []byte) {
+	for _, f := range s.deletes() {
 		h.DelBytes(f.name)
 	}
 	h.ResetConnectionClose()
 	h.SetNoDefaultContentType(true)
-	x.http10 = !h.IsHTTP11()
-	if x.http10 {
+	if !h.IsHTTP11() {
 		// Keep-alive toward the worker regardless of the client.
 		h.SetProtocol("HTTP/1.1")
 	}
 
-	xff := x.scratch[:0]
+	xff := scratch
 	if trusted {
 		for _, v := range h.PeekAll(fasthttp.HeaderXForwardedFor) {
 			xff = append(xff, v...)
@@ -277,12 +322,12 @@ func (p *Proxy) sanitizeRequest(x *exchange, trusted bool) {
 		}
 		h.Del(fasthttp.HeaderXForwardedFor)
 	}
-	if ip, ok := netip.AddrFromSlice(ctx.RemoteIP()); ok {
-		xff = ip.Unmap().AppendTo(xff)
+	if peer.IsValid() {
+		xff = peer.Unmap().AppendTo(xff)
 	}
 	h.AddBytesV(fasthttp.HeaderXForwardedFor, xff)
 	if !trusted || len(h.Peek(fasthttp.HeaderXForwardedProto)) == 0 {
-		if ctx.IsTLS() {
+		if tls {
 			h.Add(fasthttp.HeaderXForwardedProto, "https")
 		} else {
 			h.Add(fasthttp.HeaderXForwardedProto, "http")
@@ -302,6 +347,14 @@ func (p *Proxy) trusted(ctx *fasthttp.RequestCtx) bool {
 	if !ok {
 		return false
 	}
+	return p.trustedAddr(ip)
+}
+
+// trustedAddr reports whether ip is in a configured trusted proxy's range.
+func (p *Proxy) trustedAddr(ip netip.Addr) bool {
+	if len(p.cfg.TrustedProxies) == 0 {
+		return false
+	}
 	ip = ip.Unmap()
 	for _, pfx := range p.cfg.TrustedProxies {
 		if pfx.Contains(ip) {
@@ -309,6 +362,49 @@ func (p *Proxy) trusted(ctx *fasthttp.RequestCtx) bool {
 		}
 	}
 	return false
+}
+
+// record tells the Recorder about a routed request of the fasthttp path.
+func (p *Proxy) record(x *exchange) {
+	ctx := x.ctx
+	resp := &ctx.Response
+	holder := ""
+	if x.ep != nil {
+		holder = x.ep.id
+	}
+	bytes := max(int64(ctx.Request.Header.ContentLength()), 0) + max(int64(resp.Header.ContentLength()), 0)
+	p.cfg.Recorder.Record(x.name, holder, resp.StatusCode(), knownReason(resp.Header.Peek(wire.HeaderReason)), bytes,
+		time.Since(ctx.Time()), ctx.Time())
+}
+
+// knownReason returns the wire constant an X-Pinned-Reason value spells, or
+// "" (without allocating).
+func knownReason(b []byte) string {
+	switch string(b) {
+	case wire.ReasonCapacity:
+		return wire.ReasonCapacity
+	case wire.ReasonDraining:
+		return wire.ReasonDraining
+	case wire.ReasonClosing:
+		return wire.ReasonClosing
+	case wire.ReasonLease:
+		return wire.ReasonLease
+	case wire.ReasonForbidden:
+		return wire.ReasonForbidden
+	case wire.ReasonAborted:
+		return wire.ReasonAborted
+	case wire.ReasonStale:
+		return wire.ReasonStale
+	case wire.ReasonNoWorker:
+		return wire.ReasonNoWorker
+	case wire.ReasonUnreachable:
+		return wire.ReasonUnreachable
+	case wire.ReasonOverloaded:
+		return wire.ReasonOverloaded
+	case wire.ReasonStore:
+		return wire.ReasonStore
+	}
+	return ""
 }
 
 // countResponse counts a response the client gets by its status class.
@@ -386,26 +482,154 @@ func (p *Proxy) NewServer() *fasthttp.Server {
 	}
 }
 
-// Close closes every open tunnel and waits for them to end. The server must
-// have stopped first (fasthttp's Shutdown does not wait for hijacked
-// connections). Close is idempotent.
+// Close closes every open tunnel and waits for them to end, then closes the
+// idle connections of every worker endpoint. The server must have stopped
+// first (fasthttp's Shutdown does not wait for hijacked connections). Close
+// is idempotent.
 func (p *Proxy) Close() error {
 	p.closed.Store(true)
 	p.tunnelsMu.Lock()
-	ts := make([]*tunnel, 0, len(p.tunnels))
-	for t := range p.tunnels {
-		ts = append(ts, t)
+	var ts []*tunnel
+	for _, byName := range p.tunnels {
+		for t := range byName {
+			ts = append(ts, t)
+		}
 	}
 	p.tunnelsMu.Unlock()
 	for _, t := range ts {
 		t.close()
 	}
 	p.tunnelWG.Wait()
+	p.epMu.Lock()
+	eps := make([]*endpoint, 0, len(p.eps))
+	for e := range p.eps {
+		eps = append(eps, e)
+	}
+	p.epMu.Unlock()
+	for _, e := range eps {
+		e.client.CloseIdleConnections()
+	}
 	return nil
 }
 
-// OpenTunnels returns the number of open WebSocket tunnels.
+// CloseTunnels closes the open WebSocket tunnels of the placement name
+// ("/<ns>/<id>") whose worker session is not keep; keep "" closes every
+// tunnel of name. Call it when the placement moved to keep (or to nobody),
+// so that no client keeps talking to an instance that is no longer the
+// placed one. It does not wait for the tunnels to end.
+func (p *Proxy) CloseTunnels(name, keep string) {
+	p.tunnelsMu.Lock()
+	var ts []*tunnel
+	for t := range p.tunnels[name] {
+		if keep == "" || t.session.ID != keep {
+			ts = append(ts, t)
+		}
+	}
+	p.tunnelsMu.Unlock()
+	for _, t := range ts {
+		t.close()
+	}
+}
+
+// OpenTunnels returns the number of open WebSocket tunnels (with the
+// handshakes in progress, which count toward MaxTunnels).
 func (p *Proxy) OpenTunnels() int { return int(p.tunnelsOpen.Load()) }
+
+// Run runs the endpoint janitor until ctx ends, then returns nil. Every
+// EndpointSweepInterval it closes the endpoints (worker connection pools)
+// that had no request in flight, no open tunnel and no request since the
+// sweep before: those of worker sessions that are gone or no longer hold
+// anything this proxy serves. A later request for such a session simply
+// makes a fresh endpoint. Without Run, endpoints live until Close. Run owns
+// no other goroutine; call it once.
+func (p *Proxy) Run(ctx context.Context) error {
+	t := time.NewTicker(p.cfg.EndpointSweepInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+			p.sweepEndpoints()
+		}
+	}
+}
+
+// sweepEndpoints is one pass of the janitor: an endpoint used since the
+// last pass is only marked unused; one that stayed unused, with nothing in
+// flight and no tunnel, is retired, detached from its session and dropped
+// from the table, and its idle connections closed.
+func (p *Proxy) sweepEndpoints() {
+	var idle []*endpoint
+	p.epMu.Lock()
+	for e, s := range p.eps {
+		if e.used.Swap(false) || !e.retire() {
+			continue
+		}
+		s.ep.CompareAndSwap(e, nil)
+		delete(p.eps, e)
+		idle = append(idle, e)
+	}
+	p.epMu.Unlock()
+	for _, e := range idle {
+		e.client.CloseIdleConnections()
+		if p.front != nil {
+			p.front.closePools(e)
+		}
+		p.m.endpointsClosed.Inc()
+	}
+}
+
+// endpointFor returns the session's endpoint, making it (and attaching it to
+// s) when s has none or only a retired one. It fails only when the session's
+// advertise URL is unusable (wire.ParseAdvertiseURL).
+func (p *Proxy) endpointFor(s *Session) (*endpoint, error) {
+	p.epMu.Lock()
+	defer p.epMu.Unlock()
+	if e := s.ep.Load(); e != nil && !e.isRetired() {
+		return e, nil
+	}
+	e, err := newEndpoint(&p.cfg.Endpoint, s, p.loops)
+	if err != nil {
+		return nil, err
+	}
+	s.ep.Store(e)
+	p.eps[e] = s
+	return e, nil
+}
+
+// endpointOf returns the session's endpoint: one atomic load once it exists.
+func (p *Proxy) endpointOf(s *Session) (*endpoint, error) {
+	if e := s.ep.Load(); e != nil {
+		return e, nil
+	}
+	return p.endpointFor(s)
+}
+
+// admit takes a place in the in-flight cap of the session's endpoint. It
+// returns the endpoint and whether the request was admitted (false: the
+// endpoint is full). An endpoint the janitor has just retired is replaced by
+// a fresh one: the janitor never fails a request.
+func (p *Proxy) admit(s *Session) (*endpoint, bool, error) {
+	e, err := p.endpointOf(s)
+	for err == nil {
+		switch e.admit() {
+		case admitted:
+			return e, true, nil
+		case full:
+			return e, false, nil
+		}
+		e, err = p.endpointFor(s)
+	}
+	return nil, false, err
+}
+
+// endpoints returns the number of endpoints in the table.
+func (p *Proxy) endpoints() int {
+	p.epMu.Lock()
+	defer p.epMu.Unlock()
+	return len(p.eps)
+}
 
 // slogLogger adapts the proxy's logger to fasthttp.Logger for the server's
 // own errors (parse failures answered 400 and the like), at debug level.

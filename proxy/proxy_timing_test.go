@@ -23,7 +23,6 @@ type inmem struct {
 	workerSrv     *fasthttp.Server
 	frontSrv      *fasthttp.Server
 	p             *proxy.Proxy
-	ep            *proxy.Endpoint
 	direct, via   *fasthttp.HostClient
 	done          chan struct{}
 }
@@ -41,16 +40,12 @@ func newInmem(tb testing.TB, body []byte) *inmem {
 		NoDefaultContentType:  true,
 		StreamRequestBody:     true,
 	}
-	ep, err := proxy.NewEndpoint(proxy.EndpointConfig{
-		Dial: func(string, time.Duration) (net.Conn, error) { return m.worker.Dial() },
-	}, "sess", "secret", "http://worker:1")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	m.ep = ep
 	res := proxytest.NewStatic()
-	res.PlaceNamespace("/counter", ep)
-	m.p, err = proxy.New(proxy.Config{Resolver: res, Logger: slog.New(slog.DiscardHandler)})
+	res.PlaceNamespace("/counter", &proxy.Session{ID: "sess", Secret: "secret", AdvertiseURL: "http://worker:1"})
+	var err error
+	m.p, err = proxy.New(proxy.Config{Resolver: res, Logger: slog.New(slog.DiscardHandler), Endpoint: proxy.EndpointConfig{
+		Dial: func(string, time.Duration) (net.Conn, error) { return m.worker.Dial() },
+	}})
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -70,9 +65,8 @@ func (m *inmem) close() {
 	m.via.CloseIdleConnections()
 	_ = m.frontSrv.Shutdown()
 	<-m.done
-	_ = m.workerSrv.Shutdown()
-	m.ep.Close()
 	_ = m.p.Close()
+	_ = m.workerSrv.Shutdown()
 }
 
 // get sends one GET for uri with c and checks the answer.

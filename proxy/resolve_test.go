@@ -2,10 +2,14 @@ package proxy_test
 
 import (
 	"bufio"
+	"context"
 	"errors"
+	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -35,17 +39,17 @@ func echoBody(ctx *fasthttp.RequestCtx) {
 }
 
 // twoWorkers places "/counter/a" on a worker answering with old, and moves
-// the placement to a worker answering with new when the proxy invalidates it.
+// the placement to a worker answering with new when the proxy reports a
+// refusal.
 func twoWorkers(t *testing.T, old, new fasthttp.RequestHandler, mutate func(*proxy.Config)) (a, b *worker, f *front, res *proxytest.Static) {
 	t.Helper()
 	a, b = startWorker(t, old), startWorker(t, new)
-	epA := a.endpoint(t, "sess-a", "secret-a", proxy.EndpointConfig{})
-	epB := b.endpoint(t, "sess-b", "secret-b", proxy.EndpointConfig{})
+	sa, sb := a.session("sess-a", "secret-a"), b.session("sess-b", "secret-b")
 	res = proxytest.NewStatic()
-	res.Place("/counter/a", epA)
-	res.OnInvalidate = func(name string, ep *proxy.Endpoint) {
-		if ep == epA {
-			res.Place(name, epB)
+	res.Place("/counter/a", sa)
+	res.OnRefused = func(name string, r proxy.Route) {
+		if r.Session == sa {
+			res.Place(name, sb)
 		}
 	}
 	return a, b, startProxy(t, res, mutate), res
@@ -61,8 +65,8 @@ func TestReresolveOnHost503(t *testing.T) {
 			if !strings.HasPrefix(resp, "HTTP/1.1 200") || !strings.HasSuffix(resp, "B:body") {
 				t.Fatalf("response %q; want the new worker's 200", resp)
 			}
-			if n := res.Invalidations(); n != 1 {
-				t.Errorf("invalidations = %d; want 1", n)
+			if n := res.Refusals(); n != 1 {
+				t.Errorf("refusals = %d; want 1", n)
 			}
 			ra, rb := a.requests(), b.requests()
 			if len(ra) != 1 || len(rb) != 1 {
@@ -96,8 +100,8 @@ func TestNoReresolveAfterBodyConsumed(t *testing.T) {
 		!strings.Contains(resp, "X-Pinned-Reason: closing") {
 		t.Fatalf("response %q; want the worker's 503", resp)
 	}
-	if n := res.Invalidations(); n != 1 {
-		t.Errorf("invalidations = %d; want 1", n)
+	if n := res.Refusals(); n != 1 {
+		t.Errorf("refusals = %d; want 1", n)
 	}
 	if len(a.requests()) != 1 || len(b.requests()) != 0 {
 		t.Errorf("workers saw %d and %d; want 1 and 0", len(a.requests()), len(b.requests()))
@@ -119,8 +123,8 @@ func TestApplication503PassesThrough(t *testing.T) {
 	if !strings.HasPrefix(resp, "HTTP/1.1 503") || !strings.Contains(resp, "Retry-After: 7") {
 		t.Fatalf("response %q", resp)
 	}
-	if res.Invalidations() != 0 || len(a.requests()) != 1 || len(b.requests()) != 0 {
-		t.Errorf("invalidations %d, workers %d/%d; want 0, 1/0", res.Invalidations(), len(a.requests()), len(b.requests()))
+	if res.Refusals() != 0 || len(a.requests()) != 1 || len(b.requests()) != 0 {
+		t.Errorf("refusals %d, workers %d/%d; want 0, 1/0", res.Refusals(), len(a.requests()), len(b.requests()))
 	}
 }
 
@@ -128,7 +132,7 @@ func TestApplication503PassesThrough(t *testing.T) {
 // MaxAttempts sends, then its 503 reaches the client.
 func TestReresolveBounded(t *testing.T) {
 	w := startWorker(t, hostUnavailable(wire.ReasonClosing))
-	ep := w.endpoint(t, "s", "k", proxy.EndpointConfig{})
+	ep := w.session("s", "k")
 	res := proxytest.NewStatic()
 	res.PlaceNamespace("/counter", ep)
 	f := startProxy(t, res, func(c *proxy.Config) { c.MaxAttempts = 3 })
@@ -146,10 +150,12 @@ func TestReresolveBounded(t *testing.T) {
 // the burst.
 func TestRetryBudget(t *testing.T) {
 	w := startWorker(t, hostUnavailable(wire.ReasonClosing))
-	ep := w.endpoint(t, "s", "k", proxy.EndpointConfig{RetryBudgetRatio: 0.2, RetryBudgetBurst: 2})
 	res := proxytest.NewStatic()
-	res.PlaceNamespace("/counter", ep)
-	f := startProxy(t, res, func(c *proxy.Config) { c.MaxAttempts = 3 })
+	res.PlaceNamespace("/counter", w.session("s", "k"))
+	f := startProxy(t, res, func(c *proxy.Config) {
+		c.MaxAttempts = 3
+		c.Endpoint = proxy.EndpointConfig{RetryBudgetRatio: 0.2, RetryBudgetBurst: 2}
+	})
 	hc := &fasthttp.HostClient{Addr: f.addr, Dial: fasthttp.Dial}
 	defer hc.CloseIdleConnections()
 	const n = 100
@@ -180,13 +186,8 @@ func TestUnreachable(t *testing.T) {
 	}
 	addr := ln.Addr().String()
 	_ = ln.Close() // nothing listens there now
-	ep, err := proxy.NewEndpoint(proxy.EndpointConfig{}, "s", "k", "http://"+addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ep.Close()
 	res := proxytest.NewStatic()
-	res.PlaceNamespace("/counter", ep)
+	res.PlaceNamespace("/counter", &proxy.Session{ID: "s", Secret: "k", AdvertiseURL: "http://" + addr})
 	f := startProxy(t, res, nil)
 	for _, req := range []string{
 		"GET /counter/a HTTP/1.1\r\nHost: h\r\n\r\n",
@@ -206,7 +207,7 @@ func TestUnreachable(t *testing.T) {
 	expectMetric(t, f, `pinned_proxy_responses_total{class="5xx"}`, 2)
 }
 
-// An unreachable worker is reported to the resolver (Invalidate), which
+// An unreachable worker is reported to the resolver (Refused), which
 // re-checks the placement: when it moved, the request (provably not sent)
 // goes to the new holder at once; when it did not, the answer is 503
 // unreachable after one dial.
@@ -218,39 +219,35 @@ func TestUnreachableReresolved(t *testing.T) {
 	dead := ln.Addr().String()
 	_ = ln.Close()
 	var dials atomic.Int64
-	epDead, err := proxy.NewEndpoint(proxy.EndpointConfig{
-		Dial: func(addr string, timeout time.Duration) (net.Conn, error) {
+	sDead := &proxy.Session{ID: "sess-dead", Secret: "k", AdvertiseURL: "http://" + dead}
+	b := startWorker(t, echoBody)
+	sb := b.session("sess-b", "secret-b")
+	res := proxytest.NewStatic()
+	f := startProxy(t, res, func(c *proxy.Config) {
+		c.Endpoint.Dial = func(addr string, timeout time.Duration) (net.Conn, error) {
 			dials.Add(1)
 			return net.DialTimeout("tcp", addr, timeout)
-		},
-	}, "sess-dead", "k", "http://"+dead)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer epDead.Close()
-	b := startWorker(t, echoBody)
-	epB := b.endpoint(t, "sess-b", "secret-b", proxy.EndpointConfig{})
-	res := proxytest.NewStatic()
-	f := startProxy(t, res, nil)
+		}
+	})
 
-	// The placement stays: one dial, 503 unreachable, one invalidation.
-	res.Place("/counter/a", epDead)
-	res.OnInvalidate = func(name string, ep *proxy.Endpoint) { res.Place(name, ep) }
+	// The placement stays: one dial, 503 unreachable, one refusal.
+	res.Place("/counter/a", sDead)
+	res.SetOnRefused(func(name string, r proxy.Route) { res.Place(name, r.Session) })
 	resp := raw(t, f.addr, "POST /counter/a/incr HTTP/1.1\r\nHost: h\r\nContent-Length: 4\r\n\r\nbody")
 	if !strings.HasPrefix(resp, "HTTP/1.1 503") || !strings.Contains(resp, "X-Pinned-Reason: unreachable") {
 		t.Fatalf("response %q; want 503 unreachable", resp)
 	}
-	if n, d := res.Invalidations(), dials.Load(); n != 1 || d != 1 {
-		t.Errorf("invalidations = %d, dials = %d; want 1 and 1", n, d)
+	if n, d := res.Refusals(), dials.Load(); n != 1 || d != 1 {
+		t.Errorf("refusals = %d, dials = %d; want 1 and 1", n, d)
 	}
 
 	// The placement moves when the resolver re-checks it: the request
 	// reaches the new holder, body included.
-	res.OnInvalidate = func(name string, ep *proxy.Endpoint) {
-		if ep == epDead {
-			res.Place(name, epB)
+	res.SetOnRefused(func(name string, r proxy.Route) {
+		if r.Session == sDead {
+			res.Place(name, sb)
 		}
-	}
+	})
 	resp = raw(t, f.addr, "POST /counter/a/incr HTTP/1.1\r\nHost: h\r\nContent-Length: 4\r\n\r\nbody")
 	if !strings.HasPrefix(resp, "HTTP/1.1 200") || !strings.HasSuffix(resp, "B:body") {
 		t.Fatalf("response %q; want the new holder's 200", resp)
@@ -264,6 +261,12 @@ func TestUnreachableReresolved(t *testing.T) {
 // never sent again when it is not idempotent; an idempotent one that met a
 // connection the worker had closed while it sat in the pool goes again.
 func TestMaybeSent(t *testing.T) {
+	if testLoops() > 0 {
+		// A loop sees a pooled connection's close before it reuses it, so
+		// the race this test arranges does not happen there;
+		// TestNoAnswerNotResent covers the rule for both paths.
+		t.Skip("the fasthttp path's stale pooled connection")
+	}
 	// The worker answers every first request on a connection and then
 	// closes it without saying so.
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -293,14 +296,7 @@ func TestMaybeSent(t *testing.T) {
 		}
 	}()
 	defer func() { _ = ln.Close(); <-done }()
-	ep, err := proxy.NewEndpoint(proxy.EndpointConfig{}, "s", "k", "http://"+ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ep.Close()
-	res := proxytest.NewStatic()
-	res.PlaceNamespace("/counter", ep)
-	f := startProxy(t, res, nil)
+	f := proxyTo(t, ln.Addr().String(), nil)
 
 	send := func(req string) string {
 		if r := raw(t, f.addr, "GET /counter/a HTTP/1.1\r\nHost: h\r\n\r\n"); !strings.HasPrefix(r, "HTTP/1.1 200") {
@@ -343,6 +339,9 @@ func TestNoHang(t *testing.T) {
 // Beyond MaxConns in flight plus MaxQueue waiting, requests get 503
 // overloaded at once; a queued request that waits past QueueTimeout too.
 func TestOverload(t *testing.T) {
+	if testLoops() > 1 {
+		t.Skip("several loops share MaxConns out (at least one connection each)")
+	}
 	block := make(chan struct{})
 	entered := make(chan struct{}, 10)
 	w := startWorker(t, func(ctx *fasthttp.RequestCtx) {
@@ -350,10 +349,12 @@ func TestOverload(t *testing.T) {
 		<-block
 	})
 	defer close(block)
-	ep := w.endpoint(t, "s", "k", proxy.EndpointConfig{MaxConns: 1, MaxQueue: 1, QueueTimeout: 200 * time.Millisecond})
+	s := w.session("s", "k")
 	res := proxytest.NewStatic()
-	res.PlaceNamespace("/counter", ep)
-	f := startProxy(t, res, nil)
+	res.PlaceNamespace("/counter", s)
+	f := startProxy(t, res, func(c *proxy.Config) {
+		c.Endpoint = proxy.EndpointConfig{MaxConns: 1, MaxQueue: 1, QueueTimeout: 200 * time.Millisecond}
+	})
 
 	first, err := net.Dial("tcp", f.addr)
 	if err != nil {
@@ -365,7 +366,7 @@ func TestOverload(t *testing.T) {
 
 	queued := make(chan string)
 	go func() { queued <- raw(t, f.addr, "GET /counter/b HTTP/1.1\r\nHost: h\r\n\r\n") }()
-	waitFor(t, func() bool { return ep.Inflight() == 2 })
+	waitFor(t, func() bool { return proxy.Inflight(s) == 2 })
 
 	start := time.Now()
 	resp := raw(t, f.addr, "GET /counter/c HTTP/1.1\r\nHost: h\r\n\r\n")
@@ -410,23 +411,98 @@ func TestResolveErrors(t *testing.T) {
 	}
 }
 
-// A closed endpoint is re-resolved, not used.
-func TestClosedEndpointReresolved(t *testing.T) {
-	a, b := startWorker(t, nil), startWorker(t, nil)
-	epA := a.endpoint(t, "a", "k", proxy.EndpointConfig{})
-	epB := b.endpoint(t, "b", "k", proxy.EndpointConfig{})
+// The janitor (Run) closes an endpoint that saw no request for a whole
+// sweep interval and had nothing in flight, and the next request to its
+// session simply gets a fresh one; an endpoint with a request in flight
+// stays however long it takes.
+func TestJanitorClosesIdleEndpoints(t *testing.T) {
+	release := make(chan struct{})
+	var hold atomic.Bool
+	w := startWorker(t, func(ctx *fasthttp.RequestCtx) {
+		if hold.Load() {
+			<-release
+		}
+		ctx.SetBodyString("ok")
+	})
+	s := w.session("s", "k")
 	res := proxytest.NewStatic()
-	res.Place("/counter/x", epA)
-	res.OnInvalidate = func(name string, ep *proxy.Endpoint) { res.Place(name, epB) }
-	f := startProxy(t, res, nil)
-	epA.Close()
-	if resp := raw(t, f.addr, "GET /counter/x HTTP/1.1\r\nHost: h\r\n\r\n"); !strings.HasPrefix(resp, "HTTP/1.1 200") {
-		t.Fatalf("response %q", resp)
+	res.PlaceNamespace("/counter", s)
+	f := startProxy(t, res, func(c *proxy.Config) { c.EndpointSweepInterval = 20 * time.Millisecond })
+	runProxy(t, f.p)
+	get := func() {
+		t.Helper()
+		if resp := raw(t, f.addr, "GET /counter/a HTTP/1.1\r\nHost: h\r\n\r\n"); !strings.HasPrefix(resp, "HTTP/1.1 200") {
+			t.Fatalf("response %q", resp)
+		}
 	}
-	if len(a.requests()) != 0 || len(b.requests()) != 1 {
-		t.Errorf("workers saw %d/%d; want 0/1", len(a.requests()), len(b.requests()))
+	get()
+	expectMetric(t, f, "pinned_proxy_endpoints", 1)
+	waitFor(t, func() bool { return metricValue(t, f, "pinned_proxy_endpoints") == 0 })
+	expectMetric(t, f, "pinned_proxy_endpoints_closed_total", 1)
+	get() // a fresh endpoint
+	expectMetric(t, f, "pinned_proxy_endpoints", 1)
+
+	// A request in flight keeps its endpoint through many sweeps.
+	hold.Store(true)
+	answered := make(chan string)
+	go func() { answered <- raw(t, f.addr, "GET /counter/b HTTP/1.1\r\nHost: h\r\n\r\n") }()
+	waitFor(t, func() bool { return proxy.Inflight(s) == 1 })
+	closed := metricValue(t, f, "pinned_proxy_endpoints_closed_total")
+	time.Sleep(200 * time.Millisecond) // ten sweep intervals: the endpoint must survive them all
+	if metricValue(t, f, "pinned_proxy_endpoints") != 1 || metricValue(t, f, "pinned_proxy_endpoints_closed_total") != closed {
+		t.Error("the janitor closed an endpoint with a request in flight")
 	}
-	expectMetric(t, f, "pinned_proxy_reresolves_total", 1)
+	close(release)
+	if resp := <-answered; !strings.HasPrefix(resp, "HTTP/1.1 200") {
+		t.Errorf("the held request: %q", resp)
+	}
+}
+
+// Requests racing a janitor that sweeps all the time never fail because of
+// it: an endpoint retired under a request is replaced by a fresh one.
+func TestJanitorNeverFailsARequest(t *testing.T) {
+	w := startWorker(t, func(ctx *fasthttp.RequestCtx) { ctx.SetBodyString("ok") })
+	res := proxytest.NewStatic()
+	res.PlaceNamespace("/counter", w.session("s", "k"))
+	f := startProxy(t, res, func(c *proxy.Config) { c.EndpointSweepInterval = time.Millisecond })
+	runProxy(t, f.p)
+	hc := &fasthttp.HostClient{Addr: f.addr, MaxConns: 8}
+	defer hc.CloseIdleConnections()
+	// Until the janitor has retired the endpoint ten times (bounded by 3 s):
+	// the clients pause at random, so that the endpoint is sometimes idle
+	// for a sweep or two and requests arrive as it is retired.
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			for i := 0; !stop.Load(); i++ {
+				if code, _, err := hc.GetTimeout(nil, "http://"+f.addr+"/counter/a", 5*time.Second); err != nil || code != 200 {
+					t.Errorf("request %d: %d %v", i, code, err)
+					return
+				}
+				time.Sleep(time.Duration(rand.IntN(3000)) * time.Microsecond)
+			}
+		})
+	}
+	for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline) &&
+		metricValue(t, f, "pinned_proxy_endpoints_closed_total") < 10; {
+		time.Sleep(10 * time.Millisecond) // polling a counter the janitor moves
+	}
+	stop.Store(true)
+	wg.Wait()
+	if n := metricValue(t, f, "pinned_proxy_endpoints_closed_total"); n == 0 {
+		t.Error("the janitor never closed the endpoint: the race was not exercised")
+	} else {
+		t.Logf("the janitor closed the endpoint %v times under load", n)
+	}
+}
+
+// runProxy runs the proxy's janitor for the rest of the test.
+func runProxy(t *testing.T, p *proxy.Proxy) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = p.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
 }
 
 // A pooled connection the worker reset while it sat idle fails the write
@@ -482,8 +558,14 @@ func TestResetPooledConnectionResent(t *testing.T) {
 	}
 	var b strings.Builder
 	f.p.Metrics().WritePrometheus(&b)
-	if !strings.Contains(b.String(), "pinned_proxy_retries_total 1\n") {
-		t.Errorf("retries metric:\n%s", b.String())
+	// The fasthttp path meets the reset connection and resends (a retry);
+	// a loop sees the reset on the idle connection and drops it first.
+	want := "pinned_proxy_retries_total 1\n"
+	if f.fr != nil {
+		want = "pinned_proxy_retries_total 0\n"
+	}
+	if !strings.Contains(b.String(), want) {
+		t.Errorf("retries metric, want %q:\n%s", want, b.String())
 	}
 }
 
@@ -504,13 +586,13 @@ func TestForbiddenFromRestartedWorkerIsNotPassedThrough(t *testing.T) {
 	if !strings.HasPrefix(resp, "HTTP/1.1 200") || !strings.HasSuffix(resp, "B:body") {
 		t.Fatalf("response %q; want the new holder's 200", resp)
 	}
-	if n := res.Invalidations(); n != 1 || len(a.requests()) != 1 || len(b.requests()) != 1 {
-		t.Errorf("invalidations %d, workers %d/%d; want 1, 1/1", n, len(a.requests()), len(b.requests()))
+	if n := res.Refusals(); n != 1 || len(a.requests()) != 1 || len(b.requests()) != 1 {
+		t.Errorf("refusals %d, workers %d/%d; want 1, 1/1", n, len(a.requests()), len(b.requests()))
 	}
 
 	// The placement stays: 503 unreachable with Retry-After.
 	w := startWorker(t, forbidden)
-	ep := w.endpoint(t, "s", "k", proxy.EndpointConfig{})
+	ep := w.session("s", "k")
 	res2 := proxytest.NewStatic()
 	res2.PlaceNamespace("/counter", ep)
 	f2 := startProxy(t, res2, nil)
@@ -519,20 +601,116 @@ func TestForbiddenFromRestartedWorkerIsNotPassedThrough(t *testing.T) {
 		!strings.Contains(resp, "X-Pinned-Reason: unreachable") {
 		t.Fatalf("response %q; want 503 unreachable", resp)
 	}
-	if res2.Invalidations() == 0 {
-		t.Error("the placement was not invalidated")
+	if res2.Refusals() == 0 {
+		t.Error("the refusal was not reported to the resolver")
 	}
 
 	// An application's own 403 (no pinned reason) is just a response.
 	w3 := startWorker(t, func(ctx *fasthttp.RequestCtx) { ctx.SetStatusCode(fasthttp.StatusForbidden) })
-	ep3 := w3.endpoint(t, "s3", "k3", proxy.EndpointConfig{})
+	ep3 := w3.session("s3", "k3")
 	res3 := proxytest.NewStatic()
 	res3.PlaceNamespace("/counter", ep3)
 	f3 := startProxy(t, res3, nil)
 	if resp = raw(t, f3.addr, "GET /counter/a HTTP/1.1\r\nHost: h\r\n\r\n"); !strings.HasPrefix(resp, "HTTP/1.1 403") {
 		t.Fatalf("application 403: %q", resp)
 	}
-	if res3.Invalidations() != 0 {
-		t.Error("an application 403 invalidated the placement")
+	if res3.Refusals() != 0 {
+		t.Error("an application 403 was reported as a refusal")
+	}
+}
+
+// A request that reached a worker which closed without answering: an
+// idempotent one is sent once more and, still unanswered, gets 503 +
+// Retry-After (nothing can have gone wrong twice by processing it); any
+// other gets 502 + Retry-After, never sent again (it may have been
+// processed).
+func TestNoAnswerNotResent(t *testing.T) {
+	for _, tc := range []struct {
+		req      string
+		status   string
+		requests int
+	}{
+		{"POST /counter/a HTTP/1.1\r\nHost: h\r\nContent-Length: 3\r\n\r\nabc", "HTTP/1.1 502", 1},
+		{"PATCH /counter/a HTTP/1.1\r\nHost: h\r\nContent-Length: 0\r\n\r\n", "HTTP/1.1 502", 1},
+		{"GET /counter/a HTTP/1.1\r\nHost: h\r\n\r\n", "HTTP/1.1 503", 2},
+		{"HEAD /counter/a HTTP/1.1\r\nHost: h\r\n\r\n", "HTTP/1.1 503", 2},
+	} {
+		addr, requests := rawWorker(t, "") // reads the head, closes
+		f := proxyTo(t, addr, nil)
+		resp := raw(t, f.addr, tc.req)
+		method, _, _ := strings.Cut(tc.req, " ")
+		if !strings.HasPrefix(resp, tc.status) || !strings.Contains(resp, "Retry-After: 1") {
+			t.Errorf("%s to a worker that never answers: %q; want %s with Retry-After", method, resp, tc.status)
+		}
+		if got := requests(); got != tc.requests {
+			t.Errorf("%s: the worker got it %d times; want %d", method, got, tc.requests)
+		}
+	}
+}
+
+// Every proxied request carries its route's epoch (X-Pinned-Epoch); a host
+// that answers 503 stale (an older epoch than its live instance) makes the
+// proxy re-resolve like closing, and the request goes again with the new
+// route's epoch.
+func TestEpochSentAndStaleReresolved(t *testing.T) {
+	var stale atomic.Bool
+	stale.Store(true)
+	w := startWorker(t, func(ctx *fasthttp.RequestCtx) {
+		if string(ctx.Request.Header.Peek(wire.HeaderEpoch)) == "7" && stale.Load() {
+			hostUnavailable(wire.ReasonStale)(ctx)
+			return
+		}
+		ctx.SetBody(ctx.Request.Header.Peek(wire.HeaderEpoch))
+	})
+	s := w.session("s", "k")
+	res := proxytest.NewStatic()
+	res.PlaceRoute("/counter/a", proxy.Route{Session: s, Epoch: 7})
+	res.SetOnRefused(func(name string, r proxy.Route) {
+		if r.Epoch == 7 {
+			res.PlaceRoute(name, proxy.Route{Session: s, Epoch: 9})
+		}
+	})
+	f := startProxy(t, res, nil)
+	resp := raw(t, f.addr, "GET /counter/a HTTP/1.1\r\nHost: h\r\nX-Pinned-Epoch: 1\r\n\r\n")
+	if !strings.HasPrefix(resp, "HTTP/1.1 200") || !strings.HasSuffix(resp, "\r\n\r\n9") {
+		t.Fatalf("response %q; want 200 from the request sent again with epoch 9", resp)
+	}
+	reqs := w.requests()
+	if len(reqs) != 2 || reqs[0].get(wire.HeaderEpoch) != "7" || len(reqs[1].headers[strings.ToLower(wire.HeaderEpoch)]) != 1 {
+		t.Errorf("worker saw %d requests, epochs %v; want 7 then 9, the client's own dropped", len(reqs), reqs)
+	}
+}
+
+// recorded is a proxy.Recorder that keeps what it hears.
+type recorded struct {
+	mu   sync.Mutex
+	recs []string
+}
+
+func (r *recorded) Record(name []byte, holder string, status int, reason string, bytes int64, latency time.Duration, at time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.recs = append(r.recs, fmt.Sprintf("%s %s %d %s %d", name, holder, status, reason, bytes))
+	if latency < 0 || at.IsZero() {
+		r.recs = append(r.recs, "bad latency or time")
+	}
+}
+
+// The Recorder hears of every routed request: name, holder, status,
+// reason, body bytes; refused requests (no route) are not recorded.
+func TestRecorder(t *testing.T) {
+	rec := &recorded{}
+	w := startWorker(t, func(ctx *fasthttp.RequestCtx) { ctx.SetBodyString("12345") })
+	res := proxytest.NewStatic()
+	res.Place("/counter/a", w.session("s", "k"))
+	f := startProxy(t, res, func(c *proxy.Config) { c.Recorder = rec })
+	raw(t, f.addr, "POST /counter/a HTTP/1.1\r\nHost: h\r\nContent-Length: 3\r\n\r\nabc")
+	raw(t, f.addr, "GET /counter/b HTTP/1.1\r\nHost: h\r\n\r\n")      // not placed: 503 no_worker
+	raw(t, f.addr, "GET /counter/%2e%2e HTTP/1.1\r\nHost: h\r\n\r\n") // refused: never routed
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	want := []string{"/counter/a s 200  8", "/counter/b  503 no_worker 0"}
+	if fmt.Sprint(rec.recs) != fmt.Sprint(want) {
+		t.Errorf("recorded %q; want %q", rec.recs, want)
 	}
 }

@@ -12,8 +12,6 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/pinned-go/pinned/internal/testkit/smuggle"
-	"github.com/pinned-go/pinned/proxy"
-	"github.com/pinned-go/pinned/proxy/proxytest"
 )
 
 // The smuggling and framing table (internal/testkit/smuggle, reliability §3 goal 1):
@@ -171,14 +169,7 @@ func TestResponseSmugglingTable(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.Name, func(t *testing.T) {
 			addr, _ := rawWorker(t, c.Raw)
-			ep, err := proxy.NewEndpoint(proxy.EndpointConfig{}, "s", "k", "http://"+addr)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer ep.Close()
-			res := proxytest.NewStatic()
-			res.PlaceNamespace("/counter", ep)
-			f := startProxy(t, res, nil)
+			f := proxyTo(t, addr, nil)
 			resp := raw(t, f.addr, "GET /counter/a HTTP/1.1\r\nHost: h\r\n\r\n")
 			if !strings.HasPrefix(resp, "HTTP/1.1 502") || !strings.HasSuffix(resp, `{"error":"bad gateway"}`) {
 				t.Fatalf("%s: response %q; want the proxy's 502 (%s)", c.Name, resp, c.Why)

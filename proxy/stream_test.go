@@ -177,8 +177,8 @@ func TestSlowReaderDoesNotStallOthers(t *testing.T) {
 		ctx.SetBodyString("fast")
 	})
 	res := proxytest.NewStatic()
-	res.PlaceNamespace("/counter", w.endpoint(t, "s", "k", proxy.EndpointConfig{MaxConns: 16}))
-	f := startProxy(t, res, nil)
+	res.PlaceNamespace("/counter", w.session("s", "k"))
+	f := startProxy(t, res, func(c *proxy.Config) { c.Endpoint.MaxConns = 16 })
 
 	// Eight clients read the head of a 64 MiB response and stop.
 	for i := 0; i < 8; i++ {
@@ -228,7 +228,7 @@ func TestRequestBodyLimit(t *testing.T) {
 		}
 	})
 	res := proxytest.NewStatic()
-	res.PlaceNamespace("/counter", w.endpoint(t, "s", "k", proxy.EndpointConfig{}))
+	res.PlaceNamespace("/counter", w.session("s", "k"))
 	f := startProxy(t, res, func(c *proxy.Config) { c.MaxRequestBodySize = 1000 })
 
 	resp := raw(t, f.addr, "POST /counter/a HTTP/1.1\r\nHost: h\r\nContent-Length: 2000\r\n\r\n"+strings.Repeat("x", 2000))
@@ -282,7 +282,7 @@ func TestStreamDeadlines(t *testing.T) {
 		}
 	})
 	res := proxytest.NewStatic()
-	res.PlaceNamespace("/counter", w.endpoint(t, "s", "k", proxy.EndpointConfig{}))
+	res.PlaceNamespace("/counter", w.session("s", "k"))
 	f := startProxy(t, res, func(c *proxy.Config) {
 		c.HeaderTimeout = 200 * time.Millisecond
 		c.WriteTimeout = 200 * time.Millisecond

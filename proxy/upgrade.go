@@ -47,21 +47,19 @@ func (p *Proxy) serveUpgrade(x *exchange) {
 		}
 	}()
 
-	ep, err := p.resolver.Resolve(ctx, x.name)
-	if err == nil && ep != nil && ep.closed.Load() {
-		p.resolver.Invalidate(x.name, ep)
-		ep, err = p.resolver.Resolve(ctx, x.name)
-	}
-	if err == nil && (ep == nil || ep.closed.Load()) {
-		err = ErrNoWorker
-	}
+	rt, err := p.route(ctx, x.name)
 	if err != nil {
-		if errors.Is(err, ErrNoWorker) {
-			p.reply(ctx, &p.replies.noWorker)
-		} else {
-			p.reply(ctx, &p.replies.store)
-		}
+		p.resolveFailed(ctx, x.name, err)
 		return
+	}
+	x.route = rt
+	ep, err := p.endpointOf(rt.Session)
+	if err != nil {
+		p.unusable(x, err)
+		return
+	}
+	if !ep.used.Load() {
+		ep.used.Store(true)
 	}
 	x.ep = ep
 
@@ -72,13 +70,13 @@ func (p *Proxy) serveUpgrade(x *exchange) {
 
 	deadline := time.Now().Add(p.cfg.TunnelHandshakeTimeout)
 	timeout := min(p.cfg.TunnelHandshakeTimeout, ep.dialTimeout)
-	conn, err := ep.dial(ep.Addr, timeout)
+	conn, err := ep.dial(ep.addr, timeout)
 	if err != nil {
 		// The resolver re-checks the placement on the next request.
-		p.resolver.Invalidate(x.name, ep)
+		p.resolver.Refused(x.name, rt)
 		p.m.unreachable.Inc()
 		if p.errLog.Allow() {
-			p.log.Warn("cannot reach worker", "session", ep.Session, "addr", ep.Addr, "err", err)
+			p.log.Warn("cannot reach worker", "session", ep.id, "addr", ep.addr, "err", err)
 		}
 		p.reply(ctx, &p.replies.unreachable)
 		return
@@ -154,7 +152,7 @@ func (p *Proxy) serveUpgrade(x *exchange) {
 	rh.Set(fasthttp.HeaderConnection, "Upgrade")
 	_ = conn.SetDeadline(time.Time{})
 
-	t := &tunnel{p: p, ep: ep, name: string(x.name), backend: conn, done: make(chan struct{})}
+	t := &tunnel{p: p, ep: ep, session: rt.Session, name: string(x.name), backend: conn, done: make(chan struct{})}
 	t.head = rh.AppendBytes(nil)
 	if n := x.br.Buffered(); n > 0 {
 		b, _ := x.br.Peek(n)
@@ -174,8 +172,9 @@ func (p *Proxy) serveUpgrade(x *exchange) {
 // client connection as soon as it returns.
 type tunnel struct {
 	p       *Proxy
-	ep      *Endpoint
-	name    string // the placement name it was routed by
+	ep      *endpoint
+	session *Session // the session it was routed to (CloseTunnels' keep)
+	name    string   // the placement name it was routed by
 	backend net.Conn
 	head    []byte // the 101 head and any bytes the worker sent after it
 
@@ -207,9 +206,9 @@ func (t *tunnel) run(c net.Conn) {
 		return
 	}
 	defer t.unregister()
-	if o, ok := p.resolver.(TunnelObserver); ok {
-		o.TunnelOpened(t.name, t.ep)
-		defer o.TunnelClosed(t.name, t.ep)
+	if w := p.watcher; w != nil {
+		w.Watch(t.name)
+		defer w.Unwatch(t.name)
 	}
 
 	_ = t.raw.SetWriteDeadline(time.Now().Add(p.cfg.TunnelIdleTimeout))
@@ -223,27 +222,37 @@ func (t *tunnel) run(c net.Conn) {
 	<-t.done
 }
 
+// register adds the tunnel to the proxy's table (Close and CloseTunnels
+// reach it from then on) and counts it on its endpoint (the janitor leaves
+// an endpoint with tunnels alone). It fails once the proxy is closed.
 func (t *tunnel) register() bool {
 	p := t.p
 	p.tunnelsMu.Lock()
+	defer p.tunnelsMu.Unlock()
 	if p.closed.Load() {
-		p.tunnelsMu.Unlock()
 		return false
 	}
-	p.tunnels[t] = struct{}{}
-	p.tunnelsMu.Unlock()
-	if !t.ep.addTunnel(t) {
-		t.unregister()
-		return false
+	byName := p.tunnels[t.name]
+	if byName == nil {
+		byName = make(map[*tunnel]struct{})
+		p.tunnels[t.name] = byName
 	}
+	byName[t] = struct{}{}
+	t.ep.tunnels.Add(1)
 	return true
 }
 
 func (t *tunnel) unregister() {
-	t.p.tunnelsMu.Lock()
-	delete(t.p.tunnels, t)
-	t.p.tunnelsMu.Unlock()
-	t.ep.removeTunnel(t)
+	p := t.p
+	p.tunnelsMu.Lock()
+	if byName := p.tunnels[t.name]; byName != nil {
+		delete(byName, t)
+		if len(byName) == 0 {
+			delete(p.tunnels, t.name)
+		}
+	}
+	p.tunnelsMu.Unlock()
+	t.ep.tunnels.Add(-1)
 }
 
 // close ends both directions at once.

@@ -7,6 +7,7 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -72,7 +73,7 @@ func dialWS(t *testing.T, addr, path string) (*websocket.Conn, error) {
 func TestWebSocketEcho(t *testing.T) {
 	w, _ := wsWorker(t)
 	res := proxytest.NewStatic()
-	res.PlaceNamespace("/counter", w.endpoint(t, "sess-1", "secret-1", proxy.EndpointConfig{}))
+	res.PlaceNamespace("/counter", w.session("sess-1", "secret-1"))
 	f := startProxy(t, res, nil)
 
 	c, err := dialWS(t, f.addr, "/counter/a/ws")
@@ -114,7 +115,7 @@ func TestWebSocketEcho(t *testing.T) {
 func TestWebSocketRefusalRelayed(t *testing.T) {
 	w, _ := wsWorker(t)
 	res := proxytest.NewStatic()
-	res.PlaceNamespace("/counter", w.endpoint(t, "s", "k", proxy.EndpointConfig{}))
+	res.PlaceNamespace("/counter", w.session("s", "k"))
 	f := startProxy(t, res, nil)
 
 	c, err := net.Dial("tcp", f.addr)
@@ -147,7 +148,7 @@ func TestWebSocketRefusalRelayed(t *testing.T) {
 func TestUpgradeRefused(t *testing.T) {
 	w, _ := wsWorker(t)
 	res := proxytest.NewStatic()
-	res.PlaceNamespace("/counter", w.endpoint(t, "s", "k", proxy.EndpointConfig{}))
+	res.PlaceNamespace("/counter", w.session("s", "k"))
 	f := startProxy(t, res, nil)
 	for _, req := range []string{
 		"GET /counter/a/ws HTTP/1.1\r\nHost: h\r\nUpgrade: h2c\r\nConnection: Upgrade, HTTP2-Settings\r\nHTTP2-Settings: AAMAAABkAARAAAAAAAIAAAAA\r\n\r\n",
@@ -171,7 +172,7 @@ func TestUpgradeRefused(t *testing.T) {
 func TestTunnelCap(t *testing.T) {
 	w, _ := wsWorker(t)
 	res := proxytest.NewStatic()
-	res.PlaceNamespace("/counter", w.endpoint(t, "s", "k", proxy.EndpointConfig{}))
+	res.PlaceNamespace("/counter", w.session("s", "k"))
 	f := startProxy(t, res, func(c *proxy.Config) { c.MaxTunnels = 1 })
 	c, err := dialWS(t, f.addr, "/counter/a/ws")
 	if err != nil {
@@ -195,12 +196,12 @@ func TestTunnelCap(t *testing.T) {
 }
 
 // Closing a placement's tunnels (it left the worker) ends them at once and
-// leaves the worker's other tunnels alone.
+// leaves the worker's other tunnels alone; tunnels on the session the
+// placement moved to stay.
 func TestCloseTunnels(t *testing.T) {
 	w, _ := wsWorker(t)
-	ep := w.endpoint(t, "s", "k", proxy.EndpointConfig{})
 	res := proxytest.NewStatic()
-	res.PlaceNamespace("/counter", ep)
+	res.PlaceNamespace("/counter", w.session("s", "k"))
 	f := startProxy(t, res, nil)
 	c, err := dialWS(t, f.addr, "/counter/a/ws")
 	if err != nil {
@@ -214,17 +215,17 @@ func TestCloseTunnels(t *testing.T) {
 	defer other.Close()
 	_, _, _ = c.ReadMessage()     // hello
 	_, _, _ = other.ReadMessage() // hello
-	if ep.Tunnels() != 2 {
-		t.Fatalf("endpoint tunnels = %d; want 2", ep.Tunnels())
+	if n := f.p.OpenTunnels(); n != 2 {
+		t.Fatalf("open tunnels = %d; want 2", n)
 	}
 	start := time.Now()
-	ep.CloseTunnelsFor([]byte("/counter/a"))
+	f.p.CloseTunnels("/counter/a", "")
 	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
 	if _, _, err := c.ReadMessage(); err == nil {
 		t.Fatal("read after CloseTunnels succeeded")
 	}
 	if el := time.Since(start); el > time.Second {
-		t.Errorf("tunnel ended %v after CloseTunnelsFor; want < 1s", el)
+		t.Errorf("tunnel ended %v after CloseTunnels; want < 1s", el)
 	}
 	if err := other.WriteMessage(websocket.TextMessage, []byte("still")); err != nil {
 		t.Fatalf("the other placement's tunnel: %v", err)
@@ -232,12 +233,21 @@ func TestCloseTunnels(t *testing.T) {
 	if _, msg, err := other.ReadMessage(); err != nil || string(msg) != "still" {
 		t.Fatalf("the other placement's tunnel: %q %v", msg, err)
 	}
-	ep.CloseTunnels()
+	// Moved to the tunnel's own session: it stays.
+	f.p.CloseTunnels("/counter/b", "s")
+	if err := other.WriteMessage(websocket.TextMessage, []byte("kept")); err != nil {
+		t.Fatalf("a tunnel on the new holder: %v", err)
+	}
+	if _, msg, err := other.ReadMessage(); err != nil || string(msg) != "kept" {
+		t.Fatalf("a tunnel on the new holder: %q %v", msg, err)
+	}
+	// Moved elsewhere: it closes.
+	f.p.CloseTunnels("/counter/b", "another")
 	_ = other.SetReadDeadline(time.Now().Add(5 * time.Second))
 	if _, _, err := other.ReadMessage(); err == nil {
 		t.Fatal("read after CloseTunnels succeeded")
 	}
-	waitFor(t, func() bool { return f.p.OpenTunnels() == 0 && ep.Tunnels() == 0 })
+	waitFor(t, func() bool { return f.p.OpenTunnels() == 0 })
 }
 
 // A tunnel with no traffic either way for TunnelIdleTimeout closes; one with
@@ -245,7 +255,7 @@ func TestCloseTunnels(t *testing.T) {
 func TestTunnelIdle(t *testing.T) {
 	w, _ := wsWorker(t)
 	res := proxytest.NewStatic()
-	res.PlaceNamespace("/counter", w.endpoint(t, "s", "k", proxy.EndpointConfig{}))
+	res.PlaceNamespace("/counter", w.session("s", "k"))
 	f := startProxy(t, res, func(c *proxy.Config) { c.TunnelIdleTimeout = 400 * time.Millisecond })
 
 	busy, err := dialWS(t, f.addr, "/counter/a/ws")
@@ -308,14 +318,7 @@ func TestTunnelBytesAndHalfClose(t *testing.T) {
 		_, _ = io.WriteString(c, "bye")
 	}()
 	defer func() { _ = ln.Close(); <-done }()
-	ep, err := proxy.NewEndpoint(proxy.EndpointConfig{}, "s", "k", "http://"+ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ep.Close()
-	res := proxytest.NewStatic()
-	res.PlaceNamespace("/counter", ep)
-	f := startProxy(t, res, nil)
+	f := proxyTo(t, ln.Addr().String(), nil)
 
 	c, err := net.Dial("tcp", f.addr)
 	if err != nil {
@@ -351,57 +354,65 @@ func TestTunnelBytesAndHalfClose(t *testing.T) {
 	waitFor(t, func() bool { return f.p.OpenTunnels() == 0 })
 }
 
-// observingResolver is a Static resolver that records TunnelOpened and
-// TunnelClosed calls.
-type observingResolver struct {
+// watchingResolver is a Static resolver that records Watch and Unwatch
+// calls. On Watch of "/counter/kill" it closes that name's tunnels, which
+// reaches the tunnel only if it was registered before Watch.
+type watchingResolver struct {
 	*proxytest.Static
-	opened, closed chan string
+	p                *atomic.Pointer[proxy.Proxy]
+	watched, unwatch chan string
 }
 
-func (o observingResolver) TunnelOpened(name string, ep *proxy.Endpoint) {
-	if ep == nil || ep.Tunnels() != 1 {
-		panic("TunnelOpened before the tunnel was registered on its endpoint")
+func (o watchingResolver) Watch(name string) {
+	if name == "/counter/kill" {
+		o.p.Load().CloseTunnels(name, "")
 	}
-	o.opened <- name
+	o.watched <- name
 }
 
-func (o observingResolver) TunnelClosed(name string, ep *proxy.Endpoint) { o.closed <- name }
+func (o watchingResolver) Unwatch(name string) { o.unwatch <- name }
 
-// A Resolver that implements TunnelObserver hears of every tunnel once it is
-// registered on its endpoint (so that a close for its name reaches it), and
-// of nothing for a refused handshake.
-func TestTunnelObserver(t *testing.T) {
+// A Resolver that implements TunnelWatcher hears of every tunnel once it is
+// registered (so that a CloseTunnels for its name reaches it), exactly once
+// each way, and of nothing for a refused handshake.
+func TestTunnelWatcher(t *testing.T) {
 	w, _ := wsWorker(t)
-	res := observingResolver{proxytest.NewStatic(), make(chan string, 4), make(chan string, 4)}
-	res.PlaceNamespace("/counter", w.endpoint(t, "s", "k", proxy.EndpointConfig{}))
+	res := watchingResolver{proxytest.NewStatic(), &atomic.Pointer[proxy.Proxy]{}, make(chan string, 4), make(chan string, 4)}
+	res.PlaceNamespace("/counter", w.session("s", "k"))
 	f := startProxy(t, res, nil)
+	res.p.Store(f.p)
+	expect := func(ch chan string, call, want string) {
+		t.Helper()
+		select {
+		case name := <-ch:
+			if name != want {
+				t.Errorf("%s(%q); want %s", call, name, want)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%s(%s) was not called", call, want)
+		}
+	}
 	c, err := dialWS(t, f.addr, "/counter/a/ws")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	select {
-	case name := <-res.opened:
-		if name != "/counter/a" {
-			t.Errorf("TunnelOpened(%q); want /counter/a", name)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("TunnelOpened was not called")
-	}
+	expect(res.watched, "Watch", "/counter/a")
 	if _, err := dialWS(t, f.addr, "/counter/b/other"); err == nil { // answered 426: no tunnel
 		t.Fatal("a refused handshake opened a tunnel")
 	}
-	_ = c.Close()
-	select {
-	case name := <-res.closed:
-		if name != "/counter/a" {
-			t.Errorf("TunnelClosed(%q); want /counter/a", name)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("TunnelClosed was not called")
+	// Watch runs before the 101 is relayed: a tunnel its CloseTunnels
+	// reaches ends before the client sees the handshake's answer.
+	if k, err := dialWS(t, f.addr, "/counter/kill/ws"); err == nil {
+		k.Close()
+		t.Fatal("CloseTunnels from Watch did not reach the tunnel: it was not registered yet")
 	}
+	expect(res.watched, "Watch", "/counter/kill")
+	expect(res.unwatch, "Unwatch", "/counter/kill")
+	_ = c.Close()
+	expect(res.unwatch, "Unwatch", "/counter/a")
 	waitFor(t, func() bool { return f.p.OpenTunnels() == 0 })
-	if n, m := len(res.opened), len(res.closed); n != 0 || m != 0 {
-		t.Errorf("%d more TunnelOpened and %d more TunnelClosed calls; want none", n, m)
+	if n, m := len(res.watched), len(res.unwatch); n != 0 || m != 0 {
+		t.Errorf("%d more Watch and %d more Unwatch calls; want none", n, m)
 	}
 }

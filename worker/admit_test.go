@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -17,7 +18,7 @@ func newLeasedWorker(tb testing.TB, clk clock.Clock) *Worker {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	w.current.Store(anchorLease(newSession("s1"), clk.Now(), clk.Now(), 1, DefaultLease))
+	w.current.Store(anchorLease(w.newSession("s1"), clk.Now(), clk.Now(), 1, DefaultLease))
 	return w
 }
 
@@ -67,35 +68,62 @@ func BenchmarkAdmit(b *testing.B) {
 	})
 }
 
-// LeaseValid (host.LeaseChecker, used by Instance.Do) is the inline check
-// for a lease context outside the request path: the current lease, on the
-// clock right now, whether or not the watchdog has run.
-func TestLeaseValid(t *testing.T) {
+// The lease context's Err is the inline check Instance.Do relies on: nil
+// under the current lease; at the local deadline it ends the context itself
+// (cause ErrLeaseExpired, derived contexts cancelled), whether or not the
+// watchdog has run; an ended session's context stays ended. It does not
+// allocate.
+func TestLeaseContextErr(t *testing.T) {
 	clk := clock.NewFake(t0Wall)
 	w := newLeasedWorker(t, clk)
 	lease, why := w.Admit(w.secret, nil)
 	if why != "" {
 		t.Fatal(why)
 	}
-	if !w.LeaseValid(lease) {
-		t.Fatal("the current lease is not valid")
+	derived, cancel := context.WithCancel(lease)
+	defer cancel()
+	if lease.Err() != nil || derived.Err() != nil {
+		t.Fatal("the current lease has ended")
 	}
-	if w.LeaseValid(context.Background()) {
-		t.Fatal("a context that is not the current lease is valid")
+	if _, ok := lease.Deadline(); ok {
+		t.Fatal("the lease context reports a deadline; its deadline moves, so it must report none")
 	}
-	clk.Advance(5 * time.Second)
-	if w.LeaseValid(lease) {
-		t.Fatal("the lease is valid at the local deadline")
+	if id, ok := SessionOf(derived); !ok || id != "s1" {
+		t.Fatalf("SessionOf(derived) = %q, %v; want s1", id, ok)
 	}
+	if allocs := testing.AllocsPerRun(100, func() { _ = lease.Err() }); allocs != 0 {
+		t.Fatalf("Err of a live lease allocates %v times", allocs)
+	}
+	clk.Advance(5*time.Second - time.Nanosecond)
 	if lease.Err() != nil {
+		t.Fatal("the lease ended before its local deadline")
+	}
+	clk.Advance(time.Nanosecond)
+	select {
+	case <-lease.Done():
 		t.Fatal("the test meant a lease whose watchdog has not run")
+	default:
 	}
-	old := lease
-	w.current.Store(anchorLease(newSession("s2"), clk.Now(), clk.Now(), 2, DefaultLease))
-	if w.LeaseValid(old) {
-		t.Fatal("the previous session's lease is valid under a new session")
+	if !errors.Is(lease.Err(), context.Canceled) || !errors.Is(context.Cause(lease), ErrLeaseExpired) {
+		t.Fatalf("at the local deadline: Err %v, Cause %v; want Canceled with cause ErrLeaseExpired", lease.Err(), context.Cause(lease))
 	}
-	if allocs := testing.AllocsPerRun(100, func() { w.LeaseValid(old) }); allocs != 0 {
-		t.Fatalf("LeaseValid allocates %v times", allocs)
+	select {
+	case <-lease.Done():
+	default:
+		t.Fatal("Err reported the end but Done is open")
+	}
+	if derived.Err() == nil {
+		t.Fatal("a context derived from the lease outlived its end")
+	}
+	if _, why := w.Admit(w.secret, nil); why != wire.ReasonLease {
+		t.Fatalf("Admit after the end = %q; want %q", why, wire.ReasonLease)
+	}
+	// A new session's lease is a new context; the old one stays ended.
+	w.current.Store(anchorLease(w.newSession("s2"), clk.Now(), clk.Now(), 2, DefaultLease))
+	if lease.Err() == nil {
+		t.Fatal("the previous session's lease revived under a new session")
+	}
+	if allocs := testing.AllocsPerRun(100, func() { _ = lease.Err() }); allocs != 0 {
+		t.Fatalf("Err of an ended lease allocates %v times", allocs)
 	}
 }

@@ -95,7 +95,7 @@ type Config struct {
 	// aborts its instances at (send time of the last acked heartbeat) +
 	// lease − LeaseBuffer. It must be shorter than the lease and should cover
 	// the clock-rate difference between this machine and Redis. Default
-	// DefaultLeaseBuffer. ConfigureLease changes it at run time.
+	// DefaultLeaseBuffer.
 	LeaseBuffer time.Duration
 	// RetryInterval is the quick resend interval of an unacknowledged
 	// heartbeat. Default DefaultRetryInterval.
@@ -122,14 +122,9 @@ type Config struct {
 	// MaxConns bounds the connections to the pinboard; calls beyond it wait
 	// for a free connection within RequestTimeout. Default DefaultMaxConns.
 	MaxConns int
-	// OnLease, if set, is called on the worker's loop goroutine for every
-	// registration, every heartbeat ack that renews the lease, and every
-	// loss (see LeaseEvent). It must return promptly. It exists for
-	// observers such as the chaos harness's history; nil means none.
-	OnLease func(LeaseEvent)
 }
 
-// ErrBadTiming is returned (wrapped) by New, ConfigureLease and Run when the
+// ErrBadTiming is returned (wrapped) by New and Run when the
 // lease timing cannot work: the buffer is not shorter than the lease, or fewer
 // than MinHeartbeatAttempts heartbeat attempts fit before the local deadline.
 // The message names the values; fix it by lowering LeaseBuffer,

@@ -101,25 +101,3 @@ func TestCheckTiming(t *testing.T) {
 	f(0, 5*s, 3*s, s/2, "not positive")
 	f(10*s, 0, 3*s, s/2, "must be positive")
 }
-
-func TestConfigureLease(t *testing.T) {
-	w, err := New(validConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := w.ConfigureLease(LeaseOptions{Buffer: 10 * time.Second}); !errors.Is(err, ErrBadTiming) {
-		t.Errorf("ConfigureLease(buffer = lease) = %v; want ErrBadTiming", err)
-	}
-	if err := w.ConfigureLease(LeaseOptions{Buffer: -time.Second}); err == nil {
-		t.Error("ConfigureLease(negative buffer) = nil; want an error")
-	}
-	if err := w.ConfigureLease(LeaseOptions{Buffer: 4 * time.Second}); err != nil {
-		t.Fatalf("ConfigureLease(4s) = %v", err)
-	}
-	if got := time.Duration(w.buffer.Load()); got != 4*time.Second {
-		t.Fatalf("buffer = %v after ConfigureLease(4s)", got)
-	}
-	if err := w.ConfigureLease(LeaseOptions{}); err != nil || time.Duration(w.buffer.Load()) != 4*time.Second {
-		t.Fatalf("ConfigureLease({}) = %v, buffer %v; want the buffer kept", err, time.Duration(w.buffer.Load()))
-	}
-}

@@ -2,13 +2,13 @@
 // pinboard: it proves its advertise URL, holds a lease through heartbeats,
 // fences the hosts attached to it when the lease is lost, relays drain and
 // wind_down, and releases placements. *Worker implements host.Worker; several
-// hosts (one per namespace) share one worker. Protocol: SPEC §4–5; bodies,
-// headers and paths in internal/wire.
+// hosts (one per namespace) share one worker. The protocol (calls, bodies,
+// headers, control messages) is docs/protocol.md, defined in internal/wire.
 //
 // # Wiring
 //
 //	w, err := worker.New(worker.Config{PinboardURL: ..., AdvertiseURL: ..., Token: ...})
-//	h, err := host.New(host.Config{..., Worker: w})   // calls w.Attach(h)
+//	h, err := host.New(host.Config{..., Worker: w})   // calls w.Attach(h); h.Close detaches
 //	w.Mount(r)                                         // GET /_pinned/challenge next to the hosts
 //	go w.Run(ctx)                                      // register, heartbeat, fence
 //	... readiness probe: w.Ready(); SIGTERM: w.Shutdown(ctx)
@@ -30,10 +30,20 @@
 // clock.Instant.Sub, the larger of monotonic and wall elapsed time, so a
 // machine suspend counts. Acks of older attempts never move the anchor back.
 //
-// The lease is a context, as in rueidislock: each session has one, Admit
-// returns it, and hosts derive instance contexts from it. It is cancelled
-// (context.Cause says why: ErrLeaseExpired, ErrReregister, ErrSuperseded,
-// ErrStopped) when the lease is lost.
+// The lease has one API: a context, plus one callback registration.
+//
+//   - The lease context (as in rueidislock): each session has one; Admit
+//     returns it and hosts derive instance contexts from it. It ends when
+//     the lease ends, with context.Cause saying why (ErrLeaseExpired,
+//     ErrReregister, ErrSuperseded, ErrStopped), and at the latest at the
+//     local deadline: its Err checks the clock when called and ends the
+//     context itself once the deadline passed, so nobody who asks it ever
+//     sees a lease past its end, whatever the loop's timers are doing. It
+//     reports no Deadline (the local deadline moves with every renewal;
+//     Remaining and ExpiresAt report it).
+//   - OnLease registers a function called on every registration, renewal
+//     and loss (LeaseEvent: the session, its lease context, the send time
+//     of the acknowledged call, the granted lease, the cause).
 //
 // # Fencing: what is guaranteed
 //
@@ -46,9 +56,9 @@
 //     past its deadline.
 //   - When the deadline passes without an ack (the loop's watchdog timer, or
 //     the loop noticing on any wake-up), or on a 409 reregister or
-//     superseded, selfAbort withdraws the lease (Admit refuses from then on),
-//     cancels the session context and calls AbortAll("lease") on every
-//     attached host. Only then does the worker register again, with a new
+//     superseded, selfAbort ends the lease context (Admit and Instance.Do
+//     refuse from then on), withdraws the lease and calls AbortAll("lease")
+//     on every attached host. Only then does the worker register again, with a new
 //     session: when the new one starts serving, every instance of the old one
 //     has been aborted (its context cancelled; a teardown may still be
 //     finishing), and requests routed by the old session's placements are
@@ -102,6 +112,16 @@
 //
 // "drain complete" is logged once every host is empty.
 //
+// # Evict
+//
+// An evict message (DELETE /registry/placements/{namespace}/{id} on the
+// pinboard) names one instance: the host of its namespace aborts it
+// (Attached.Evict, reason "evict": context and tasks cancelled, teardown
+// once, then the usual release), so the next request for the id activates
+// a fresh instance. It takes effect when the ack carrying it arrives, so
+// within a heartbeat interval of the call plus the instance's close. An id
+// with no live instance here needs nothing; the worker does not drain.
+//
 // # Release and deregistration
 //
 // Release names the session the pinboard must compare against: the current
@@ -118,14 +138,29 @@
 // drops the session at once instead of a lease later. It is skipped (and
 // counted) while aborted instances are still tearing down.
 //
+// # Alarms
+//
+// *Worker implements host.AlarmStore: in fleet mode a host's
+// Instance.SetAlarm, DeleteAlarm and Alarms become POST
+// /registry/alarms/{set,delete,list} naming the session of the instance's
+// lease (SessionOf), and the pinboard accepts them only while that session
+// holds the id's placement (409 otherwise: host.ErrAlarmNotHolder, which a
+// handler turns into 503 lease). Transport errors, 5xx and 429 are retried
+// within the caller's context (host.Config AlarmTimeout) after 100 ms
+// doubling to 1 s, then host.ErrAlarmUnavailable (503 store); other refusals
+// return at once (ErrAlarmRefused, host.ErrTooManyAlarms). The pinboard delivers due
+// alarms to the worker holding the id like any proxied request; Admit
+// checks them the same way.
+//
 // # Concurrency
 //
 // Admit, Draining, Ready, Session, ExpiresAt, Remaining, Release and
 // HandleChallenge are safe for concurrent use at any time. All lease
 // transitions happen on the Run goroutine; the lease is an immutable snapshot
 // behind an atomic pointer. Registry calls run on goroutines owned by Run,
-// which waits for them before returning. OnLost and OnRegained run on the Run
-// goroutine and must return promptly. Attach must happen before Run.
+// which waits for them before returning. Functions registered with OnLease
+// run on the Run goroutine and must return promptly. Attach must happen
+// before Run; detach (Host.Close) may happen at any time.
 //
 // New does no I/O and starts no goroutine. Logs go to Config.Logger tagged
 // logger=pinned.worker with the client id and, once registered, the
@@ -141,4 +176,5 @@
 //	pinned_releases_total{result}              ok, failed, unauthorized, gave_up
 //	pinned_deregistrations_total{result}       ok, failed, unauthorized, skipped
 //	pinned_lease_lost_total{reason}            expired, reregister, superseded, stopped, bad_timing
+//	pinned_alarm_calls_total{result}           ok, refused, failed, unauthorized
 package worker

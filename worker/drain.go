@@ -90,9 +90,27 @@ func (w *Worker) applyMessage(m wire.Message) {
 		w.enterDrain(modeDrain, m.DeadlineMs, "pinboard")
 	case wire.MessageWindDown:
 		w.enterDrain(modeWindDown, m.DeadlineMs, "pinboard")
+	case wire.MessageEvict:
+		w.evict(m.Namespace, m.ID)
 	default:
 		w.log.Warn("unknown control message ignored", "type", m.Type)
 	}
+}
+
+// evict acts on an evict message: the host of namespace aborts the
+// instance of id (teardown, then release, as for any closed instance), so
+// the next request for it activates a fresh one. An id without a live
+// instance here needs nothing: its next request activates a fresh one
+// anyway (on this worker while the placement names its session).
+func (w *Worker) evict(namespace, id string) {
+	for _, h := range w.attached() {
+		if h.Namespace() == namespace {
+			found := h.Evict(id, reasonEvict)
+			w.log.Info("instance evicted by the pinboard", "namespace", namespace, "instance", id, "found", found, "reason", reasonEvict)
+			return
+		}
+	}
+	w.log.Warn("evict for a namespace this worker does not serve ignored", "namespace", namespace, "instance", id)
 }
 
 // driveDrain does the time-driven part of draining, on the loop: abort what
@@ -104,13 +122,14 @@ func (l *loop) driveDrain(now clock.Instant) {
 	}
 	if mode == modeWindDown && deadline != 0 && !l.deadlineAborted && now.Wall().UnixMilli() >= deadline {
 		l.deadlineAborted = true
-		n := live(l.hosts)
-		for _, h := range l.hosts {
+		hosts := l.w.attached()
+		n := live(hosts)
+		for _, h := range hosts {
 			h.AbortAll(reasonWindDown)
 		}
 		l.log.Warn("wind_down deadline reached; remaining instances aborted", "instances", n, "reason", reasonWindDown)
 	}
-	if !l.drainComplete && live(l.hosts) == 0 {
+	if !l.drainComplete && live(l.w.attached()) == 0 {
 		l.drainComplete = true
 		l.log.Info("drain complete: no instance left", "mode", mode.String())
 	}

@@ -277,3 +277,27 @@ func TestShutdownDeregisterFailure(t *testing.T) {
 		t.Errorf(`pinned_deregistrations_total{result="failed"} = %s; want 1`, got)
 	}
 }
+
+// evict: the host of the message's namespace is asked to evict the id, at
+// once when the ack arrives, with the evict reason; the worker does not
+// drain; an evict for another namespace touches no host.
+func TestEvictMessage(t *testing.T) {
+	h := newHarness(t)
+	h.register()
+	h.host.has = map[string]bool{"alice": true}
+	h.pb.push(wire.Message{Type: wire.MessageEvict, Namespace: "/counter", ID: "alice"})
+	h.pb.push(wire.Message{Type: wire.MessageEvict, Namespace: "/other", ID: "bob"})
+	if e := h.host.evictions(); len(e) != 0 {
+		t.Fatalf("evicted %v before the message arrived", e)
+	}
+	h.advanceTo(3 * time.Second)
+	h.until("the eviction", func() bool { return len(h.host.evictions()) > 0 })
+	if e := h.host.evictions(); len(e) != 1 || e[0] != "alice "+reasonEvict {
+		t.Fatalf("Evict calls = %v; want exactly [alice %s]", e, reasonEvict)
+	}
+	if h.w.Draining() {
+		t.Fatal("an evict message started a drain")
+	}
+	h.expectLogged("INFO", "instance evicted by the pinboard", "namespace", "/counter", "instance", "alice", "found", "true")
+	h.expectLogged("WARN", "evict for a namespace this worker does not serve ignored", "namespace", "/other")
+}

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -18,8 +19,8 @@ import (
 	"github.com/valyala/fasthttp"
 	"go.uber.org/goleak"
 
-	"github.com/pinned-go/pinned/host"
 	"github.com/pinned-go/pinned/clock"
+	"github.com/pinned-go/pinned/host"
 	"github.com/pinned-go/pinned/internal/testkit/logtest"
 	"github.com/pinned-go/pinned/internal/wire"
 )
@@ -58,6 +59,8 @@ type fakeHost struct {
 	tearing   int
 	aborts    []abortRec
 	closeIdle []string
+	evicted   []string // "<id> <reason>" of every Evict call
+	has       map[string]bool
 }
 
 type abortRec struct {
@@ -108,6 +111,17 @@ func (h *fakeHost) CloseIdle(reason string) {
 	defer h.mu.Unlock()
 	h.closeIdle = append(h.closeIdle, reason)
 	h.idle = 0
+}
+func (h *fakeHost) Evict(id, reason string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.evicted = append(h.evicted, id+" "+reason)
+	return h.has[id]
+}
+func (h *fakeHost) evictions() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return slices.Clone(h.evicted)
 }
 func (h *fakeHost) set(busy, idle int) {
 	h.mu.Lock()
@@ -530,7 +544,7 @@ func newHarness(t *testing.T, tweak ...func(*Config)) *harness {
 	w.hooks = &testHooks{idle: h.idle, poke: h.poke}
 	h.w = w
 	h.host = &fakeHost{ns: "/counter", cap: 100, w: w, clk: clk}
-	if err := w.Attach(h.host); err != nil {
+	if _, err := w.Attach(h.host); err != nil {
 		t.Fatal(err)
 	}
 	h.pb.host, h.pb.w = h.host, w

@@ -4,6 +4,8 @@ import (
 	"context"
 	"crypto/subtle"
 	"errors"
+	"slices"
+	"sync"
 	"time"
 
 	"github.com/pinned-go/pinned/clock"
@@ -11,8 +13,8 @@ import (
 	"github.com/pinned-go/pinned/internal/wire"
 )
 
-// Causes of a lost lease, delivered to LeaseOptions.OnLost and readable with
-// context.Cause on the context Admit returned.
+// Causes of a lost lease: context.Cause of the lease context, and
+// LeaseEvent.Cause of the LeaseLost event.
 var (
 	// ErrLeaseExpired: no heartbeat was acknowledged before the local deadline
 	// (send time of the last acked call + lease − buffer), or the machine was
@@ -34,22 +36,67 @@ var (
 	ErrStopped = errors.New("the worker stopped")
 )
 
-// session is one registration with the pinboard. Its context is the lease
-// context handed out by Admit; it is cancelled (with the loss cause) exactly
-// once, by selfAbort.
+// session is one registration with the pinboard, and its lease context: the
+// context.Context that Admit returns, LeaseEvent carries and instance
+// contexts derive from. It ends exactly once, with the loss cause: when the
+// loop fences (selfAbort), or when Err finds the local deadline passed
+// first.
 type session struct {
 	id     string
-	ctx    context.Context
+	w      *Worker
+	ctx    context.Context // carries the session id; cancelled when the lease ends
 	cancel context.CancelCauseFunc
 }
 
-func newSession(id string) *session {
+func (w *Worker) newSession(id string) *session {
 	ctx, cancel := context.WithCancelCause(context.WithValue(context.Background(), sessionKey{}, id))
-	return &session{id: id, ctx: ctx, cancel: cancel}
+	return &session{id: id, w: w, ctx: ctx, cancel: cancel}
 }
 
-// sessionKey is the context key under which a session's context (the one
-// Admit returns) carries its session id.
+// Deadline implements context.Context: a lease context reports no deadline.
+// Its local deadline moves later with every renewal, and a context's
+// deadline must not move (context.WithDeadline of a derived context trusts
+// an earlier parent deadline and drops its own). The end itself is exact:
+// see Err.
+func (s *session) Deadline() (time.Time, bool) { return time.Time{}, false }
+
+// Done implements context.Context: closed when the lease has ended.
+func (s *session) Done() <-chan struct{} { return s.ctx.Done() }
+
+// Value implements context.Context; the session id is under sessionKey (see
+// SessionOf). Contexts derived from a lease context hang directly on its
+// cancellation (no goroutine), since Value exposes the inner cancelCtx.
+func (s *session) Value(key any) any { return s.ctx.Value(key) }
+
+// Err implements context.Context and is the lease's inline check (it calls
+// leaseValid on the clock right now): nil while this session holds the
+// current lease and its local deadline has not passed. The first call that
+// finds the deadline passed ends the lease context there and then, with
+// cause ErrLeaseExpired, whether or not the loop's watchdog has run, so Err
+// never reports a live lease past its end and Done is closed before Err
+// returns non-nil. It does not allocate.
+func (s *session) Err() error {
+	if err := s.ctx.Err(); err != nil {
+		return err
+	}
+	w := s.w
+	l := w.current.Load()
+	if l != nil && l.sess == s && (faults.Has(faults.WatchdogOnly) || w.leaseValid(l, w.clock.Now())) {
+		return nil
+	}
+	if faults.Has(faults.NoSelfAbort) {
+		// Planted bug: the lease was withdrawn without ending its context.
+		return ErrLeaseExpired
+	}
+	s.cancel(ErrLeaseExpired)
+	return s.ctx.Err()
+}
+
+// String names the session, for debugging.
+func (s *session) String() string { return "worker.lease(" + s.id + ")" }
+
+// sessionKey is the context key under which a lease context carries its
+// session id.
 type sessionKey struct{}
 
 // SessionOf returns the session id carried by ctx: a lease context returned
@@ -73,8 +120,8 @@ type lease struct {
 // from when the acknowledged call was SENT, never from when its answer came
 // back: the pinboard refreshed its TTL some time after our send, so
 // sent + expiresIn is a lower bound of its expiry, whereas receive time +
-// expiresIn would overshoot it by one network delay (etcd's mistake, see
-// research/reliability.md §0).
+// expiresIn would overshoot it by up to one network delay (the mistake of
+// anchoring a lease at the answer: the planted fault receive_anchor).
 //
 // received is when the ack arrived; it is used only by the planted fault
 // faults.ReceiveAnchor (test binaries built with the pinned_faults tag).
@@ -87,27 +134,30 @@ func anchorLease(sess *session, sent, received clock.Instant, seq uint64, expire
 
 // leaseValid is THE inline lease check: l is usable at now when fewer than
 // expiresIn − buffer have elapsed since its anchor, measured by
-// clock.Instant.Sub, which counts machine suspend. Admit and Ready call it on
-// every use, so a frozen or suspended process refuses work the moment it
-// wakes, whether or not the watchdog has run.
+// clock.Instant.Sub, which counts machine suspend. The lease context's Err
+// (so Admit and Instance.Do) and Ready call it on every use, so a frozen or
+// suspended process refuses work the moment it wakes, whether or not the
+// watchdog has run.
 func (w *Worker) leaseValid(l *lease, now clock.Instant) bool {
-	return l != nil && !now.Elapsed(l.sent, l.expiresIn-time.Duration(w.buffer.Load()))
+	return l != nil && !now.Elapsed(l.sent, l.expiresIn-w.cfg.LeaseBuffer)
 }
 
 // selfAbort is THE place where the worker fences itself after losing its
-// lease (deadline passed, reregister, superseded, stopped): it withdraws the
-// lease so Admit refuses at once, cancels the session context with cause
-// (every instance context derived from it ends), and force-ends every
-// instance of every attached host with reason. It returns the number of
-// instances the hosts held. Callers register a new session only after it
-// returns, so no instance of the old session outlives the switch.
+// lease (deadline passed, reregister, superseded, stopped): it ends the
+// lease context with cause (every instance context derived from it ends,
+// and its Err, hence Admit and Instance.Do, refuse), withdraws the lease,
+// and force-ends every instance of every attached host with reason. It
+// returns the number of instances the hosts held. Callers register a new
+// session only after it returns, so no instance of the old session outlives
+// the switch.
 func (w *Worker) selfAbort(cause error, reason string) int {
 	if faults.Has(faults.NoSelfAbort) {
 		w.current.Store(nil) // planted bug: refuse new requests, abort nothing
 		return 0
 	}
-	if l := w.current.Swap(nil); l != nil {
-		l.sess.cancel(cause)
+	if l := w.current.Load(); l != nil {
+		l.sess.cancel(cause) // before the withdrawal: a withdrawn lease is always ended
+		w.current.Store(nil)
 	}
 	n := 0
 	for _, h := range w.attached() {
@@ -120,9 +170,9 @@ func (w *Worker) selfAbort(cause error, reason string) int {
 // Admit implements host.Worker: the inline check of one data-plane request.
 // In order: secret must equal the worker's secret (constant time) else
 // wire.ReasonForbidden; a non-empty session must equal the current session
-// id, and the current lease must be valid on the clock right now, else
-// wire.ReasonLease. On success it returns the session's lease context, which
-// is cancelled when the lease is lost. Admit does not allocate.
+// id, and the lease must not have ended (its context's Err, which checks the
+// clock right now), else wire.ReasonLease. On success it returns the lease
+// context. Admit does not allocate.
 func (w *Worker) Admit(secret, session []byte) (context.Context, string) {
 	if subtle.ConstantTimeCompare(secret, w.secret) != 1 {
 		return nil, wire.ReasonForbidden
@@ -134,23 +184,10 @@ func (w *Worker) Admit(secret, session []byte) (context.Context, string) {
 	if len(session) != 0 && string(session) != l.sess.id {
 		return nil, wire.ReasonLease
 	}
-	if !faults.Has(faults.WatchdogOnly) && !w.leaseValid(l, w.clock.Now()) {
+	if l.sess.Err() != nil {
 		return nil, wire.ReasonLease
 	}
-	return l.sess.ctx, ""
-}
-
-// LeaseValid implements host.LeaseChecker: lease is the context Admit
-// returned under the current session and that lease is valid on the clock
-// right now (leaseValid). Instance.Do calls it before every effect, so a
-// task never takes effect after the local deadline, whatever the loop's
-// watchdog is doing. It does not allocate.
-func (w *Worker) LeaseValid(lease context.Context) bool {
-	l := w.current.Load()
-	if l == nil || l.sess.ctx != lease {
-		return false
-	}
-	return faults.Has(faults.WatchdogOnly) || w.leaseValid(l, w.clock.Now())
+	return l.sess, ""
 }
 
 // Ready reports whether the worker holds a valid lease right now: registered,
@@ -189,96 +226,85 @@ func (w *Worker) Remaining() time.Duration {
 	if l == nil {
 		return 0
 	}
-	left := l.expiresIn - time.Duration(w.buffer.Load()) - w.clock.Now().Sub(l.sent)
+	left := l.expiresIn - w.cfg.LeaseBuffer - w.clock.Now().Sub(l.sent)
 	return max(left, 0)
-}
-
-// LeaseOptions changes the lease's local safety margin and its handlers (the
-// seed's lease.configure).
-type LeaseOptions struct {
-	// Buffer replaces Config.LeaseBuffer; 0 keeps the current buffer. It is
-	// validated with CheckTiming against the current lease (the default lease
-	// before the first registration).
-	Buffer time.Duration
-	// OnLost is called after the worker lost its lease and aborted every
-	// instance, with the cause (ErrLeaseExpired, ErrReregister,
-	// ErrSuperseded, ErrStopped). nil means no handler.
-	OnLost func(cause error)
-	// OnRegained is called when a new session is registered after a lost
-	// lease (not on the first registration), with the new session id. nil
-	// means no handler.
-	OnRegained func(session string)
-}
-
-// leaseHandlers is the handler part of LeaseOptions, swapped atomically.
-type leaseHandlers struct {
-	onLost     func(error)
-	onRegained func(string)
-}
-
-// ConfigureLease replaces the lease buffer (when o.Buffer is not 0) and both
-// handlers (nil removes one). Handlers run on the worker's loop goroutine and
-// must return promptly (while one runs, heartbeats are not processed) and
-// must not call Shutdown, which waits for that goroutine. A buffer change
-// applies at once, to the current lease too.
-func (w *Worker) ConfigureLease(o LeaseOptions) error {
-	if o.Buffer < 0 {
-		return errors.New("worker: LeaseOptions.Buffer is negative: use a positive duration, or 0 to keep the current one")
-	}
-	if o.Buffer != 0 {
-		lease := DefaultLease
-		if l := w.current.Load(); l != nil {
-			lease = l.expiresIn
-		} else if n := w.lastLease.Load(); n > 0 {
-			lease = time.Duration(n)
-		}
-		if err := CheckTiming(lease, o.Buffer, w.cfg.HeartbeatInterval, w.cfg.RetryInterval); err != nil {
-			return err
-		}
-		w.buffer.Store(int64(o.Buffer))
-	}
-	w.handlers.Store(&leaseHandlers{onLost: o.OnLost, onRegained: o.OnRegained})
-	return nil
 }
 
 // LeaseEventKind says what happened to the lease in a LeaseEvent.
 type LeaseEventKind string
 
-// The lease events reported to Config.OnLease.
+// The lease events reported to the functions registered with OnLease.
 const (
 	// LeaseRegistered: a registration was acknowledged; a new session
 	// holds the lease, anchored at the registration's send time.
 	LeaseRegistered LeaseEventKind = "registered"
 	// LeaseRenewed: a heartbeat ack moved the lease's anchor forward.
 	LeaseRenewed LeaseEventKind = "renewed"
-	// LeaseLost: the session's lease was given up (Cause says why) and
-	// selfAbort ran.
+	// LeaseLost: the session's lease ended (Cause says why) and selfAbort
+	// ran: its context is cancelled and every instance was aborted.
 	LeaseLost LeaseEventKind = "lost"
 )
 
-// LeaseEvent is one change of the worker's lease, reported to
-// Config.OnLease with the raw facts an outside observer needs to recompute
-// the lease: when the acknowledged call was sent and what lease the ack
-// granted (never the worker's own deadline).
+// LeaseEvent is one change of the worker's lease, with the raw facts an
+// outside observer needs to recompute the lease: when the acknowledged call
+// was sent and what lease the ack granted (never the worker's own deadline).
 type LeaseEvent struct {
-	Kind    LeaseEventKind
+	Kind LeaseEventKind
+	// Session is the session id (also the lease context's SessionOf).
 	Session string
-	// SentAgo is how long before the OnLease call the acknowledged call was
-	// sent (registered, renewed).
+	// Lease is the session's lease context, the one Admit returns: live
+	// after registered and renewed (until the lease ends), ended after lost.
+	Lease context.Context
+	// SentAgo is how long before the call the acknowledged call was sent
+	// (registered, renewed).
 	SentAgo time.Duration
-	// HandledAgo is how long before the OnLease call the worker took the
-	// ack in hand and checked that its lease had not lapsed yet (registered,
-	// renewed): an ack handled after the local deadline renews nothing.
+	// HandledAgo is how long before the call the worker took the ack in hand
+	// and checked that its lease had not lapsed yet (registered, renewed): an
+	// ack handled after the local deadline renews nothing.
 	HandledAgo time.Duration
-	// ExpiresIn is the lease the ack granted (registered, renewed).
+	// ExpiresIn is the lease the ack granted (registered, renewed). The
+	// local deadline is SentAgo before the call + ExpiresIn − LeaseBuffer.
 	ExpiresIn time.Duration
-	// Cause is why the lease was lost (lost).
+	// Cause is why the lease ended (lost): ErrLeaseExpired, ErrReregister,
+	// ErrSuperseded or ErrStopped (possibly wrapping ErrBadTiming), the
+	// lease context's context.Cause.
 	Cause error
 }
 
-// leaseEvent reports e to Config.OnLease, if set.
+// leaseObserver is one function registered with OnLease; its pointer is its
+// identity, so the same function may be registered twice.
+type leaseObserver struct{ fn func(LeaseEvent) }
+
+// OnLease registers fn to be called for every lease event: each
+// registration, each heartbeat ack that renews the lease, each loss (after
+// the abort). Register before Run to see the first registration. fn runs on
+// Run's goroutine, in registration order with the other functions: it must
+// return promptly (heartbeats wait for it) and must not call Shutdown,
+// which waits for that goroutine. stop unregisters fn; an event being
+// delivered while stop runs may still reach it. It is the lease's one
+// observation point besides the lease context itself (whose end, Done and
+// context.Cause, needs no registration).
+func (w *Worker) OnLease(fn func(LeaseEvent)) (stop func()) {
+	o := &leaseObserver{fn: fn}
+	w.mu.Lock()
+	w.observers = append(w.observers[:len(w.observers):len(w.observers)], o)
+	w.mu.Unlock()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			w.mu.Lock()
+			defer w.mu.Unlock()
+			w.observers = slices.DeleteFunc(slices.Clone(w.observers), func(x *leaseObserver) bool { return x == o })
+		})
+	}
+}
+
+// leaseEvent reports e to every function registered with OnLease.
 func (w *Worker) leaseEvent(e LeaseEvent) {
-	if w.cfg.OnLease != nil {
-		w.cfg.OnLease(e)
+	w.mu.Lock()
+	obs := w.observers
+	w.mu.Unlock()
+	for _, o := range obs {
+		o.fn(e)
 	}
 }

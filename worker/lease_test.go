@@ -3,6 +3,8 @@ package worker
 import (
 	"context"
 	"errors"
+	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -40,21 +42,16 @@ func expectAbortAt(t *testing.T, h *harness, off time.Duration) {
 	}
 }
 
-// The table of reliability.md §1 goal 1: the worker stops at exactly
+// The lease rule (worker package doc, "The lease"): the worker stops at exactly
 // sendTime + lease − buffer when no later heartbeat is acknowledged.
 func TestAbortExactlyAtSendTimePlusLeaseMinusBuffer(t *testing.T) {
-	f := func(name string, leaseMs int64, buffer, configured, wantAbort time.Duration) {
+	f := func(name string, leaseMs int64, buffer, wantAbort time.Duration) {
 		t.Run(name, func(t *testing.T) {
 			h := newHarness(t, func(c *Config) { c.LeaseBuffer = buffer })
 			h.pb.leaseMs = leaseMs
 			h.pb.onHeartbeat = dropAll
 			h.pb.onRegister = func(n int) action { return action{drop: n > 1} }
 			h.register()
-			if configured != 0 {
-				if err := h.w.ConfigureLease(LeaseOptions{Buffer: configured}); err != nil {
-					t.Fatal(err)
-				}
-			}
 			if got, want := h.w.ExpiresAt(), t0Wall.Add(time.Duration(leaseMs)*time.Millisecond); !got.Equal(want) {
 				t.Fatalf("ExpiresAt() = %v; want %v (registration send time + lease)", got, want)
 			}
@@ -67,10 +64,10 @@ func TestAbortExactlyAtSendTimePlusLeaseMinusBuffer(t *testing.T) {
 			}
 		})
 	}
-	f("defaults", 10_000, 0, 0, 5*time.Second)
-	f("buffer 3s", 10_000, 3*time.Second, 0, 7*time.Second)
-	f("pinboard lease 20s", 20_000, 0, 0, 15*time.Second)
-	f("ConfigureLease buffer 4s", 10_000, 0, 4*time.Second, 6*time.Second)
+	f("defaults", 10_000, 0, 5*time.Second)
+	f("buffer 3s", 10_000, 3*time.Second, 7*time.Second)
+	f("buffer 4s", 10_000, 4*time.Second, 6*time.Second)
+	f("pinboard lease 20s", 20_000, 0, 15*time.Second)
 }
 
 func TestHeartbeatsRetryQuicklyUntilTheDeadline(t *testing.T) {
@@ -269,16 +266,25 @@ func checkFencedSwitch(t *testing.T, h *harness, old string, oldCtx context.Cont
 	}
 }
 
-func TestLeaseHandlers(t *testing.T) {
+// OnLease reports every registration, renewal and loss, in order, with the
+// lease context Admit hands out; stop unregisters.
+func TestOnLease(t *testing.T) {
 	h := newHarness(t)
-	var lost []error
-	var regained []string
-	if err := h.w.ConfigureLease(LeaseOptions{
-		OnLost:     func(err error) { lost = append(lost, err) },
-		OnRegained: func(s string) { regained = append(regained, s) },
-	}); err != nil {
-		t.Fatal(err)
+	var events []LeaseEvent
+	var mu sync.Mutex
+	got := func() []LeaseEvent {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(events)
 	}
+	h.w.OnLease(func(e LeaseEvent) {
+		mu.Lock()
+		defer mu.Unlock()
+		events = append(events, e)
+	})
+	stopped := 0
+	stop := h.w.OnLease(func(LeaseEvent) { stopped++ })
+	stop()
 	// Heartbeat 1 is lost and its retry acked (no loss); the first heartbeat
 	// after that is refused with a reregister NACK.
 	h.pb.onHeartbeat = func(n int, req wire.HeartbeatRequest) action {
@@ -291,17 +297,33 @@ func TestLeaseHandlers(t *testing.T) {
 		return action{}
 	}
 	h.register()
+	first, _ := h.w.Admit(h.w.secret, nil)
 	h.advanceTo(6 * time.Second)
-	if len(lost) != 0 {
-		t.Fatalf("OnLost called without a loss: %v", lost)
+	if n := len(got()); n != 2 {
+		t.Fatalf("%d events by t0+6s; want 2 (registered, renewed)", n)
 	}
 	h.advanceTo(7 * time.Second)
-	h.until("the new session", func() bool { return len(regained) == 1 })
-	if len(lost) != 1 || !errors.Is(lost[0], ErrReregister) {
-		t.Fatalf("OnLost got %v; want [ErrReregister]", lost)
+	h.until("the new session", func() bool { return len(got()) == 4 })
+	ev := got()
+	kinds := []LeaseEventKind{ev[0].Kind, ev[1].Kind, ev[2].Kind, ev[3].Kind}
+	if !slices.Equal(kinds, []LeaseEventKind{LeaseRegistered, LeaseRenewed, LeaseLost, LeaseRegistered}) {
+		t.Fatalf("events %v; want registered, renewed, lost, registered", kinds)
 	}
-	if regained[0] != h.w.Session() {
-		t.Fatalf("OnRegained(%q); want the new session %q", regained[0], h.w.Session())
+	if ev[0].Session != "s1" || ev[0].Lease != first || ev[0].ExpiresIn != DefaultLease || ev[0].SentAgo < ev[0].HandledAgo {
+		t.Fatalf("registered event %+v; want session s1 with Admit's lease context, the default lease, sent before handled", ev[0])
+	}
+	if ev[1].Session != "s1" || ev[1].Lease != first || ev[1].ExpiresIn != DefaultLease || ev[1].SentAgo < ev[1].HandledAgo {
+		t.Fatalf("renewed event %+v; want s1's lease context renewed by the default lease, sent before handled", ev[1])
+	}
+	if ev[2].Lease != first || !errors.Is(ev[2].Cause, ErrReregister) || first.Err() == nil || !errors.Is(context.Cause(first), ErrReregister) {
+		t.Fatalf("lost event %+v, lease Err %v; want s1's lease ended with ErrReregister", ev[2], first.Err())
+	}
+	now, _ := h.w.Admit(h.w.secret, nil)
+	if ev[3].Session != h.w.Session() || ev[3].Lease != now || now == first {
+		t.Fatalf("second registered event %+v; want the new session %q and its own lease context", ev[3], h.w.Session())
+	}
+	if stopped != 0 {
+		t.Fatalf("a stopped observer was called %d times", stopped)
 	}
 }
 

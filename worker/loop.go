@@ -11,7 +11,6 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/pinned-go/pinned/clock"
-	"github.com/pinned-go/pinned/host"
 	"github.com/pinned-go/pinned/internal/faults"
 	"github.com/pinned-go/pinned/internal/wire"
 )
@@ -21,6 +20,7 @@ const (
 	reasonLease    = wire.ReasonLease // lease lost: AbortAll
 	reasonWindDown = "wind_down"      // wind_down: CloseIdle, then AbortAll at the deadline
 	reasonShutdown = "shutdown"       // Shutdown and the end of Run
+	reasonEvict    = "evict"          // an evict message: Evict (host.EvictEvict)
 )
 
 // Labels of pinned_lease_lost_total.
@@ -48,7 +48,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		return ErrStarted
 	}
 	w.started = true
-	hosts := w.hosts[:len(w.hosts):len(w.hosts)]
+	hosts := w.hosts
 	w.mu.Unlock()
 	defer close(w.runDone)
 	if len(hosts) == 0 {
@@ -57,7 +57,6 @@ func (w *Worker) Run(ctx context.Context) error {
 
 	l := &loop{
 		w:       w,
-		hosts:   hosts,
 		ns:      namespaces(hosts),
 		maxBody: maxBody(hosts),
 		log:     w.log,
@@ -101,7 +100,6 @@ type result struct {
 // their result once quit is closed).
 type loop struct {
 	w       *Worker
-	hosts   []host.Attached
 	ns      []string
 	maxBody int64        // the smallest of the hosts' body limits, sent at registration
 	log     *slog.Logger // w.log plus the session attr while registered
@@ -228,7 +226,7 @@ func (l *loop) nextWake(now clock.Instant) (clock.Instant, bool) {
 	w := l.w
 	if l.sess != nil {
 		if cur := w.current.Load(); cur != nil {
-			consider(cur.sent.Add(cur.expiresIn - time.Duration(w.buffer.Load()) + faults.LateWatchdogDelay())) // the watchdog
+			consider(cur.sent.Add(cur.expiresIn - w.cfg.LeaseBuffer + faults.LateWatchdogDelay())) // the watchdog
 		}
 		if !l.stopping && l.inflight < maxInflightHeartbeats {
 			consider(l.nextSend)
@@ -267,7 +265,7 @@ func (l *loop) headroom() int {
 		return 0
 	}
 	n := 0
-	for _, h := range l.hosts {
+	for _, h := range l.w.attached() {
 		n += h.Headroom()
 	}
 	return n
@@ -294,7 +292,7 @@ func (l *loop) sendHeartbeat(now clock.Instant, final bool) {
 	w := l.w
 	mode, dl := w.drainSnapshot()
 	if mode == modeWindDown {
-		for _, h := range l.hosts { // close instances as they go idle
+		for _, h := range w.attached() { // close instances as they go idle
 			h.CloseIdle(reasonWindDown)
 		}
 	}
@@ -352,18 +350,18 @@ func (l *loop) onRegister(r result, now clock.Instant) error {
 		resp, err := decodeRegister(rep.body)
 		if err == nil {
 			lease := time.Duration(resp.ExpiresInMs) * time.Millisecond
-			if err := CheckTiming(lease, time.Duration(w.buffer.Load()), w.cfg.HeartbeatInterval, w.cfg.RetryInterval); err != nil {
+			if err := CheckTiming(lease, w.cfg.LeaseBuffer, w.cfg.HeartbeatInterval, w.cfg.RetryInterval); err != nil {
 				l.log.Error("the pinboard's lease cannot work with this worker's timing; stopping", "error", err)
 				return fmt.Errorf("cannot serve under the pinboard's lease: %w", err)
 			}
 			w.lastLease.Store(int64(lease))
-			sess := newSession(resp.SessionID)
+			sess := w.newSession(resp.SessionID)
 			l.sess = sess
 			w.lastSess.Store(&sess.id)
 			l.seq++
 			l.lastAcked = l.seq
 			w.current.Store(anchorLease(sess, r.sent, now, l.seq, lease))
-			w.leaseEvent(LeaseEvent{Kind: LeaseRegistered, Session: sess.id, SentAgo: w.clock.Now().Sub(r.sent), HandledAgo: w.clock.Now().Sub(now), ExpiresIn: lease})
+			w.leaseEvent(LeaseEvent{Kind: LeaseRegistered, Session: sess.id, Lease: sess, SentAgo: w.clock.Now().Sub(r.sent), HandledAgo: w.clock.Now().Sub(now), ExpiresIn: lease})
 			l.nextSend = r.sent.Add(w.cfg.HeartbeatInterval)
 			l.regFailures = 0
 			l.troubled = false
@@ -372,9 +370,6 @@ func (l *loop) onRegister(r result, now clock.Instant) error {
 			l.log.Info("registered", "namespaces", l.ns, "lease", lease, "advertise", w.adv)
 			if l.everLost {
 				l.log.Info("lease regained")
-				if h := w.handlers.Load().onRegained; h != nil {
-					h(sess.id)
-				}
 			}
 			return nil
 		}
@@ -415,7 +410,7 @@ func (l *loop) onHeartbeat(r result, now clock.Instant) error {
 		}
 		lease := time.Duration(ack.ExpiresInMs) * time.Millisecond
 		if int64(lease) != w.lastLease.Load() {
-			if err := CheckTiming(lease, time.Duration(w.buffer.Load()), w.cfg.HeartbeatInterval, w.cfg.RetryInterval); err != nil {
+			if err := CheckTiming(lease, w.cfg.LeaseBuffer, w.cfg.HeartbeatInterval, w.cfg.RetryInterval); err != nil {
 				l.log.Error("the pinboard's lease changed to one this worker's timing cannot work with; stopping", "error", err)
 				l.lose(fmt.Errorf("%w: %w", ErrStopped, err), now)
 				return fmt.Errorf("cannot serve under the pinboard's lease: %w", err)
@@ -433,7 +428,7 @@ func (l *loop) onHeartbeat(r result, now clock.Instant) error {
 		}
 		prev := w.current.Load()
 		w.current.Store(anchorLease(l.sess, r.sent, now, r.seq, lease))
-		w.leaseEvent(LeaseEvent{Kind: LeaseRenewed, Session: l.sess.id, SentAgo: w.clock.Now().Sub(r.sent), HandledAgo: w.clock.Now().Sub(now), ExpiresIn: lease})
+		w.leaseEvent(LeaseEvent{Kind: LeaseRenewed, Session: l.sess.id, Lease: l.sess, SentAgo: w.clock.Now().Sub(r.sent), HandledAgo: w.clock.Now().Sub(now), ExpiresIn: lease})
 		l.lastAcked = r.seq
 		l.nextSend = r.sent.Add(w.cfg.HeartbeatInterval)
 		if l.troubled || late {
@@ -478,7 +473,7 @@ func (l *loop) heartbeatFailed(label, reason string) {
 }
 
 // lose ends the current session after the lease was lost: self-abort, log,
-// count, call OnLost, and arrange a fresh registration right away.
+// count, report LeaseLost, and arrange a fresh registration right away.
 func (l *loop) lose(cause error, now clock.Instant) {
 	w := l.w
 	old := w.current.Load()
@@ -497,7 +492,7 @@ func (l *loop) lose(cause error, now clock.Instant) {
 	}
 	w.m.leaseLost[lossLabel(cause)].Inc()
 	if l.sess != nil {
-		w.leaseEvent(LeaseEvent{Kind: LeaseLost, Session: l.sess.id, Cause: cause})
+		w.leaseEvent(LeaseEvent{Kind: LeaseLost, Session: l.sess.id, Lease: l.sess, Cause: cause})
 	}
 	l.sess = nil
 	l.inflight = 0 // the old session's calls no longer hold slots
@@ -506,9 +501,6 @@ func (l *loop) lose(cause error, now clock.Instant) {
 	l.troubled = false
 	l.regFailures = 0
 	l.nextRegister = now
-	if h := w.handlers.Load().onLost; h != nil {
-		h(cause)
-	}
 }
 
 // lossReason is the eviction reason passed to AbortAll for a loss cause.

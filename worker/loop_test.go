@@ -51,7 +51,7 @@ func TestRegistrationBody(t *testing.T) {
 // a body one of them refuses may reach the worker through any namespace.
 func TestRegistrationBodyLimit(t *testing.T) {
 	h := newHarness(t)
-	if err := h.w.Attach(&fakeHost{ns: "/small", cap: 10, maxBody: 1000, w: h.w, clk: h.clk}); err != nil {
+	if _, err := h.w.Attach(&fakeHost{ns: "/small", cap: 10, maxBody: 1000, w: h.w, clk: h.clk}); err != nil {
 		t.Fatal(err)
 	}
 	h.register()
@@ -248,7 +248,7 @@ func TestRunLifecycle(t *testing.T) {
 	h := newHarness(t)
 	h.register()
 	h.host.set(1, 0)
-	if err := h.w.Attach(&fakeHost{ns: "/late", w: h.w, clk: h.clk}); !errors.Is(err, ErrStarted) {
+	if _, err := h.w.Attach(&fakeHost{ns: "/late", w: h.w, clk: h.clk}); !errors.Is(err, ErrStarted) {
 		t.Errorf("Attach after Run = %v; want ErrStarted", err)
 	}
 	if err := h.w.Run(context.Background()); !errors.Is(err, ErrStarted) {
@@ -282,14 +282,49 @@ func TestAttachValidates(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := w.Attach(&fakeHost{ns: "/a"}); err != nil {
+	detach, err := w.Attach(&fakeHost{ns: "/a"})
+	if err != nil {
 		t.Fatal(err)
 	}
-	if err := w.Attach(&fakeHost{ns: "/a"}); err == nil {
+	if _, err := w.Attach(&fakeHost{ns: "/a"}); err == nil {
 		t.Error("Attach of a second host for /a succeeded; want an error")
 	}
-	if err := w.Attach(&fakeHost{ns: "no-slash"}); err == nil {
+	if _, err := w.Attach(&fakeHost{ns: "no-slash"}); err == nil {
 		t.Error("Attach of namespace \"no-slash\" succeeded; want an error")
+	}
+	detach()
+	detach() // idempotent
+	if _, err := w.Attach(&fakeHost{ns: "/a"}); err != nil {
+		t.Errorf("Attach of /a after its host detached = %v; want nil", err)
+	}
+}
+
+// A detached host is let go: the worker no longer offers its headroom,
+// aborts it on lease loss, or waits for it in Shutdown.
+func TestDetachedHostIsLetGo(t *testing.T) {
+	h := newHarness(t)
+	other := &fakeHost{ns: "/other", cap: 7, w: h.w, clk: h.clk}
+	detach, err := h.w.Attach(other)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.register()
+	if got := h.pb.registerList()[0].req.Headroom; got != 107 {
+		t.Fatalf("registered headroom %d; want 107 (both hosts)", got)
+	}
+	other.set(1, 0)
+	detach()
+	h.pb.onHeartbeat = func(int, wire.HeartbeatRequest) action { return action{nack: wire.NackReregister} }
+	h.advanceTo(3 * time.Second)
+	h.until("the lease loss", func() bool { return len(h.host.abortList()) == 1 })
+	if a := other.abortList(); len(a) != 0 {
+		t.Fatalf("the detached host was aborted: %+v", a)
+	}
+	h.pb.onHeartbeat = nil
+	h.until("the new session", func() bool { return len(h.pb.registerList()) == 2 })
+	reg := h.pb.registerList()[1].req
+	if reg.Headroom != 100 || len(reg.Namespaces) != 2 {
+		t.Fatalf("re-registration offers headroom %d for %v; want 100 (the attached host only) for the namespaces Run started with", reg.Headroom, reg.Namespaces)
 	}
 }
 

@@ -14,6 +14,7 @@ const (
 	resultSuperseded   = "superseded"   // 409 superseded
 	resultGaveUp       = "gave_up"      // release: attempts exhausted
 	resultSkipped      = "skipped"      // deregister: instances still tearing down
+	resultRefused      = "refused"      // alarm call: a 4xx a retry cannot fix (not the holder, invalid, cap)
 )
 
 // workerMetrics are the worker's series, resolved once in New.
@@ -23,6 +24,7 @@ type workerMetrics struct {
 	releases      map[string]*metrics.Counter
 	deregisters   map[string]*metrics.Counter
 	leaseLost     map[string]*metrics.Counter
+	alarmCalls    map[string]*metrics.Counter // alarms.go
 }
 
 func newWorkerMetrics(s *metrics.Set, w *Worker) *workerMetrics {
@@ -44,6 +46,8 @@ func newWorkerMetrics(s *metrics.Set, w *Worker) *workerMetrics {
 			resultOK, resultFailed, resultUnauthorized, resultSkipped),
 		leaseLost: vec("pinned_lease_lost_total", "reason",
 			lossExpired, lossReregister, lossSuperseded, lossStopped, lossTiming),
+		alarmCalls: vec("pinned_alarm_calls_total", "result",
+			resultOK, resultRefused, resultFailed, resultUnauthorized),
 	}
 	s.NewGauge("pinned_registered", func() float64 { return b2f(w.Ready()) })
 	s.NewGauge("pinned_lease_remaining_seconds", func() float64 { return w.Remaining().Seconds() })

@@ -100,6 +100,15 @@ func (r reply) describe() string {
 	return s
 }
 
+// field is the "field" member of the reply's wire.Error ("" for none).
+func (r reply) field() string {
+	var e wire.Error
+	if r.err != nil || json.Unmarshal(r.body, &e) != nil {
+		return ""
+	}
+	return e.Field
+}
+
 // nack returns the NACK of a 409 reply ("" for anything else). An
 // unparseable 409 counts as reregister, the safe reading.
 func (r reply) nack() string {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	mrand "math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -44,18 +45,17 @@ type Worker struct {
 	current   atomic.Pointer[lease]
 	lastSess  atomic.Pointer[string] // id of the latest session registered, kept after it ends
 	deregOnce atomic.Bool            // Shutdown's deregistration was attempted
-	buffer    atomic.Int64           // LeaseBuffer in nanoseconds (ConfigureLease changes it)
 	lastLease atomic.Int64           // the pinboard's last lease length (ns), 0 before the first ack
-	handlers  atomic.Pointer[leaseHandlers]
 
 	challenges challengeSet
 	giveUps    giveUpLog // aggregated "release gave up" warnings
 
 	drain drainState
 
-	mu      sync.Mutex
-	hosts   []host.Attached // append-only until Run starts, then frozen
-	started bool
+	mu        sync.Mutex
+	hosts     []host.Attached // appended until Run starts, then only shrinks (detach); replaced, never modified
+	started   bool
+	observers []*leaseObserver // OnLease; replaced, never modified
 
 	kick    chan struct{} // wakes the loop to heartbeat now (drain state changed)
 	stopReq chan struct{} // closed by Shutdown: final heartbeat, then Run returns
@@ -94,8 +94,6 @@ func New(cfg Config) (*Worker, error) {
 		jitter:   mrand.Int64N,
 	}
 	w.log = cfg.Logger.With("logger", "pinned.worker", "client", w.clientID)
-	w.buffer.Store(int64(cfg.LeaseBuffer))
-	w.handlers.Store(&leaseHandlers{})
 	w.m = newWorkerMetrics(cfg.Metrics, w)
 	return w, nil
 }
@@ -103,31 +101,43 @@ func New(cfg Config) (*Worker, error) {
 // Attach implements host.Worker. It is called by host.New; the host's
 // namespace is registered with the pinboard when Run starts. It fails after
 // Run has started, for an invalid namespace, and for a namespace that
-// another attached host already serves.
-func (w *Worker) Attach(h host.Attached) error {
+// another attached host already serves. detach (called by Host.Close) lets
+// go of the host: the worker stops driving it (a call under way may still
+// finish) and no longer counts it for headroom, drain and Shutdown. The
+// namespaces registered stay those attached when Run started, so a
+// namespace whose host was detached keeps being routed here until Run
+// ends; its requests reach whatever the application serves in its place.
+func (w *Worker) Attach(h host.Attached) (detach func(), err error) {
 	ns := h.Namespace()
 	if err := wire.CheckNamespace(ns); err != wire.SegmentOK {
-		return fmt.Errorf("cannot attach host %q: %w", ns, err)
+		return nil, fmt.Errorf("cannot attach host %q: %w", ns, err)
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.started {
-		return fmt.Errorf("cannot attach host %q: %w", ns, ErrStarted)
+		return nil, fmt.Errorf("cannot attach host %q: %w", ns, ErrStarted)
 	}
 	for _, o := range w.hosts {
 		if o.Namespace() == ns {
-			return fmt.Errorf("cannot attach host %q: another host already serves that namespace", ns)
+			return nil, fmt.Errorf("cannot attach host %q: another host already serves that namespace", ns)
 		}
 	}
-	w.hosts = append(w.hosts, h)
-	return nil
+	w.hosts = append(w.hosts[:len(w.hosts):len(w.hosts)], h)
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			w.mu.Lock()
+			defer w.mu.Unlock()
+			w.hosts = slices.DeleteFunc(slices.Clone(w.hosts), func(o host.Attached) bool { return o == h })
+		})
+	}, nil
 }
 
 // attached returns the attached hosts. The slice must not be modified.
 func (w *Worker) attached() []host.Attached {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return w.hosts[:len(w.hosts):len(w.hosts)]
+	return w.hosts
 }
 
 // namespaces lists the attached hosts' namespaces in attach order.

@@ -11,7 +11,8 @@
 //
 // It refuses to run while the machine is busy (-max-busy, -force). Exit
 // status: 0 done, 1 a suite failed, 2 bad flags, 3 the machine is loaded.
-// See bench/README.md.
+// `bench -h` lists every flag with its type and default. See
+// bench/README.md.
 package main
 
 import (
@@ -26,6 +27,7 @@ import (
 	"syscall"
 
 	"github.com/pinned-go/pinned/bench"
+	"github.com/pinned-go/pinned/internal/cmdline"
 )
 
 func main() {
@@ -37,41 +39,41 @@ func main() {
 
 func run(ctx context.Context, args []string, stderr io.Writer) int {
 	var o bench.Options
-	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	suites := fs.String("suite", "all", "comma-separated suites: "+strings.Join(bench.Suites, ", ")+", profile, or all")
-	fs.StringVar(&o.OutDir, "out", "", "report directory (default bench/results)")
-	fs.StringVar(&o.ProfileDir, "profile-dir", "", "profile suite output directory (default profiles)")
-	fs.BoolVar(&o.Smoke, "smoke", false, "smoke mode: about a second per measurement, one round, no load check")
-	fs.IntVar(&o.Rounds, "rounds", 0, "rounds of alternated targets (default 5; smoke 1)")
-	fs.DurationVar(&o.Duration, "duration", 0, "measured duration of each load run (default 5s; smoke 500ms)")
-	fs.DurationVar(&o.Warmup, "warmup", 0, "unmeasured run per target and workload before the rounds (default 1s)")
-	fs.BoolVar(&o.Force, "force", false, "run even when the machine is busy (the report says so)")
-	fs.Float64Var(&o.MaxBusy, "max-busy", 0, "refuse above this busy fraction of all cores over 2 s (default 0.10)")
-	fs.BoolVar(&o.NoPeers, "no-peers", false, "skip nginx and HAProxy")
-	fs.BoolVar(&o.Install, "install", false, "apt-get install nginx and haproxy when missing (root)")
-	fs.StringVar(&o.PinGen, "pin-gen", "", "taskset CPU list for loadgen (default: not pinned)")
-	fs.StringVar(&o.PinProxy, "pin-proxy", "", "taskset CPU list for pinboard, nginx, HAProxy")
-	fs.StringVar(&o.PinBackend, "pin-backend", "", "taskset CPU list for counter workers and redis-server")
-	fs.IntVar(&o.Workers, "workers", 0, "fleet workers in the activation suite (default 2)")
-	fs.StringVar(&o.PinboardB, "pinboard-b", "", "a second pinboard binary alternated with the built one (before/after)")
-	workloads := fs.String("workloads", "", "proxy suite: comma-separated workloads to run (closed-64, closed-256, open-12k, cost-5k; default all)")
-	if err := fs.Parse(args); err != nil {
+	var suites, workloads string
+	set := cmdline.New("bench", "", `pinned's benchmark suites against real processes on 127.0.0.1; run from the
+module root. Exit status: 0 done, 1 a suite failed, 2 bad flags, 3 the machine
+is loaded. The rig's redis-server is PINNED_REDIS_SERVER, or redis-server on
+PATH. See bench/README.md.`)
+	set.String(&suites, "suite", "", "list", "all", "comma-separated suites: "+strings.Join(bench.Suites, ", ")+", profile, or all")
+	set.String(&o.OutDir, "out", "", "path", "", "report directory (empty: bench/results)")
+	set.String(&o.ProfileDir, "profile-dir", "", "path", "", "profile suite output directory (empty: profiles)")
+	set.Bool(&o.Smoke, "smoke", "", "smoke mode: about a second per measurement, one round, no load check")
+	set.Int(&o.Rounds, "rounds", "", 0, "rounds of alternated targets (0: 5; smoke 1)")
+	set.Duration(&o.Duration, "duration", "", 0, "measured duration of each load run (0: 5s; smoke 500ms)")
+	set.Duration(&o.Warmup, "warmup", "", 0, "unmeasured run per target and workload before the rounds (0: 1s)")
+	set.Bool(&o.Force, "force", "", "run even when the machine is busy (the report says so)")
+	set.Float(&o.MaxBusy, "max-busy", "", 0, "refuse above this busy fraction of all cores over 2 s (0: 0.10)")
+	set.Bool(&o.NoPeers, "no-peers", "", "skip nginx and HAProxy")
+	set.Bool(&o.Install, "install", "", "apt-get install nginx and haproxy when missing (root)")
+	set.String(&o.PinGen, "pin-gen", "", "cpu-list", "", "taskset CPU list for loadgen (empty: not pinned)")
+	set.String(&o.PinProxy, "pin-proxy", "", "cpu-list", "", "taskset CPU list for pinboard, nginx, HAProxy")
+	set.String(&o.PinBackend, "pin-backend", "", "cpu-list", "", "taskset CPU list for counter workers and redis-server")
+	set.Int(&o.Workers, "workers", "", 0, "fleet workers in the activation and alarms suites (0: 2)")
+	set.String(&o.PinboardB, "pinboard-b", "", "path", "", "a second pinboard binary alternated with the built one (before/after)")
+	set.String(&workloads, "workloads", "", "list", "", "proxy suite: comma-separated workloads to run (closed-64, closed-256, open-12k, cost-5k; empty: all)")
+	if err := set.Parse(args, nil, stderr); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
 		}
+		fmt.Fprintln(stderr, "bench:", err)
 		return 2
 	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "bench: unexpected argument %q\n", fs.Arg(0))
-		return 2
-	}
-	for _, s := range strings.Split(*suites, ",") {
+	for _, s := range strings.Split(suites, ",") {
 		if s = strings.TrimSpace(s); s != "" {
 			o.Suites = append(o.Suites, s)
 		}
 	}
-	for _, w := range strings.Split(*workloads, ",") {
+	for _, w := range strings.Split(workloads, ",") {
 		if w = strings.TrimSpace(w); w != "" {
 			o.Workloads = append(o.Workloads, w)
 		}

@@ -15,8 +15,8 @@ import (
 	"github.com/valyala/fasthttp"
 	"go.uber.org/goleak"
 
-	"github.com/pinned-go/pinned/loadgen"
 	"github.com/pinned-go/pinned/internal/wire"
+	"github.com/pinned-go/pinned/loadgen"
 )
 
 func TestMain(m *testing.M) {

@@ -1,8 +1,9 @@
 // Command pinboard is the pinned control plane and data plane: the worker
 // registry, and the reverse proxy that routes every /<namespace>/<id>/...
 // request to the worker holding that instance, placing it on a miss. All the
-// wiring is in internal/pinboard; see the README's Operations section for
-// its configuration.
+// wiring is in internal/pinboard. `pinboard -h` lists every setting with
+// its type, default and environment variable; docs/operations.md explains
+// them.
 package main
 
 import (
@@ -12,5 +13,5 @@ import (
 )
 
 func main() {
-	os.Exit(pinboard.Main(os.Args[1:], os.Getenv, os.Stdout, os.Stderr, pinboard.NewProxy))
+	os.Exit(pinboard.Main(os.Args[1:], os.Environ(), os.Stdout, os.Stderr))
 }

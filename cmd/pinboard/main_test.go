@@ -220,13 +220,13 @@ func TestEndToEnd(t *testing.T) {
 
 	// A placement claimed (as the proxy would) and released by the worker.
 	admin := redisClient(t, srv)
-	admin("SET", "pinned:p:/counter/abc", reg.SessionID)
+	admin("SET", wire.KeyPlacement("/counter", "abc"), wire.FormatPlacement(7, 0, reg.SessionID))
 	admin("HSET", "pinned:o:"+reg.SessionID, "/counter/abc", "1", "#/counter", "1")
 	code, body = call(t, "POST", p.public, wire.PathRelease, token, wire.ReleaseRequest{ClientID: "e2e-client", Namespace: "/counter", ID: "abc"})
 	if code != 200 || !strings.Contains(string(body), `"released":true`) {
 		t.Fatalf("release = %d %s", code, body)
 	}
-	if v := admin("EXISTS", "pinned:p:/counter/abc"); v != "0" {
+	if v := admin("EXISTS", wire.KeyPlacement("/counter", "abc")); v != "0" {
 		t.Fatalf("placement still in Redis after release: EXISTS = %s", v)
 	}
 
@@ -287,6 +287,72 @@ func TestMissingTokenExitsTwo(t *testing.T) {
 	if !strings.Contains(stderr.String(), "PINBOARD_TOKEN") {
 		t.Fatalf("stderr %q does not name PINBOARD_TOKEN", stderr.String())
 	}
+}
+
+// A configuration the pinboard cannot run with is exit status 2 (bad
+// configuration) with a message naming the variable, before anything
+// listens: here a port beyond 65535.
+func TestBadListenExitsTwo(t *testing.T) {
+	for _, env := range []string{"PINBOARD_LISTEN=:99999", "PINBOARD_ADMIN_LISTEN=127.0.0.1:65536"} {
+		cmd := exec.Command(build(t), "-dev")
+		cmd.Env = []string{"PATH=" + os.Getenv("PATH"), env}
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		err := cmd.Run()
+		if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 {
+			t.Fatalf("pinboard with %s: %v (%s); want exit status 2", env, err, stderr.String())
+		}
+		name, _, _ := strings.Cut(env, "=")
+		if !strings.Contains(stderr.String(), name) || !strings.Contains(stderr.String(), "65535") {
+			t.Fatalf("stderr %q does not name %s and the port range", stderr.String(), name)
+		}
+	}
+}
+
+// -h prints every setting, with its type, default and variable, and exits 0.
+func TestHelpExitsZero(t *testing.T) {
+	cmd := exec.Command(build(t), "-h")
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH")}
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("pinboard -h: %v; want exit status 0", err)
+	}
+	help := string(out)
+	for _, want := range []string{
+		"-listen host:port (env PINBOARD_LISTEN, default :8080)",
+		"-lease duration (env PINBOARD_LEASE, default 10s)",
+		`-register-ip-rate rate (env PINBOARD_REGISTER_IP_RATE, default "5/s burst 20")`,
+		"-max-body-bytes int (env PINBOARD_MAX_BODY_BYTES, default 67108864)",
+		"-worker-dial-timeout duration (env PINBOARD_WORKER_DIAL_TIMEOUT, default 3s)",
+		`PINBOARD_TOKEN tokens (environment only, default "")`,
+		"-dev bool (no variable, default false)",
+	} {
+		if !strings.Contains(help, want) {
+			t.Errorf("pinboard -h lacks %q", want)
+		}
+	}
+	if n := strings.Count(help, " string ("); n > 1 {
+		t.Errorf("pinboard -h shows %d settings as plain strings; want typed ones:\n%s", n, help)
+	}
+}
+
+// An unknown PINBOARD_* variable (a typo) is reported by one warning line.
+func TestUnknownVariableWarned(t *testing.T) {
+	p := startPinboard(t, []string{"-dev"}, "PINBOARD_LEAES=5s")
+	waitHealthy(t, p)
+	n := 0
+	for l := range strings.Lines(p.logs.String()) {
+		if strings.Contains(l, "unknown environment variable") {
+			n++
+			if !strings.Contains(l, "name=PINBOARD_LEAES") || !strings.Contains(l, "didYouMean=PINBOARD_LEASE") || !strings.Contains(l, "level=WARN") {
+				t.Errorf("warning %q; want level=WARN naming PINBOARD_LEAES and PINBOARD_LEASE", l)
+			}
+		}
+	}
+	if n != 1 {
+		t.Fatalf("%d warnings about unknown variables; want 1:\n%s", n, p.logs)
+	}
+	p.terminate(t)
 }
 
 func TestDevMode(t *testing.T) {

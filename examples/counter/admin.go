@@ -11,10 +11,12 @@ import (
 	"github.com/valyala/fasthttp"
 	"github.com/valyala/fasthttp/pprofhandler"
 
+	"github.com/pinned-go/pinned/examples/counter/counterapp"
 	"github.com/pinned-go/pinned/metricshttp"
 )
 
-// adminServer is the optional loopback admin listener (PINNED_ADMIN_LISTEN):
+// adminServer is the loopback admin listener (PINNED_ADMIN_LISTEN; always
+// there in fleet mode):
 // /metrics (the host's and worker's metrics plus go_* and process_*) and
 // /debug/pprof/*, so profiles of a worker can be captured under load (see
 // profiles/README.md). It never serves the data plane.
@@ -45,7 +47,7 @@ func startAdmin(addr string, set *metrics.Set, logger *slog.Logger) (*adminServe
 	}
 	a := &adminServer{
 		srv: &fasthttp.Server{Handler: rt.Handler, Name: "pinned-counter-admin", ReadTimeout: 10 * time.Second,
-			WriteTimeout: 2 * time.Minute, Logger: slogPrintf{logger}, CloseOnShutdown: true},
+			WriteTimeout: 2 * time.Minute, Logger: counterapp.ServerLogger(logger), CloseOnShutdown: true},
 		ln:     ln,
 		served: make(chan error, 1),
 	}

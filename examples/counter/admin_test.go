@@ -5,7 +5,6 @@ import (
 	"context"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"regexp"
 	"strconv"
@@ -27,28 +26,23 @@ func TestAdminListener(t *testing.T) {
 
 	var logs logtest.Buffer
 	logger := slog.New(slog.NewTextHandler(&logs, nil))
-	opts, err := loadOptions([]string{"-listen", "127.0.0.1:0"}, func(k string) string {
-		if k == "PINNED_ADMIN_LISTEN" {
-			return "127.0.0.1:0"
-		}
-		return ""
-	})
+	opts, err := loadOptions([]string{"-listen", "127.0.0.1:0"}, []string{"PINNED_ADMIN_LISTEN=127.0.0.1:0"}, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	addrs := make(chan net.Addr, 1)
+	addrs := make(chan listening, 1)
 	done := make(chan error, 1)
-	go func() { done <- run(ctx, opts, logger, func(a net.Addr) { addrs <- a }) }()
+	go func() { done <- run(ctx, opts, logger, func(l listening) { addrs <- l }) }()
 	defer func() {
 		cancel()
 		if err := <-done; err != nil {
 			t.Errorf("run: %v", err)
 		}
 	}()
-	var addr net.Addr
+	var l listening
 	select {
-	case addr = <-addrs:
+	case l = <-addrs:
 	case err := <-done:
 		t.Fatalf("run returned early: %v", err)
 	}
@@ -57,6 +51,10 @@ func TestAdminListener(t *testing.T) {
 		t.Fatalf("no admin listening line in the log:\n%s", logs.String())
 	}
 	admin := m[1]
+	if l.admin == nil || l.admin.String() != admin {
+		t.Fatalf("run reported admin listener %v; the log says %s", l.admin, admin)
+	}
+	addr := l.addr
 	get := func(url string) (int, []byte) {
 		t.Helper()
 		resp, err := http.Get(url)

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/pinned-go/pinned/examples/counter/counterapp"
 	"github.com/pinned-go/pinned/host"
@@ -13,7 +14,7 @@ import (
 
 // EnvHistory names the file the counter appends its chaos-history events
 // to (internal/history): instance activations and teardowns, every request
-// served, task effects, and the worker's lease events. Unset: no history.
+// served, task effects, alarm runs, and the worker's lease events. Unset: no history.
 // It is for the chaos harness (test/chaos); it costs one write per event.
 const EnvHistory = "PINNED_HISTORY"
 
@@ -46,7 +47,7 @@ func (r *recorder) close() error {
 func (r *recorder) instance(kind string, c *counterapp.Counter) history.Event {
 	inst := c.Instance()
 	sess, _ := worker.SessionOf(inst.Context())
-	return history.Event{Kind: kind, Proc: r.proc, ID: inst.ID(), Inst: c.Nonce(), Session: sess}
+	return history.Event{Kind: kind, Proc: r.proc, ID: inst.ID(), Inst: c.Nonce(), Session: sess, Epoch: inst.Epoch()}
 }
 
 // hooks returns the counter hooks that record into the history.
@@ -58,6 +59,11 @@ func (r *recorder) hooks() counterapp.Hooks {
 		Activated: func(c *counterapp.Counter) { r.w.Write(r.instance(history.KindActivate, c)) },
 		TornDown:  func(c *counterapp.Counter) { r.w.Write(r.instance(history.KindTeardown, c)) },
 		Effect:    func(c *counterapp.Counter) { r.w.Write(r.instance(history.KindEffect, c)) },
+		Alarm: func(c *counterapp.Counter, x *host.AlarmCtx) {
+			e := r.instance(history.KindAlarm, c)
+			e.Alarm, e.Sched, e.Wall, e.Attempt = x.Name(), x.Scheduled().UnixMilli(), time.Now().UnixMilli(), x.Attempt()
+			r.w.Write(e)
+		},
 		Served: func(c *counterapp.Counter, x *host.Ctx) {
 			e := r.instance(history.KindServe, c)
 			e.Recv = history.At(x.RequestCtx().Time())

@@ -8,16 +8,23 @@
 //	curl -X POST 'localhost:8080/counter/alice/incr-later?delay=2s'
 //
 // WebSocket /counter/{id}/ws echoes messages and pushes {"count":N} on every
-// change. GET /healthz is the readiness probe (503 while shutting down) and
+// change. GET /healthz is the readiness probe (503 while shutting down).
 // GET /metrics serves the host's and the worker's metrics with the go_* and
-// process_* ones (metricshttp).
+// process_* ones (metricshttp): on the main listener in local mode, on the
+// loopback admin listener (with /debug/pprof/*) in fleet mode, where the
+// main listener is the advertise URL the pinboard proxies to.
 //
-// Flags (and environment): -listen (PINNED_LISTEN), -idle-timeout,
-// -max-instances, -max-body-bytes (PINNED_MAX_BODY_BYTES: the host's request body limit, which the
-// server is configured to agree with: 413 with a JSON error beyond it, and
-// what the worker tells the pinboard), -shutdown-timeout. PINNED_HISTORY=<file> appends a chaos
-// history (history.go; for test/chaos). PINNED_ADMIN_LISTEN (a loopback
-// host:port) adds an admin listener with /metrics and /debug/pprof/*.
+// `counter -h` lists every setting (flag and PINNED_* variable, type,
+// default). PINNED_HISTORY=<file> appends a chaos history (history.go; for
+// test/chaos). Unknown PINNED_* variables are reported at start, one
+// warning line each.
+// -persist (PINNED_PERSIST) names a Redis (redis://host:port/db) where
+// every count is kept, fenced by its instance's activation epoch
+// (counterapp, package fence), so a count survives its instance and no
+// acknowledged increment is lost when an id moves.
+// -max-body-bytes (PINNED_MAX_BODY_BYTES) is the host's request body limit:
+// the server is configured to agree with it (413 with a JSON error beyond
+// it, the body drained first) and the worker tells the pinboard.
 //
 // Fleet mode: when PINNED_PINBOARD_URL, PINNED_TOKEN and PINNED_ADVERTISE_URL
 // are all set, the counter runs a worker that registers with that pinboard
@@ -45,10 +52,12 @@ import (
 
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/fasthttp/router"
+	"github.com/redis/rueidis"
 	"github.com/valyala/fasthttp"
 
 	"github.com/pinned-go/pinned/examples/counter/counterapp"
 	"github.com/pinned-go/pinned/host"
+	"github.com/pinned-go/pinned/internal/cmdline"
 	"github.com/pinned-go/pinned/metricshttp"
 	"github.com/pinned-go/pinned/worker"
 )
@@ -62,7 +71,9 @@ type options struct {
 	shutdownTimeout time.Duration
 	fleet           fleetOptions
 	history         string // PINNED_HISTORY (history.go)
-	adminListen     string // PINNED_ADMIN_LISTEN: loopback /metrics and /debug/pprof (admin.go); empty = none
+	persist         string // -persist / PINNED_PERSIST: Redis URL of the counts; empty = memory only
+	adminListen     string // loopback /metrics and /debug/pprof (admin.go); empty = none (local mode) or 127.0.0.1:0 (fleet mode)
+	unknown         []cmdline.UnknownVar
 }
 
 // fleetOptions configure fleet mode; all empty means local mode.
@@ -92,59 +103,85 @@ func (f fleetOptions) check() error {
 	return nil
 }
 
+// EnvPersist names the variable -persist defaults to.
+const EnvPersist = "PINNED_PERSIST"
+
 // defaultListen is the demo's address when neither -listen nor
 // PINNED_LISTEN is set.
 const defaultListen = "127.0.0.1:8080"
 
-// loadOptions parses args and the environment; a flag beats its variable.
-func loadOptions(args []string, getenv func(string) string) (options, error) {
+// fleetAdminListen is the admin listener of fleet mode when none is set: a
+// free loopback port, logged ("counter admin listening").
+const fleetAdminListen = "127.0.0.1:0"
+
+// loadOptions parses args and environ (as os.Environ); a flag beats its
+// variable. For -h it writes every setting to usage and returns
+// flag.ErrHelp.
+func loadOptions(args, environ []string, usage io.Writer) (options, error) {
 	var o options
-	fs := flag.NewFlagSet("counter", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	listen := defaultListen
-	if v := getenv("PINNED_LISTEN"); v != "" {
-		listen = v
-	}
-	fs.StringVar(&o.listen, "listen", listen, "address to listen on (env PINNED_LISTEN)")
-	fs.DurationVar(&o.idleTimeout, "idle-timeout", host.DefaultIdleTimeout, "close an instance after this long without activity")
-	fs.IntVar(&o.maxInstances, "max-instances", host.DefaultMaxInstances, "live instances at most; more answer 503")
-	maxBody := host.DefaultMaxRequestBodySize
-	if v := getenv("PINNED_MAX_BODY_BYTES"); v != "" {
+	set := cmdline.New("counter", "PINNED_", `pinned's demo: a durable counter per id under /counter/{id}/.
+Local mode by default; fleet mode (a worker registered with a pinboard) when
+PINNED_PINBOARD_URL, PINNED_TOKEN and PINNED_ADVERTISE_URL are all set.`)
+	set.String(&o.listen, "listen", "PINNED_LISTEN", "host:port", defaultListen,
+		"address of the demo's server (fleet mode: the advertise URL must reach it)")
+	set.String(&o.adminListen, "admin-listen", "PINNED_ADMIN_LISTEN", "host:port", "",
+		"loopback admin listener: /metrics and /debug/pprof/*. Empty: none in local mode (/metrics is on -listen),\n"+
+			fleetAdminListen+" (a free port, logged) in fleet mode (/metrics is never on the advertised listener)")
+	set.Duration(&o.idleTimeout, "idle-timeout", "PINNED_IDLE_TIMEOUT", host.DefaultIdleTimeout,
+		"close an instance after this long without activity")
+	set.Int(&o.maxInstances, "max-instances", "PINNED_MAX_INSTANCES", host.DefaultMaxInstances,
+		"live instances at most; more answer 503 capacity")
+	o.maxBodyBytes = host.DefaultMaxRequestBodySize
+	set.Var(cmdline.Parsed[int]{P: &o.maxBodyBytes, Parse: func(v string) (int, error) {
 		n, err := strconv.Atoi(v)
 		if err != nil || n <= 0 {
-			return o, fmt.Errorf("counter: PINNED_MAX_BODY_BYTES=%q: want a positive number of bytes", v)
+			return 0, errors.New("want a positive number of bytes")
 		}
-		maxBody = n
+		return n, nil
+	}, Format: strconv.Itoa}, "max-body-bytes", "PINNED_MAX_BODY_BYTES", "bytes",
+		"largest request body accepted; larger ones answer 413 (the server agrees; the worker tells the pinboard)")
+	set.Duration(&o.shutdownTimeout, "shutdown-timeout", "PINNED_SHUTDOWN_TIMEOUT", 10*time.Second,
+		"graceful shutdown bound; then the remaining instances are aborted")
+	set.String(&o.fleet.pinboardURL, "pinboard-url", "PINNED_PINBOARD_URL", "url", "",
+		"fleet mode: the pinboard's base URL, e.g. http://127.0.0.1:8080")
+	set.String(&o.fleet.advertiseURL, "advertise-url", "PINNED_ADVERTISE_URL", "url", "",
+		"fleet mode: where the pinboard reaches this process (-listen), e.g. http://127.0.0.1:8081")
+	set.String(&o.fleet.token, "", "PINNED_TOKEN", "token", "",
+		"fleet mode: the pinboard's deployment token (no flag: argv is visible to every user)")
+	set.Var(cmdline.Parsed[string]{P: &o.persist, Parse: redisURL, Format: func(v string) string { return v }}, "persist", EnvPersist, "url",
+		"keep every count in this Redis (redis://host:port/db), fenced by its instance's activation epoch; empty: memory only")
+	set.String(&o.history, "", EnvHistory, "path", "",
+		"append the chaos history (instances, requests, effects, lease events) to this file; for test/chaos")
+	set.Known("PINNED_FAULTS") // read by internal/faults in binaries built with the pinned_faults tag
+	if err := set.Parse(args, environ, usage); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return o, err
+		}
+		return o, fmt.Errorf("counter: %w", err)
 	}
-	fs.IntVar(&o.maxBodyBytes, "max-body-bytes", maxBody, "largest request body accepted; larger ones answer 413 (env PINNED_MAX_BODY_BYTES)")
-	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 10*time.Second, "graceful shutdown bound; then remaining instances are aborted")
-	if err := fs.Parse(args); err != nil {
-		return o, fmt.Errorf("counter: %w (flags: -listen, -idle-timeout, -max-instances, -max-body-bytes, -shutdown-timeout)", err)
-	}
-	if fs.NArg() > 0 {
-		return o, fmt.Errorf("counter: unexpected arguments %q", fs.Args())
-	}
-	o.adminListen = getenv("PINNED_ADMIN_LISTEN")
-	o.fleet = fleetOptions{
-		pinboardURL:  getenv("PINNED_PINBOARD_URL"),
-		token:        getenv("PINNED_TOKEN"),
-		advertiseURL: getenv("PINNED_ADVERTISE_URL"),
-	}
-	o.history = getenv(EnvHistory)
+	o.unknown = set.Unknown(environ)
 	return o, nil
 }
 
 func main() {
-	opts, err := loadOptions(os.Args[1:], os.Getenv)
+	opts, err := loadOptions(os.Args[1:], os.Environ(), os.Stdout)
+	if errors.Is(err, flag.ErrHelp) {
+		os.Exit(0)
+	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)
 	}
 	logger := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	cmdline.Warn(logger, opts.unknown)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, opts, logger, func(addr net.Addr) {
-		logger.Info("counter demo listening", "addr", addr.String(), "try", "curl -X POST "+addr.String()+"/counter/alice/incr")
+	if err := run(ctx, opts, logger, func(l listening) {
+		attrs := []any{"addr", l.addr.String()}
+		if l.admin != nil {
+			attrs = append(attrs, "admin", l.admin.String())
+		}
+		logger.Info("counter demo listening", append(attrs, "try", "curl -X POST "+l.addr.String()+"/counter/alice/incr")...)
 	}); err != nil {
 		logger.Error("counter demo failed", "error", err)
 		os.Exit(1)
@@ -173,10 +210,12 @@ func newWorker(opts options, logger *slog.Logger, set *metrics.Set, onLease func
 		Token:        opts.fleet.token,
 		Logger:       logger,
 		Metrics:      set,
-		OnLease:      onLease,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("counter: %w", err)
+	}
+	if onLease != nil {
+		w.OnLease(onLease) // before Run: the first registration is reported too
 	}
 	return &fleet{w: w}, nil
 }
@@ -220,9 +259,13 @@ func (f *fleet) shutdown(ctx context.Context) error {
 	return err
 }
 
+// listening is where the demo serves: its main listener and the admin
+// listener (nil when there is none).
+type listening struct{ addr, admin net.Addr }
+
 // run serves the demo until ctx ends, then shuts down gracefully. ready,
-// if not nil, is called with the listening address.
-func run(ctx context.Context, opts options, logger *slog.Logger, ready func(net.Addr)) error {
+// if not nil, is called with the listening addresses.
+func run(ctx context.Context, opts options, logger *slog.Logger, ready func(listening)) error {
 	set := metrics.NewSet()
 	rec, err := openRecorder(opts.history)
 	if err != nil {
@@ -233,6 +276,14 @@ func run(ctx context.Context, opts options, logger *slog.Logger, ready func(net.
 	if err != nil {
 		return err
 	}
+	rdb, err := openPersist(opts.persist)
+	if err != nil {
+		return err
+	}
+	if rdb != nil {
+		defer rdb.Close() // after the host: teardowns and tasks may still write
+		logger.Info("counts persisted in redis, fenced by epoch", "key_prefix", counterapp.KeyPrefix)
+	}
 	h, err := host.New(host.Config{
 		Namespace:          "/counter",
 		Worker:             fl.hostWorker(),
@@ -241,7 +292,7 @@ func run(ctx context.Context, opts options, logger *slog.Logger, ready func(net.
 		MaxRequestBodySize: opts.maxBodyBytes,
 		Logger:             logger,
 		Metrics:            set,
-	}, counterapp.TypeWithHooks(rec.hooks()))
+	}, counterapp.TypeWithOptions(counterapp.Options{Hooks: rec.hooks(), Persist: rdb}))
 	if err != nil {
 		return err
 	}
@@ -260,13 +311,19 @@ func run(ctx context.Context, opts options, logger *slog.Logger, ready func(net.
 	if fl.w != nil {
 		fl.w.Mount(r) // GET /_pinned/challenge: the pinboard proves our advertise URL
 	}
-	r.GET("/metrics", metricshttp.Handler(metricshttp.Config{Sets: []*metrics.Set{set}, Process: true, Metadata: true}))
+	if fl.w == nil {
+		// Local mode: /metrics next to the demo. In fleet mode the main
+		// listener is the advertise URL, so /metrics is on the admin one.
+		r.GET("/metrics", metricshttp.Handler(metricshttp.Config{Sets: []*metrics.Set{set}, Process: true, Metadata: true}))
+	} else if opts.adminListen == "" {
+		opts.adminListen = fleetAdminListen
+	}
 	srv := &fasthttp.Server{
 		Handler:         h.Wrap(r.Handler), // the host's paths skip the router: no allocation
 		Name:            "pinned-counter",
 		ReadTimeout:     30 * time.Second,
 		IdleTimeout:     2 * time.Minute,
-		Logger:          slogPrintf{logger},
+		Logger:          counterapp.ServerLogger(logger),
 		CloseOnShutdown: true,
 	}
 	// The server's body limit is the host's: a larger body gets 413 with a
@@ -300,7 +357,11 @@ func run(ctx context.Context, opts options, logger *slog.Logger, ready func(net.
 	defer stopRun()
 	fl.start(runCtx, logger)
 	if ready != nil {
-		ready(ln.Addr())
+		l := listening{addr: ln.Addr()}
+		if admin != nil {
+			l.admin = admin.ln.Addr()
+		}
+		ready(l)
 	}
 
 	select {
@@ -335,6 +396,36 @@ func run(ctx context.Context, opts options, logger *slog.Logger, ready func(net.
 		errs = append(errs, fmt.Errorf("counter: serving: %w", err))
 	}
 	return errors.Join(errs...)
+}
+
+// redisURL checks a -persist value ("" is none).
+func redisURL(v string) (string, error) {
+	if v == "" {
+		return "", nil
+	}
+	if _, err := rueidis.ParseURL(v); err != nil {
+		return "", fmt.Errorf("%v (want redis://host:port/db)", err)
+	}
+	return v, nil
+}
+
+// openPersist connects to the Redis of -persist (nil when empty). The
+// client caches nothing: every read is a fenced script.
+func openPersist(url string) (rueidis.Client, error) {
+	if url == "" {
+		return nil, nil
+	}
+	opt, err := rueidis.ParseURL(url)
+	if err != nil {
+		return nil, fmt.Errorf("counter: -persist %q: %w", url, err)
+	}
+	opt.DisableCache = true
+	opt.ClientName = "pinned-counter"
+	c, err := rueidis.NewClient(opt)
+	if err != nil {
+		return nil, fmt.Errorf("counter: -persist: cannot reach redis: %w", err)
+	}
+	return c, nil
 }
 
 // slogPrintf adapts fasthttp's Printf logger to slog.

@@ -4,9 +4,10 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
+	"flag"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -15,23 +16,29 @@ import (
 	"github.com/fasthttp/websocket"
 	"go.uber.org/goleak"
 
+	"github.com/pinned-go/pinned/fence"
+	"github.com/pinned-go/pinned/internal/testkit/leakcheck"
 	"github.com/pinned-go/pinned/internal/testkit/promcheck"
+	"github.com/pinned-go/pinned/internal/testkit/redistest"
 )
 
-func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m,
-		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.updateServerDate.func1"),
-		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*workerPool).Start.func2"),
-	)
-}
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m, leakcheck.Options()...) }
 
 const timeout = 10 * time.Second
 
+// env is the environment (as os.Environ) holding m.
+func env(m map[string]string) []string {
+	var e []string
+	for k, v := range m {
+		e = append(e, k+"="+v)
+	}
+	return e
+}
+
 func TestLoadOptions(t *testing.T) {
-	env := func(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
 	f := func(args []string, vars map[string]string, want string) {
 		t.Helper()
-		o, err := loadOptions(args, env(vars))
+		o, err := loadOptions(args, env(vars), io.Discard)
 		if err != nil {
 			t.Fatalf("loadOptions(%q, %v): %v", args, vars, err)
 		}
@@ -42,19 +49,50 @@ func TestLoadOptions(t *testing.T) {
 	f(nil, nil, "127.0.0.1:8080")
 	f(nil, map[string]string{"PINNED_LISTEN": "127.0.0.1:9"}, "127.0.0.1:9")
 	f([]string{"-listen", "127.0.0.1:7"}, map[string]string{"PINNED_LISTEN": "127.0.0.1:9"}, "127.0.0.1:7")
-	if o, err := loadOptions(nil, env(map[string]string{"PINNED_MAX_BODY_BYTES": "1000"})); err != nil || o.maxBodyBytes != 1000 {
+	if o, err := loadOptions(nil, env(map[string]string{"PINNED_MAX_BODY_BYTES": "1000"}), io.Discard); err != nil || o.maxBodyBytes != 1000 {
 		t.Errorf("PINNED_MAX_BODY_BYTES=1000: %d, %v; want 1000", o.maxBodyBytes, err)
 	}
-	if o, err := loadOptions([]string{"-max-body-bytes", "7"}, env(map[string]string{"PINNED_MAX_BODY_BYTES": "1000"})); err != nil || o.maxBodyBytes != 7 {
+	if o, err := loadOptions([]string{"-max-body-bytes", "7"}, env(map[string]string{"PINNED_MAX_BODY_BYTES": "1000"}), io.Discard); err != nil || o.maxBodyBytes != 7 {
 		t.Errorf("-max-body-bytes 7 over PINNED_MAX_BODY_BYTES: %d, %v; want 7", o.maxBodyBytes, err)
 	}
-	if _, err := loadOptions(nil, env(map[string]string{"PINNED_MAX_BODY_BYTES": "-1"})); err == nil {
+	if _, err := loadOptions(nil, env(map[string]string{"PINNED_MAX_BODY_BYTES": "-1"}), io.Discard); err == nil {
 		t.Error("PINNED_MAX_BODY_BYTES=-1 was accepted")
 	}
-	if _, err := loadOptions([]string{"-nope"}, env(nil)); err == nil {
+	if _, err := loadOptions([]string{"-nope"}, env(nil), io.Discard); err == nil {
 		t.Error("an unknown flag was accepted")
 	}
-	o, _ := loadOptions(nil, env(map[string]string{"PINNED_PINBOARD_URL": "http://127.0.0.1:1"}))
+	if o, err := loadOptions(nil, env(map[string]string{EnvPersist: "redis://127.0.0.1:1/0"}), io.Discard); err != nil || o.persist != "redis://127.0.0.1:1/0" {
+		t.Errorf("%s: persist = %q, %v", EnvPersist, o.persist, err)
+	}
+	if o, _ := loadOptions([]string{"-persist", "redis://127.0.0.1:2/0"}, env(map[string]string{EnvPersist: "redis://127.0.0.1:1/0"}), io.Discard); o.persist != "redis://127.0.0.1:2/0" {
+		t.Errorf("-persist does not beat %s: %q", EnvPersist, o.persist)
+	}
+	if _, err := loadOptions([]string{"-persist", "mysql://x"}, env(nil), io.Discard); err == nil || !strings.Contains(err.Error(), "-persist") {
+		t.Errorf("a bad -persist URL: %v; want an error naming -persist", err)
+	}
+	if _, err := loadOptions(nil, env(map[string]string{"PINNED_IDLE_TIMEOUT": "soon"}), io.Discard); err == nil || !strings.Contains(err.Error(), "PINNED_IDLE_TIMEOUT") {
+		t.Errorf("a bad PINNED_IDLE_TIMEOUT gave %v; want an error naming it", err)
+	}
+	o, err := loadOptions(nil, env(map[string]string{"PINNED_LISTEM": "x", "PINNED_FAULTS": "", "PINNED_TOKEN": "t"}), io.Discard)
+	if err != nil || len(o.unknown) != 1 || o.unknown[0].Name != "PINNED_LISTEM" || o.unknown[0].Near != "PINNED_LISTEN" {
+		t.Errorf("unknown variables %+v, %v; want PINNED_LISTEM (near PINNED_LISTEN) only", o.unknown, err)
+	}
+	var help strings.Builder
+	if _, err := loadOptions([]string{"-h"}, nil, &help); !errors.Is(err, flag.ErrHelp) {
+		t.Errorf("-h = %v; want flag.ErrHelp (exit 0)", err)
+	}
+	for _, want := range []string{
+		"-listen host:port (env PINNED_LISTEN, default 127.0.0.1:8080)",
+		"-idle-timeout duration (env PINNED_IDLE_TIMEOUT, default 5m0s)",
+		"-max-instances int (env PINNED_MAX_INSTANCES, default 10000)",
+		`-admin-listen host:port (env PINNED_ADMIN_LISTEN, default "")`,
+		`PINNED_TOKEN token (environment only, default "")`,
+	} {
+		if !strings.Contains(help.String(), want) {
+			t.Errorf("-h lacks %q:\n%s", want, help.String())
+		}
+	}
+	o, _ = loadOptions(nil, env(map[string]string{"PINNED_PINBOARD_URL": "http://127.0.0.1:1"}), io.Discard)
 	if err := run(context.Background(), o, slog.New(slog.DiscardHandler), nil); err == nil || !strings.Contains(err.Error(), "fleet mode") {
 		t.Errorf("run with PINNED_PINBOARD_URL = %v; want a fleet-mode error", err)
 	}
@@ -63,18 +101,21 @@ func TestLoadOptions(t *testing.T) {
 // TestDemo runs the demo on a real 127.0.0.1 listener and walks through
 // everything the README promises.
 func TestDemo(t *testing.T) {
-	opts, err := loadOptions([]string{"-listen", "127.0.0.1:0"}, func(string) string { return "" })
+	opts, err := loadOptions([]string{"-listen", "127.0.0.1:0"}, nil, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	addrs := make(chan net.Addr, 1)
+	addrs := make(chan listening, 1)
 	done := make(chan error, 1)
-	go func() { done <- run(ctx, opts, slog.New(slog.DiscardHandler), func(a net.Addr) { addrs <- a }) }()
+	go func() { done <- run(ctx, opts, slog.New(slog.DiscardHandler), func(l listening) { addrs <- l }) }()
 	var base string
 	select {
-	case a := <-addrs:
-		base = "http://" + a.String()
+	case l := <-addrs:
+		base = "http://" + l.addr.String()
+		if l.admin != nil {
+			t.Errorf("local mode without -admin-listen has an admin listener on %v", l.admin)
+		}
 	case err := <-done:
 		t.Fatalf("run: %v", err)
 	}
@@ -102,8 +143,8 @@ func TestDemo(t *testing.T) {
 		t.Errorf("healthz = %v", m)
 	}
 	first := call("GET", "/counter/alice/", 200)
-	if first["id"] != "alice" || first["count"] != 0.0 || first["instance"] == "" {
-		t.Errorf("GET /counter/alice/ = %v; want id alice, count 0, an instance nonce", first)
+	if first["id"] != "alice" || first["count"] != 0.0 || first["instance"] == "" || first["epoch"].(float64) <= 0 {
+		t.Errorf("GET /counter/alice/ = %v; want id alice, count 0, an instance nonce, an epoch", first)
 	}
 
 	// A websocket sees the pushes.
@@ -171,6 +212,35 @@ func TestDemo(t *testing.T) {
 		}
 	}
 
+	// The alarm (local mode: an in-process timer): 202, listed, and the
+	// count grows by one when it fires.
+	if m := call("POST", "/counter/alice/alarm?delay=50ms", 202); m["alarm"] != "incr" {
+		t.Errorf("POST /alarm = %v", m)
+	}
+	for {
+		_, msg, err := ws.ReadMessage()
+		if err != nil {
+			t.Fatalf("no push from the alarm: %v", err)
+		}
+		if string(msg) == `{"count":5}` {
+			break
+		}
+	}
+	call("POST", "/counter/alice/alarm?delay=1h&name=later", 202)
+	req, _ = http.NewRequest("GET", base+"/counter/alice/alarms", nil)
+	aresp, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ab, _ := io.ReadAll(aresp.Body)
+	aresp.Body.Close()
+	if !strings.Contains(string(ab), `"name":"later"`) || strings.Contains(string(ab), `"name":"incr"`) {
+		t.Errorf("GET /alarms = %s; want only the pending alarm", ab)
+	}
+	call("DELETE", "/counter/alice/alarm?name=later", 204)
+	call("POST", "/counter/alice/alarm?delay=-1s", 400)
+	call("POST", "/counter/alice/alarm?delay=1s&name=bad/name", 400)
+
 	call("GET", "/counter/bob/", 200)
 	call("GET", "/counter/..", 400)
 	call("GET", "/nope", 404)
@@ -206,4 +276,107 @@ func TestDemo(t *testing.T) {
 	case <-time.After(timeout):
 		t.Fatal("run did not return after its context ended")
 	}
+}
+
+// demo is one run of the counter on a 127.0.0.1 listener.
+type demo struct {
+	base   string
+	cancel context.CancelFunc
+	done   chan error
+	client *http.Client
+}
+
+func startDemo(t *testing.T, args ...string) *demo {
+	t.Helper()
+	opts, err := loadOptions(append([]string{"-listen", "127.0.0.1:0"}, args...), nil, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	d := &demo{cancel: cancel, done: make(chan error, 1)}
+	addrs := make(chan listening, 1)
+	go func() { d.done <- run(ctx, opts, slog.New(slog.DiscardHandler), func(l listening) { addrs <- l }) }()
+	select {
+	case l := <-addrs:
+		d.base = "http://" + l.addr.String()
+	case err := <-d.done:
+		t.Fatalf("run: %v", err)
+	}
+	tr := &http.Transport{}
+	d.client = &http.Client{Transport: tr, Timeout: timeout}
+	t.Cleanup(tr.CloseIdleConnections)
+	return d
+}
+
+// state is the JSON of GET / and POST /incr.
+type state struct {
+	Count    int64
+	Instance string
+	Epoch    uint64
+}
+
+func (d *demo) call(t *testing.T, method, path string, want int) state {
+	t.Helper()
+	req, _ := http.NewRequest(method, d.base+path, nil)
+	resp, err := d.client.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	var s state
+	if err := json.Unmarshal(b, &s); resp.StatusCode != want || err != nil {
+		t.Fatalf("%s %s = %d %s; want %d", method, path, resp.StatusCode, b, want)
+	}
+	return s
+}
+
+func (d *demo) stop(t *testing.T) {
+	t.Helper()
+	d.cancel()
+	select {
+	case err := <-d.done:
+		if err != nil {
+			t.Fatalf("run returned %v", err)
+		}
+	case <-time.After(timeout):
+		t.Fatal("run did not return after its context ended")
+	}
+}
+
+// TestPersist: with -persist the count outlives its instance and its
+// process: stored (fenced by epoch) before each answer, loaded by the next
+// activation, which has a larger epoch, also in a restarted process.
+func TestPersist(t *testing.T) {
+	srv := redistest.Start(t)
+	d := startDemo(t, "-persist", srv.URL)
+	var last state
+	for i := int64(1); i <= 3; i++ {
+		last = d.call(t, "POST", "/counter/alice/incr", 200)
+		if last.Count != i || last.Epoch == 0 {
+			t.Fatalf("incr %d = %+v", i, last)
+		}
+	}
+	d.call(t, "POST", "/counter/alice/incr-later?delay=0s", 202) // 202: its effect is stored too
+	d.stop(t)
+
+	rdb := redistest.Client(t, srv.URL)
+	v, e, err := fence.Get(context.Background(), rdb, "counter:alice")
+	if err != nil || v != "4" || e != last.Epoch {
+		t.Fatalf("stored count = %q epoch %d (%v); want 4 under epoch %d", v, e, err, last.Epoch)
+	}
+
+	d = startDemo(t, "-persist", srv.URL)
+	got := d.call(t, "GET", "/counter/alice/", 200)
+	if got.Count != 4 || got.Epoch <= last.Epoch || got.Instance == last.Instance {
+		t.Fatalf("after a restart: %+v; want count 4 from the store, a new instance, an epoch above %d", got, last.Epoch)
+	}
+	if n := d.call(t, "POST", "/counter/alice/incr", 200); n.Count != 5 {
+		t.Fatalf("incr after the restart = %+v; want 5", n)
+	}
+	// The old activation's epoch is fenced out.
+	if err := fence.Set(context.Background(), rdb, "counter:alice", last.Epoch, "99"); !errors.Is(err, fence.ErrStale) {
+		t.Fatalf("a write under the old epoch: %v; want stale", err)
+	}
+	d.stop(t)
 }

@@ -10,10 +10,11 @@
 //	curl localhost:8080/counter/alice/       # same instance, whatever the worker
 //	curl -H "Authorization: Bearer <token>" localhost:8080/registry/workers
 //
-// Flags: -listen (the pinboard's public address, default 127.0.0.1:8080),
-// -admin-listen (its /metrics and /debug/pprof, default 127.0.0.1:9090),
-// -workers (default 3), -shutdown-timeout. Ctrl-C drains the workers, then
-// stops the pinboard.
+// `fleet -h` lists the flags: -listen (the pinboard's public address,
+// default 127.0.0.1:8080), -admin-listen (the console, /metrics and
+// /debug/pprof, default 127.0.0.1:9090), -workers (default 3), -shutdown-timeout. Ctrl-C
+// drains the workers, then stops the pinboard. Every component, the workers'
+// fasthttp servers included, logs through slog on stderr (WARN and above).
 package main
 
 import (
@@ -35,6 +36,7 @@ import (
 
 	"github.com/pinned-go/pinned/examples/counter/counterapp"
 	"github.com/pinned-go/pinned/host"
+	"github.com/pinned-go/pinned/internal/cmdline"
 	"github.com/pinned-go/pinned/internal/pinboard"
 	"github.com/pinned-go/pinned/worker"
 )
@@ -46,19 +48,21 @@ type options struct {
 	shutdownTimeout     time.Duration
 }
 
-func loadOptions(args []string) (options, error) {
+// loadOptions parses args. For -h it writes every flag to usage and returns
+// flag.ErrHelp.
+func loadOptions(args []string, usage io.Writer) (options, error) {
 	var o options
-	fs := flag.NewFlagSet("fleet", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	fs.StringVar(&o.listen, "listen", "127.0.0.1:8080", "the pinboard's public address (registry and proxy)")
-	fs.StringVar(&o.adminListen, "admin-listen", "127.0.0.1:9090", "the pinboard's admin address (/metrics, /debug/pprof)")
-	fs.IntVar(&o.workers, "workers", 3, "counter workers to start (1 to 16)")
-	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 5*time.Second, "bound on draining each worker at exit")
-	if err := fs.Parse(args); err != nil {
-		return o, fmt.Errorf("fleet: %w (flags: -listen, -admin-listen, -workers, -shutdown-timeout)", err)
-	}
-	if fs.NArg() > 0 {
-		return o, fmt.Errorf("fleet: unexpected arguments %q", fs.Args())
+	set := cmdline.New("fleet", "", `pinned's fleet demo in one process: a pinboard in development mode and
+counter workers on their own 127.0.0.1 ports. It reads no environment variable.`)
+	set.String(&o.listen, "listen", "", "host:port", "127.0.0.1:8080", "the pinboard's public address (registry and proxy)")
+	set.String(&o.adminListen, "admin-listen", "", "host:port", "127.0.0.1:9090", "the pinboard's admin address (the console, /metrics, /debug/pprof)")
+	set.Int(&o.workers, "workers", "", 3, "counter workers to start (1 to 16)")
+	set.Duration(&o.shutdownTimeout, "shutdown-timeout", "", 5*time.Second, "bound on draining each worker at exit")
+	if err := set.Parse(args, nil, usage); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return o, err
+		}
+		return o, fmt.Errorf("fleet: %w", err)
 	}
 	if o.workers < 1 || o.workers > 16 {
 		return o, fmt.Errorf("fleet: -workers %d: want 1 to 16", o.workers)
@@ -67,7 +71,10 @@ func loadOptions(args []string) (options, error) {
 }
 
 func main() {
-	opts, err := loadOptions(os.Args[1:])
+	opts, err := loadOptions(os.Args[1:], os.Stdout)
+	if errors.Is(err, flag.ErrHelp) {
+		os.Exit(0)
+	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)
@@ -91,6 +98,7 @@ type fleet struct {
 
 func (f fleet) print(w io.Writer) {
 	fmt.Fprintf(w, "pinboard   %s   (registry, proxy; admin %s/metrics)\n", f.Pinboard, f.Admin)
+	fmt.Fprintf(w, "console    %s/   (open it in a browser; it asks for the token)\n", f.Admin)
 	for i, u := range f.Workers {
 		fmt.Fprintf(w, "worker %d   %s   (counter host; reached through the pinboard)\n", i+1, u)
 	}
@@ -105,7 +113,7 @@ func (f fleet) print(w io.Writer) {
 // stops the pinboard.
 func run(ctx context.Context, o options, logger *slog.Logger, ready func(fleet)) (err error) {
 	settings, err := pinboard.ParseSettings([]string{"-dev", "-listen", o.listen, "-admin-listen", o.adminListen},
-		func(string) string { return "" }, io.Discard)
+		nil, io.Discard)
 	if err != nil {
 		return err
 	}
@@ -118,8 +126,7 @@ func run(ctx context.Context, o options, logger *slog.Logger, ready func(fleet))
 		pub.Close()
 		return fmt.Errorf("pinboard admin: %w", err)
 	}
-	pb, err := pinboard.New(pinboard.Config{Settings: settings, Logger: logger, NewDataPlane: pinboard.NewProxy,
-		PublicListener: pub, AdminListener: adm})
+	pb, err := pinboard.New(pinboard.Config{Settings: settings, Logger: logger, PublicListener: pub, AdminListener: adm})
 	if err != nil {
 		pub.Close()
 		adm.Close()
@@ -213,6 +220,7 @@ func startWorker(name, pinboardURL, token string, logger *slog.Logger) (*fleetWo
 		// Above the proxy's pooled-connection idle timeout (10 s): the
 		// pinboard closes idle connections first.
 		IdleTimeout:     2 * time.Minute,
+		Logger:          counterapp.ServerLogger(log),
 		CloseOnShutdown: true,
 	}
 	// The server accepts exactly the bodies the host does (413 with a JSON

@@ -4,8 +4,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
+	"flag"
 	"fmt"
+	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -15,19 +19,34 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/pinned-go/pinned/internal/testkit/leakcheck"
+	"github.com/pinned-go/pinned/internal/testkit/logtest"
 	"github.com/pinned-go/pinned/internal/wire"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m, leakcheck.Options()...) }
 
 func TestLoadOptions(t *testing.T) {
-	o, err := loadOptions(nil)
+	o, err := loadOptions(nil, io.Discard)
 	if err != nil || o.listen != "127.0.0.1:8080" || o.workers != 3 {
 		t.Errorf("loadOptions(nil) = %+v, %v; want 127.0.0.1:8080 and 3 workers", o, err)
 	}
-	for _, args := range [][]string{{"-workers", "0"}, {"-nope"}, {"extra"}} {
-		if _, err := loadOptions(args); err == nil {
+	for _, args := range [][]string{{"-workers", "0"}, {"-nope"}, {"extra"}, {"-shutdown-timeout", "5"}} {
+		if _, err := loadOptions(args, io.Discard); err == nil {
 			t.Errorf("loadOptions(%q) accepted bad arguments", args)
+		}
+	}
+	var help strings.Builder
+	if _, err := loadOptions([]string{"-h"}, &help); !errors.Is(err, flag.ErrHelp) {
+		t.Errorf("-h = %v; want flag.ErrHelp (exit 0)", err)
+	}
+	for _, want := range []string{
+		"-listen host:port (no variable, default 127.0.0.1:8080)",
+		"-admin-listen host:port (no variable, default 127.0.0.1:9090)",
+		"-workers int (no variable, default 3)",
+		"-shutdown-timeout duration (no variable, default 5s)",
+	} {
+		if !strings.Contains(help.String(), want) {
+			t.Errorf("-h lacks %q:\n%s", want, help.String())
 		}
 	}
 }
@@ -44,14 +63,16 @@ type state struct {
 // pinboard, the same instance on every request, ids spread over the
 // workers, WebSocket pass-through, and a clean stop.
 func TestFleet(t *testing.T) {
-	o, err := loadOptions([]string{"-listen", "127.0.0.1:0", "-admin-listen", "127.0.0.1:0"})
+	o, err := loadOptions([]string{"-listen", "127.0.0.1:0", "-admin-listen", "127.0.0.1:0"}, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	ready := make(chan fleet, 1)
 	done := make(chan error, 1)
-	go func() { done <- run(ctx, o, slog.New(slog.DiscardHandler), func(f fleet) { ready <- f }) }()
+	var logs logtest.Buffer
+	logger := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	go func() { done <- run(ctx, o, logger, func(f fleet) { ready <- f }) }()
 	var f fleet
 	select {
 	case f = <-ready:
@@ -141,4 +162,28 @@ func TestFleet(t *testing.T) {
 		t.Fatalf("push = %q, %v; want {\"count\":3}", msg, err)
 	}
 	c.Close()
+
+	// A worker's fasthttp server reports a connection it could not serve
+	// (here a request line that is no HTTP) through slog, not the standard
+	// log package.
+	conn, err := net.Dial("tcp", strings.TrimPrefix(f.Workers[0], "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = conn.Write([]byte("NOT HTTP\r\n\r\n"))
+	_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	_, _ = io.ReadAll(conn) // until the server closes the connection
+	conn.Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(logs.String(), "logger=fasthttp") {
+		if time.Now().After(deadline) {
+			t.Fatalf("no logger=fasthttp record for a malformed request to a worker:\n%s", logs.String())
+		}
+		time.Sleep(10 * time.Millisecond) // the server logs after it closed the connection
+	}
+	for l := range strings.Lines(logs.String()) {
+		if strings.Contains(l, "logger=fasthttp") && (!strings.Contains(l, "level=WARN") || !strings.Contains(l, "worker=w1")) {
+			t.Errorf("fasthttp record %q; want level=WARN and the worker's name", l)
+		}
+	}
 }

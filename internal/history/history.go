@@ -26,18 +26,20 @@ import (
 // Event kinds.
 const (
 	// Written by a worker process (examples/counter with PINNED_HISTORY).
-	KindActivate = "activate" // an instance's setup ran: ID, Inst, Session
-	KindTeardown = "teardown" // an instance's teardown ran: ID, Inst, Session
-	KindServe    = "serve"    // a request was served: ID, Inst, Session, Recv (when it was read), T (when the handler ran)
-	KindEffect   = "effect"   // a background task changed state: ID, Inst, Session
+	KindActivate = "activate" // an instance's setup ran: ID, Inst, Session, Epoch
+	KindTeardown = "teardown" // an instance's teardown ran: ID, Inst, Session, Epoch
+	KindServe    = "serve"    // a request was served: ID, Inst, Session, Epoch, Recv (when it was read), T (when the handler ran)
+	KindEffect   = "effect"   // a background task is about to change state: ID, Inst, Session, Epoch
 	KindLease    = "lease"    // a registration or renewal was acked: Session, Sent, ExpiresMs, Cause ("registered"/"renewed")
 	KindLost     = "lost"     // the lease was lost and selfAbort ran: Session, Cause
 	KindStart    = "start"    // the process started: Proc
+	KindAlarm    = "alarm"    // an alarm handler ran: ID, Inst, Session, Alarm, Sched, Wall, Attempt
 
 	// Written by the harness.
 	KindRequest = "request" // one client request: see the Request fields
 	KindNemesis = "nemesis" // a fault: Nemesis, Target, T (start), End
 	KindExit    = "exit"    // a worker process is known dead (killed or exited): Proc
+	KindStored  = "stored"  // after the run: the count the application's store holds for ID: Count
 )
 
 // Event is one line of a history file. T is always set (shared clock, ns);
@@ -50,11 +52,20 @@ type Event struct {
 	ID      string `json:"id,omitempty"`
 	Inst    string `json:"inst,omitempty"`
 	Session string `json:"s,omitempty"`
+	Epoch   uint64 `json:"epoch,omitempty"` // the instance's activation epoch
 	Recv    int64  `json:"recv,omitempty"`
 
 	Sent      int64  `json:"sent,omitempty"`
 	ExpiresMs int64  `json:"exp,omitempty"`
 	Cause     string `json:"cause,omitempty"`
+
+	// Alarm run (worker): the alarm's name, its scheduled time and the
+	// wall time it ran (unix ms, comparable across processes of one
+	// machine), the attempt number.
+	Alarm   string `json:"alarm,omitempty"`
+	Sched   int64  `json:"sched,omitempty"`
+	Wall    int64  `json:"wall,omitempty"`
+	Attempt int    `json:"att,omitempty"`
 
 	// Request (harness client).
 	Op         string `json:"op,omitempty"`
@@ -64,6 +75,9 @@ type Event struct {
 	Reason     string `json:"reason,omitempty"` // x-pinned-reason
 	RetryAfter bool   `json:"ra,omitempty"`
 	Err        string `json:"err,omitempty"` // client error class: timeout, refused, reset, other
+	// Count: the count a 2xx POST /incr answered (request), or the stored
+	// count (stored).
+	Count int64 `json:"count,omitempty"`
 
 	// Nemesis (harness).
 	Nemesis string `json:"nem,omitempty"`

@@ -4,7 +4,7 @@ import (
 	"cmp"
 	"crypto/rand"
 	"encoding/hex"
-	"flag"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -15,7 +15,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/pinned-go/pinned/internal/cmdline"
+
 	"github.com/pinned-go/pinned/internal/registry"
+	"github.com/pinned-go/pinned/internal/store"
 	"github.com/pinned-go/pinned/internal/store/redisstore"
 	"github.com/pinned-go/pinned/proxy"
 )
@@ -33,7 +36,7 @@ const (
 	MinLease = time.Second
 )
 
-// Environment variables, each also settable by the flag in brackets.
+// Environment variables, each also settable by the flag in the comment.
 const (
 	EnvListen            = "PINBOARD_LISTEN"                 // -listen
 	EnvAdminListen       = "PINBOARD_ADMIN_LISTEN"           // -admin-listen
@@ -54,6 +57,8 @@ const (
 	EnvLogLevel          = "PINBOARD_LOG_LEVEL"              // -log-level
 	EnvLogFormat         = "PINBOARD_LOG_FORMAT"             // -log-format
 	EnvRestartFence      = "PINBOARD_RESTART_FENCE"          // -restart-fence
+	EnvLoops             = "PINBOARD_LOOPS"                  // -loops
+	EnvEpochTTL          = "PINBOARD_EPOCH_TTL"              // -epoch-ttl
 	EnvStoreProbe        = "PINBOARD_STORE_PROBE"            // -store-probe
 	EnvStoreProbeTimeout = "PINBOARD_STORE_PROBE_TIMEOUT"    // -store-probe-timeout
 )
@@ -75,6 +80,10 @@ type Settings struct {
 	// leases granted before, so no id is placed anew until those leases
 	// have run out. Turn it off only when Redis persists every write.
 	RestartFence time.Duration
+	// EpochTTL is the stores' EpochTTL: how long an id's last activation
+	// epoch is kept after its placement was written or released. Past it,
+	// epochs rest on the clock alone (wire.NextEpoch).
+	EpochTTL time.Duration
 	// StoreProbe and StoreProbeTimeout are redisstore's circuit
 	// (Config.CircuitProbeInterval, CircuitProbeTimeout): while Redis is
 	// known to be down every store call fails at once (503 store +
@@ -96,165 +105,312 @@ type Settings struct {
 	Dev                 bool
 	LogLevel            slog.Level
 	LogJSON             bool
-	// Proxy and Endpoint hold the data plane's limits set by flags or
-	// variables (limits.go); zero fields mean the proxy package's defaults.
-	Proxy    proxy.Config
-	Endpoint proxy.EndpointConfig
+	// Loops is the number of event loops serving the public port
+	// (proxy.Front); 0 serves it with fasthttp's goroutine per connection
+	// alone. ParseSettings defaults it to the number of CPUs.
+	Loops int
+	// Proxy holds the data plane's limits set by flags or variables
+	// (limits.go), those of each worker's pool in Proxy.Endpoint; zero
+	// fields mean the proxy package's defaults.
+	Proxy proxy.Config
+	// Alarms holds the alarm scheduler's settings and the per-instance
+	// alarm cap (alarms.go); zero fields mean the defaults.
+	Alarms AlarmSettings
+	// Unknown lists the PINBOARD_* variables no setting declares (likely
+	// typos); Main logs a warning for each.
+	Unknown []cmdline.UnknownVar
 }
 
 // ParseSettings reads flags (args, without the program name) and the
-// environment (getenv). A flag wins over its variable, a variable over the
-// default. Errors name the variable or flag to fix; flag.ErrHelp is
-// returned for -h.
-func ParseSettings(args []string, getenv func(string) string, usage io.Writer) (Settings, error) {
-	s := Settings{}
-	env := func(name, def string) string {
-		if v := getenv(name); v != "" {
-			return v
-		}
-		return def
-	}
-	fs := flag.NewFlagSet("pinboard", flag.ContinueOnError)
-	fs.SetOutput(usage)
-	fs.StringVar(&s.Listen, "listen", env(EnvListen, DefaultListen), "public address: the registry, /healthz and the proxy ("+EnvListen+")")
-	fs.StringVar(&s.AdminListen, "admin-listen", env(EnvAdminListen, DefaultAdminListen), "admin address: /metrics and /debug/pprof ("+EnvAdminListen+")")
-	fs.StringVar(&s.RedisURL, "redis-url", env(EnvRedisURL, DefaultRedisURL), "Redis URL ("+EnvRedisURL+")")
-	fs.StringVar(&s.TokenFile, "token-file", getenv(EnvTokenFile), "file with the deployment token(s), one per line, reloaded on SIGHUP ("+EnvTokenFile+")")
-	lease := fs.String("lease", env(EnvLease, DefaultLease.String()), "lease granted to workers ("+EnvLease+")")
-	fence := fs.String("restart-fence", env(EnvRestartFence, "lease"), "refuse new placements (503 + Retry-After) while Redis has been up for less than this, so that a Redis restarted without persistence cannot get an id placed twice; \"lease\" = the lease, 0 = off (only when Redis persists every write) ("+EnvRestartFence+")")
-	probe := fs.String("store-probe", env(EnvStoreProbe, redisstore.DefaultCircuitProbeInterval.String()), "while Redis is known to be down, store calls fail at once and Redis is pinged this often; off = always wait for Redis ("+EnvStoreProbe+")")
-	probeTimeout := fs.String("store-probe-timeout", env(EnvStoreProbeTimeout, redisstore.DefaultCircuitProbeTimeout.String()), "a Redis that does not answer a probe's PING within this counts as down ("+EnvStoreProbeTimeout+")")
-	nets := fs.String("advertise-networks", getenv(EnvAdvertiseNetworks), "comma-separated CIDRs advertise URLs must resolve into; empty = loopback, private and public addresses, no special-purpose ranges ("+EnvAdvertiseNetworks+")")
-	ports := fs.String("advertise-ports", getenv(EnvAdvertisePorts), "comma-separated ports advertise URLs may use; empty = any ("+EnvAdvertisePorts+")")
-	nonceTTL := fs.String("nonce-ttl", env(EnvNonceTTL, registry.DefaultNonceTTL.String()), "how long a used challenge is remembered, at most 30s ("+EnvNonceTTL+")")
-	regIP := fs.String("register-ip-rate", env(EnvRegisterIPRate, limitString(registry.DefaultRegisterIPLimit)), "registrations per client IP: N/PERIOD [burst B], or off ("+EnvRegisterIPRate+")")
-	regTok := fs.String("register-token-rate", env(EnvRegisterTokenRate, limitString(registry.DefaultRegisterTokenLimit)), "registrations per deployment token: N/PERIOD [burst B], or off ("+EnvRegisterTokenRate+")")
-	authFail := fs.String("auth-failure-rate", env(EnvAuthFailureRate, limitString(registry.DefaultAuthFailureLimit)), "failed authentications per client IP: N/PERIOD [burst B], or off ("+EnvAuthFailureRate+")")
-	maxSess := fs.String("max-sessions-per-token", env(EnvMaxSessions, strconv.Itoa(registry.DefaultMaxSessionsPerToken)), "live sessions per deployment token, or off ("+EnvMaxSessions+")")
-	tracked := fs.String("max-tracked-clients", env(EnvMaxTrackedClients, strconv.Itoa(registry.DefaultMaxTrackedClients)), "client IPs each rate limit remembers (LRU) ("+EnvMaxTrackedClients+")")
-	shutdown := fs.String("shutdown-timeout", env(EnvShutdownTimeout, DefaultShutdownTimeout.String()), "bound on graceful shutdown ("+EnvShutdownTimeout+")")
-	delay := fs.String("shutdown-delay", env(EnvShutdownDelay, "0s"), "time /healthz reports shutting down before the listener closes ("+EnvShutdownDelay+")")
-	level := fs.String("log-level", env(EnvLogLevel, "info"), "debug, info, warn or error ("+EnvLogLevel+")")
-	format := fs.String("log-format", env(EnvLogFormat, "text"), "text or json ("+EnvLogFormat+")")
-	fs.BoolVar(&s.Dev, "dev", false, "development mode: in-memory store, generated token printed at start")
-	proxyLimits := addProxyFlags(fs, getenv, &s)
-	if err := fs.Parse(args); err != nil {
+// environment (environ, KEY=VALUE entries as os.Environ). A flag wins over
+// its variable, a variable over the default. Errors name the variable or
+// flag to fix; for -h it writes every setting to usage and returns
+// flag.ErrHelp.
+func ParseSettings(args, environ []string, usage io.Writer) (Settings, error) {
+	var s Settings
+	set, finish := declare(&s)
+	if err := set.Parse(args, environ, usage); err != nil {
 		return s, err
 	}
-	if err := proxyLimits(); err != nil {
-		return s, err
-	}
-	if fs.NArg() > 0 {
-		return s, fmt.Errorf("unexpected argument %q", fs.Arg(0))
-	}
-	var err error
-	dur := func(name, v string, min time.Duration) time.Duration {
-		d, e := time.ParseDuration(v)
-		if e == nil && d < min {
-			e = fmt.Errorf("must be at least %v", min)
+	s.Unknown = set.Unknown(environ)
+	return s, finish(environ)
+}
+
+// declare puts every setting of the pinboard on a cmdline.Set writing into
+// s; finish derives what depends on several settings (the restart fence's
+// default, the tokens) once the Set was parsed.
+func declare(s *Settings) (set *cmdline.Set, finish func(environ []string) error) {
+	set = cmdline.New("pinboard", "PINBOARD_", `The pinned pinboard: the worker registry and the proxy that routes
+/<namespace>/<id>/... to the worker holding the instance.
+Exit status: 0 after a clean shutdown, 1 when a listener fails,
+2 for a bad configuration. See docs/operations.md.`)
+	s.Listen, s.AdminListen = DefaultListen, DefaultAdminListen
+	set.Var(cmdline.Parsed[string]{P: &s.Listen, Parse: hostPort, Format: id}, "listen", EnvListen, "host:port",
+		"public address: the registry, /healthz and the proxy")
+	set.Var(cmdline.Parsed[string]{P: &s.AdminListen, Parse: hostPort, Format: id}, "admin-listen", EnvAdminListen, "host:port",
+		"admin address: /metrics and /debug/pprof (never on the public port)")
+	set.String(&s.RedisURL, "redis-url", EnvRedisURL, "url", DefaultRedisURL,
+		"Redis: redis://[user:pass@]host:port/db, rediss:// for TLS, ?addr=h2:p2 for more cluster seeds,\n"+
+			"?master_set=<name> for Redis Sentinel (then the host and addr values are sentinels; docs/redis.md)")
+	var token string
+	set.String(&token, "", EnvToken, "tokens", "",
+		"deployment token(s), comma-separated (new,old during a rotation); no flag: argv is visible to every user.\nRequired unless -dev or "+EnvTokenFile)
+	set.String(&s.TokenFile, "token-file", EnvTokenFile, "path", "",
+		"file with the deployment token(s), one per line (# comments), re-read on SIGHUP")
+	s.Lease = DefaultLease
+	set.Var(minDuration(&s.Lease, MinLease), "lease", EnvLease, "duration",
+		"lease granted to every worker (what a worker asks for is ignored)")
+	fence := restartFence{lease: true}
+	set.Var(cmdline.Parsed[restartFence]{P: &fence, Parse: parseFence, Format: restartFence.String}, "restart-fence", EnvRestartFence, "duration|lease",
+		"refuse new placements (503 + Retry-After) while Redis has been up for less than this, so that a Redis\n"+
+			"restarted without persistence cannot get an id placed twice; lease = the lease, 0 = off (only when\n"+
+			"Redis persists every write)")
+	s.EpochTTL = store.DefaultEpochTTL
+	set.Var(minDuration(&s.EpochTTL, time.Second), "epoch-ttl", EnvEpochTTL, "duration",
+		"how long an id's last activation epoch is kept after its placement was written or released; past it,\n"+
+			"new epochs rest on Redis's clock alone (they still increase unless that clock steps back)")
+	s.StoreProbe, s.StoreProbeTimeout = redisstore.DefaultCircuitProbeInterval, redisstore.DefaultCircuitProbeTimeout
+	set.Var(cmdline.Parsed[time.Duration]{P: &s.StoreProbe, Parse: func(v string) (time.Duration, error) {
+		if v == "off" {
+			return -1, nil
 		}
-		if e != nil && err == nil {
-			err = fmt.Errorf("%s=%q: %v", name, v, e)
+		d, err := time.ParseDuration(v)
+		if err != nil || d < time.Millisecond {
+			return 0, errors.New("want a duration of at least 1ms, such as 250ms, or off")
 		}
-		return d
-	}
-	s.Lease = dur(EnvLease, *lease, MinLease)
-	if *fence == "lease" {
-		s.RestartFence = s.Lease
-	} else {
-		s.RestartFence = dur(EnvRestartFence, *fence, 0)
-	}
-	if *probe == "off" {
-		s.StoreProbe = -1
-	} else {
-		s.StoreProbe = dur(EnvStoreProbe, *probe, time.Millisecond)
-	}
-	s.StoreProbeTimeout = dur(EnvStoreProbeTimeout, *probeTimeout, time.Millisecond)
-	s.ShutdownTimeout = dur(EnvShutdownTimeout, *shutdown, time.Millisecond)
-	s.ShutdownDelay = dur(EnvShutdownDelay, *delay, 0)
-	s.NonceTTL = dur(EnvNonceTTL, *nonceTTL, time.Second)
-	if err != nil {
-		return s, err
-	}
-	if s.NonceTTL > registry.MaxNonceTTL {
-		return s, fmt.Errorf("%s=%q: must be at most %v", EnvNonceTTL, *nonceTTL, registry.MaxNonceTTL)
-	}
+		return d, nil
+	}, Format: func(d time.Duration) string {
+		if d < 0 {
+			return "off"
+		}
+		return d.String()
+	}}, "store-probe", EnvStoreProbe, "duration|off",
+		"while Redis is known to be down, store calls fail at once (503 store + Retry-After) and Redis is pinged\n"+
+			"this often until it answers; off = every call waits for Redis up to its own deadline (docs/redis.md)")
+	set.Var(minDuration(&s.StoreProbeTimeout, time.Millisecond), "store-probe-timeout", EnvStoreProbeTimeout, "duration",
+		"a Redis that does not answer a probe's PING within this counts as down")
+	set.Var(cmdline.Parsed[[]netip.Prefix]{P: &s.AdvertiseNetworks, Parse: cidrs, Format: prefixesString}, "advertise-networks", EnvAdvertiseNetworks, "cidr-list",
+		"comma-separated CIDRs advertise URLs must resolve into; empty = loopback, private and public addresses,\nno special-purpose ranges")
+	set.Var(cmdline.Parsed[[]uint16]{P: &s.AdvertisePorts, Parse: ports, Format: portsString}, "advertise-ports", EnvAdvertisePorts, "port-list",
+		"comma-separated ports advertise URLs may use; empty = any")
+	s.NonceTTL = registry.DefaultNonceTTL
+	set.Var(cmdline.Parsed[time.Duration]{P: &s.NonceTTL, Parse: func(v string) (time.Duration, error) {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < time.Second || d > registry.MaxNonceTTL {
+			return 0, fmt.Errorf("want a duration from 1s to %v", registry.MaxNonceTTL)
+		}
+		return d, nil
+	}, Format: time.Duration.String}, "nonce-ttl", EnvNonceTTL, "duration", "how long a used challenge is remembered (a reuse is refused), 1s to 30s")
 	for _, l := range []struct {
-		name, v string
-		dst     *registry.Limit
-	}{{EnvRegisterIPRate, *regIP, &s.RegisterIPLimit}, {EnvRegisterTokenRate, *regTok, &s.RegisterTokenLimit}, {EnvAuthFailureRate, *authFail, &s.AuthFailureLimit}} {
-		lim, e := registry.ParseLimit(l.v)
-		if e != nil {
-			return s, fmt.Errorf("%s: %v", l.name, e)
+		flag, env, usage string
+		p                *registry.Limit
+		def              registry.Limit
+	}{
+		{"register-ip-rate", EnvRegisterIPRate, "registrations per client IP (IPv6 per /64)", &s.RegisterIPLimit, registry.DefaultRegisterIPLimit},
+		{"register-token-rate", EnvRegisterTokenRate, "registrations per deployment token", &s.RegisterTokenLimit, registry.DefaultRegisterTokenLimit},
+		{"auth-failure-rate", EnvAuthFailureRate, "failed authentications per client IP", &s.AuthFailureLimit, registry.DefaultAuthFailureLimit},
+	} {
+		*l.p = l.def
+		set.Var(cmdline.Parsed[registry.Limit]{P: l.p, Parse: registry.ParseLimit, Format: limitString}, l.flag, l.env, "rate",
+			l.usage+": N/PERIOD [burst B], or off; beyond: 429 + Retry-After")
+	}
+	s.MaxSessionsPerToken = registry.DefaultMaxSessionsPerToken
+	set.Var(cmdline.Parsed[int]{P: &s.MaxSessionsPerToken, Parse: func(v string) (int, error) {
+		if v == "off" {
+			return -1, nil
 		}
-		*l.dst = lim
-	}
-	s.MaxSessionsPerToken = -1
-	if *maxSess != "off" {
-		n, e := strconv.Atoi(*maxSess)
-		if e != nil || n <= 0 {
-			return s, fmt.Errorf("%s=%q: want a positive number or off", EnvMaxSessions, *maxSess)
+		n, err := strconv.Atoi(v)
+		if err != nil || n <= 0 {
+			return 0, errors.New("want a positive number or off")
 		}
-		s.MaxSessionsPerToken = n
-	}
-	n, e := strconv.Atoi(*tracked)
-	if e != nil || n <= 0 {
-		return s, fmt.Errorf("%s=%q: want a positive number", EnvMaxTrackedClients, *tracked)
-	}
-	s.MaxTrackedClients = n
-	if *ports != "" {
-		for _, p := range strings.Split(*ports, ",") {
-			n, e := strconv.ParseUint(strings.TrimSpace(p), 10, 16)
-			if e != nil || n == 0 {
-				return s, fmt.Errorf("%s: %q is not a port (1-65535)", EnvAdvertisePorts, p)
-			}
-			s.AdvertisePorts = append(s.AdvertisePorts, uint16(n))
+		return n, nil
+	}, Format: func(n int) string {
+		if n < 0 {
+			return "off"
 		}
-	}
-	for _, a := range []struct{ name, v string }{{EnvListen, s.Listen}, {EnvAdminListen, s.AdminListen}} {
-		if _, _, e := net.SplitHostPort(a.v); e != nil {
-			return s, fmt.Errorf("%s=%q: want host:port (%v)", a.name, a.v, e)
+		return strconv.Itoa(n)
+	}}, "max-sessions-per-token", EnvMaxSessions, "int|off", "live sessions per deployment token; beyond: 429 + Retry-After")
+	s.MaxTrackedClients = registry.DefaultMaxTrackedClients
+	set.Var(positive(&s.MaxTrackedClients), "max-tracked-clients", EnvMaxTrackedClients, "int",
+		"client IPs each per-IP limit remembers (least recently used dropped first)")
+	s.ShutdownTimeout = DefaultShutdownTimeout
+	set.Var(minDuration(&s.ShutdownTimeout, time.Millisecond), "shutdown-timeout", EnvShutdownTimeout, "duration",
+		"bound on graceful shutdown after SIGTERM or SIGINT")
+	set.Var(minDuration(&s.ShutdownDelay, 0), "shutdown-delay", EnvShutdownDelay, "duration",
+		"how long /healthz reports shutting down before the listener closes")
+	set.Var(cmdline.Parsed[slog.Level]{P: &s.LogLevel, Parse: func(v string) (slog.Level, error) {
+		var l slog.Level
+		if err := l.UnmarshalText([]byte(v)); err != nil {
+			return 0, errors.New("want debug, info, warn or error")
 		}
-	}
-	if *nets != "" {
-		for _, c := range strings.Split(*nets, ",") {
-			p, e := netip.ParsePrefix(strings.TrimSpace(c))
-			if e != nil {
-				return s, fmt.Errorf("%s: %q is not a CIDR (e.g. 10.0.0.0/8)", EnvAdvertiseNetworks, c)
-			}
-			s.AdvertiseNetworks = append(s.AdvertiseNetworks, p.Masked())
+		return l, nil
+	}, Format: func(l slog.Level) string { return strings.ToLower(l.String()) }}, "log-level", EnvLogLevel, "level", "debug, info, warn or error")
+	set.Var(cmdline.Parsed[bool]{P: &s.LogJSON, Parse: func(v string) (bool, error) {
+		switch v {
+		case "text":
+			return false, nil
+		case "json":
+			return true, nil
 		}
+		return false, errors.New("want text or json")
+	}, Format: func(j bool) string { return map[bool]string{false: "text", true: "json"}[j] }}, "log-format", EnvLogFormat, "format", "log records on stderr as text or json")
+	set.Bool(&s.Dev, "dev", "", "development mode: in-memory store (nothing survives a restart), a generated token printed on stdout")
+	s.Loops = proxy.DefaultLoops()
+	set.Var(cmdline.Parsed[int]{P: &s.Loops, Parse: func(v string) (int, error) {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 || n > 256 {
+			return 0, errors.New("want 0 to 256")
+		}
+		return n, nil
+	}, Format: strconv.Itoa}, "loops", EnvLoops, "int",
+		"event loops serving the public port (default: one per CPU); 0: fasthttp's goroutine per connection only")
+	declareProxyLimits(set, s)
+	declareAlarmSettings(set, s)
+	return set, func(environ []string) error {
+		s.RestartFence = fence.d
+		if fence.lease {
+			s.RestartFence = s.Lease
+		}
+		if err := s.Alarms.check(); err != nil {
+			return err
+		}
+		return s.readTokens(token)
 	}
-	if e := s.LogLevel.UnmarshalText([]byte(*level)); e != nil {
-		return s, fmt.Errorf("%s=%q: want debug, info, warn or error", EnvLogLevel, *level)
-	}
-	switch *format {
-	case "text":
-	case "json":
-		s.LogJSON = true
-	default:
-		return s, fmt.Errorf("%s=%q: want text or json", EnvLogFormat, *format)
-	}
-	tok, file := getenv(EnvToken), s.TokenFile
+}
+
+// readTokens sets s.Tokens from PINBOARD_TOKEN (tok), the token file, or
+// -dev's generated token, in that order; exactly one source may be given.
+func (s *Settings) readTokens(tok string) error {
+	file := s.TokenFile
+	var err error
 	switch {
 	case tok != "" && file != "":
-		return s, fmt.Errorf("both %s and %s are set: set one", EnvToken, EnvTokenFile)
+		return fmt.Errorf("both %s and %s are set: set one", EnvToken, EnvTokenFile)
 	case tok != "":
 		s.Tokens = splitTokens(strings.Split(tok, ","))
 		s.TokenFile = ""
 	case file != "":
 		if s.Tokens, err = ReadTokenFile(file); err != nil {
-			return s, err
+			return err
 		}
 	case s.Dev:
 		s.Tokens, s.DevToken = []string{newDevToken()}, true
 	default:
-		return s, fmt.Errorf("%s (or %s) is required: the deployment token workers and operators present (run with -dev for a local pinboard)", EnvToken, EnvTokenFile)
+		return fmt.Errorf("%s (or %s) is required: the deployment token workers and operators present (run with -dev for a local pinboard)", EnvToken, EnvTokenFile)
 	}
 	if len(s.Tokens) == 0 {
-		return s, fmt.Errorf("%s holds no token", cmp.Or(file, EnvToken))
+		return fmt.Errorf("%s holds no token", cmp.Or(file, EnvToken))
 	}
-	return s, nil
+	return nil
+}
+
+// restartFence is the -restart-fence setting: the lease, or a duration.
+type restartFence struct {
+	lease bool
+	d     time.Duration
+}
+
+func parseFence(v string) (restartFence, error) {
+	if v == "lease" {
+		return restartFence{lease: true}, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d < 0 {
+		return restartFence{}, errors.New("want lease, 0 or a duration such as 30s")
+	}
+	return restartFence{d: d}, nil
+}
+
+func (f restartFence) String() string {
+	if f.lease {
+		return "lease"
+	}
+	return f.d.String()
+}
+
+func id(s string) string { return s }
+
+// hostPort accepts host:port with a numeric port from 0 to 65535 (0: any
+// free port); the host may be empty (every interface).
+func hostPort(v string) (string, error) {
+	_, port, err := net.SplitHostPort(v)
+	if err == nil {
+		_, err = strconv.ParseUint(port, 10, 16)
+	}
+	if err != nil {
+		return "", errors.New("want host:port with a port from 0 to 65535, such as :8080 or 127.0.0.1:9090")
+	}
+	return v, nil
+}
+
+// minDuration is a duration setting refusing values below least.
+func minDuration(p *time.Duration, least time.Duration) cmdline.Parsed[time.Duration] {
+	return cmdline.Parsed[time.Duration]{P: p, Parse: func(v string) (time.Duration, error) {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < least {
+			return 0, fmt.Errorf("want a duration of at least %v, such as 10s", least)
+		}
+		return d, nil
+	}, Format: time.Duration.String}
+}
+
+// positive is an int setting refusing values below 1.
+func positive(p *int) cmdline.Parsed[int] {
+	return cmdline.Parsed[int]{P: p, Parse: func(v string) (int, error) {
+		n, err := strconv.Atoi(v)
+		if err != nil || n <= 0 {
+			return 0, errors.New("want a positive number")
+		}
+		return n, nil
+	}, Format: strconv.Itoa}
+}
+
+// cidrs reads a comma-separated list of CIDRs ("" = none), masked.
+func cidrs(v string) ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for c := range strings.SplitSeq(v, ",") {
+		if c = strings.TrimSpace(c); c == "" {
+			continue
+		}
+		p, err := netip.ParsePrefix(c)
+		if err != nil {
+			return nil, fmt.Errorf("%q is not a CIDR (e.g. 10.0.0.0/8)", c)
+		}
+		out = append(out, p.Masked())
+	}
+	return out, nil
+}
+
+func prefixesString(ps []netip.Prefix) string {
+	s := make([]string, len(ps))
+	for i, p := range ps {
+		s[i] = p.String()
+	}
+	return strings.Join(s, ",")
+}
+
+// ports reads a comma-separated list of ports ("" = any).
+func ports(v string) ([]uint16, error) {
+	var out []uint16
+	for p := range strings.SplitSeq(v, ",") {
+		if p = strings.TrimSpace(p); p == "" {
+			continue
+		}
+		n, err := strconv.ParseUint(p, 10, 16)
+		if err != nil || n == 0 {
+			return nil, fmt.Errorf("%q is not a port (1-65535)", p)
+		}
+		out = append(out, uint16(n))
+	}
+	return out, nil
+}
+
+func portsString(ps []uint16) string {
+	s := make([]string, len(ps))
+	for i, p := range ps {
+		s[i] = strconv.Itoa(int(p))
+	}
+	return strings.Join(s, ",")
 }
 
 // limitString writes a limit the way registry.ParseLimit reads it.

@@ -34,11 +34,12 @@ type testWorker struct {
 }
 
 // Attached, for the worker.
-func (tw *testWorker) Namespace() string { return "/counter" }
-func (tw *testWorker) Headroom() int     { return 1000 }
-func (tw *testWorker) Len() int          { return 0 }
-func (tw *testWorker) AbortAll(string)   {}
-func (tw *testWorker) CloseIdle(string)  {}
+func (tw *testWorker) Namespace() string         { return "/counter" }
+func (tw *testWorker) Headroom() int             { return 1000 }
+func (tw *testWorker) Len() int                  { return 0 }
+func (tw *testWorker) AbortAll(string)           {}
+func (tw *testWorker) CloseIdle(string)          {}
+func (tw *testWorker) Evict(string, string) bool { return false }
 func (tw *testWorker) MaxRequestBodySize() int {
 	return host.DefaultMaxRequestBodySize
 }
@@ -60,7 +61,7 @@ func startWorker(t *testing.T, name, pinboardAddr string) *testWorker {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := w.Attach(tw); err != nil {
+	if _, err := w.Attach(tw); err != nil {
 		t.Fatal(err)
 	}
 	tw.w = w
@@ -144,7 +145,7 @@ func TestProxyOnThePublicPort(t *testing.T) {
 			if !dev {
 				s.RedisURL = redistest.Start(t).URL
 			}
-			r := start(t, s, NewProxy)
+			r := start(t, s)
 			r.waitHealth(t, 200)
 
 			resp := rawRequest(t, r.public, "GET /counter/x/ HTTP/1.1\r\nHost: h\r\n\r\n")
@@ -221,8 +222,8 @@ func TestProxyOnThePublicPort(t *testing.T) {
 // through both reach one worker per id.
 func TestTwoPinboardsShareRedis(t *testing.T) {
 	srv := redistest.Start(t)
-	r1 := start(t, Settings{RedisURL: srv.URL}, NewProxy)
-	r2 := start(t, Settings{RedisURL: srv.URL}, NewProxy)
+	r1 := start(t, Settings{RedisURL: srv.URL})
+	r2 := start(t, Settings{RedisURL: srv.URL})
 	r1.waitHealth(t, 200)
 	r2.waitHealth(t, 200)
 	ws := []*testWorker{startWorker(t, "a", r1.public), startWorker(t, "b", r2.public), startWorker(t, "c", r1.public)}

@@ -1,9 +1,9 @@
 // Package pinboard wires the pinboard binary: settings from flags and the
 // environment (ParseSettings), the store (redisstore, or memstore with
-// -dev), the registry, the data plane (the proxy, plugged in through
-// Config.NewDataPlane), the public and admin fasthttp servers, signals and
-// graceful shutdown (Main). cmd/pinboard is a one-line main around Main so
-// that tests can start a whole pinboard in-process.
+// -dev), the registry, the data plane (the proxy on the placement resolver,
+// built here; none with Config.NoProxy), the public and admin fasthttp
+// servers, signals and graceful shutdown (Main). cmd/pinboard is a one-line
+// main around Main so that tests can start a whole pinboard in-process.
 //
 // # Ports
 //
@@ -13,7 +13,7 @@
 // /healthz), as the proxy decides its own routes, never on a normalised
 // path. The registry's router never redirects (RedirectTrailingSlash and
 // RedirectFixedPath are off) and a wrong method on a registry path is a 405.
-// With the proxy plugged in, the public server is the proxy's (NewServer:
+// With the data plane, the public server is the proxy's (NewServer:
 // streamed request bodies, the proxy's header, body and timeout limits); the
 // registry reads its bodies through a limited reader of the body stream, so
 // its 64 KiB bound (413) holds there too; a registry call whose head
@@ -23,8 +23,21 @@
 // before any handler runs). The admin listener
 // (PINBOARD_ADMIN_LISTEN, default 127.0.0.1:9090) serves /metrics (the
 // pinboard's, the registry's and the data plane's sets plus go_* and
-// process_*) and /debug/pprof/*; neither is ever reachable on the public
+// process_*), /debug/pprof/*, and the operator console: the page at /
+// (console.go; index.html, console.js and console.css embedded from
+// console/, with a Content-Security-Policy that allows only them and calls
+// to the admin listener) and every /registry/* call, handed in process to
+// the registry's own router, so the token check, limits and metrics are
+// those of the public port. None of these is ever reachable on the public
 // port.
+//
+// # Hot ids
+//
+// New makes one hotids.Sketch (Config.HotIDs sizes it) and hands it to the
+// registry (GET /registry/hot, /registry/traffic); the data plane's proxy
+// records every routed request in it (Sketch.Record). Its error bound is
+// the gauge pinned_hotids_error_bound on the admin /metrics. Each pinboard
+// counts only what it routed (see internal/hotids).
 //
 // # Registry hardening settings
 //
@@ -37,23 +50,50 @@
 // defaults, so a Settings built in code gets the same protection as one
 // parsed from the environment.
 //
-// # Plugging in the proxy
+// # The data plane
 //
-// Config.NewDataPlane receives DataPlaneDeps{Store, Lease, Logger, Metrics,
-// Clock, DialControl} and returns a DataPlane: Handle serves every non-registry request;
-// Invalidate receives every store invalidation (wired as the store's
-// OnInvalidate before anything connects). Optional methods: Run(ctx) for
-// background work that lives as long as the pinboard, NewServer to supply
-// the public fasthttp.Server (its Handler is replaced by the dispatch
-// above), ConfigureServer to adjust it, Guard to wrap the registry's
-// handler in the data plane's request-head rules (the proxy's Guard: a
-// request to /registry/* or /healthz with ambiguous framing or field syntax
-// is refused like a proxied one, and a chunked one closes its connection,
-// so that no request can hide behind it). NewProxy is the real data plane
-// (package proxy on package placement) and what cmd/pinboard passes; with
-// -dev its resolver gets its invalidations from the memory store directly.
-// ProxyPlane.Run closes the proxy's tunnels and the resolver's endpoints
-// once the public listener has drained.
+// New builds the data plane itself (dataplane.go) unless Config.NoProxy
+// asks for a registry-only pinboard: the proxy (package proxy) on the
+// placement resolver (internal/placement), with the pinboard's store, lease,
+// logger, a metric set of its own (on the admin /metrics) and
+// Settings.Proxy (the limits flags, the per-worker pool's in
+// Settings.Proxy.Endpoint). Workers are dialled through the registry's
+// address policy (registry.Registry.DialControl as the dialer's Control,
+// checked on the address actually connected). The wiring is plain calls,
+// one way:
+//
+//   - the store's OnInvalidate is a method of the Pinboard that hands every
+//     invalidation to the resolver (OnInvalidate: fast, no store call);
+//   - the resolver's OnMoved closes the tunnels of a moved placement
+//     (proxy.Proxy.CloseTunnels);
+//   - the public server is the proxy's (NewServer); the registry's handler
+//     is wrapped in the proxy's Guard (a request to /registry/* or /healthz
+//     with ambiguous framing or field syntax is refused like a proxied one,
+//     and a chunked one closes its connection, so that no request can hide
+//     behind it); every other request goes to the proxy's Handler;
+//   - Run runs the resolver's Run (tunnel checks, session sweep) and the
+//     proxy's Run (endpoint janitor) and, once the public listener has
+//     drained, closes the proxy (tunnels, pooled connections) and the
+//     resolver.
+//
+// With NoProxy the public server is a plain fasthttp.Server and every
+// non-registry request gets 404.
+//
+// # Alarms
+//
+// When the store keeps alarms (redisstore, memstore with -dev) and the data
+// plane has a placement resolver (ProxyPlane), New builds the alarm
+// scheduler (package alarm) and the registry serves the alarm calls, its
+// OnAlarmSet nudging the scheduler. Run starts the scheduler with the rest
+// and, on shutdown, stops it with the janitor; it returns after the
+// deliveries in flight finished (each bounded by the delivery timeout).
+// Deliveries go through alarmdeliver.go: the resolver places the id (an
+// evicted id is activated like any request), the store gives the session's
+// secret, and a plain fasthttp client (dialled through the registry's
+// address policy) posts /<ns>/<id>/_pinned/alarm; that file is the interim
+// delivery path until the proxy offers an internal delivery call. The
+// settings (PINBOARD_ALARM_*, PINBOARD_MAX_ALARMS_PER_INSTANCE) are in
+// alarms.go; the scheduler's metrics are on the pinboard's own set.
 //
 // # Lifecycle
 //
@@ -64,7 +104,7 @@
 // in Main): /healthz turns 503 {"shuttingDown": true}; after ShutdownDelay
 // the public listener closes and in-flight requests finish, all bounded by
 // ShutdownTimeout; then the janitor, the connect loop and the data plane's
-// Run stop and are joined, and the store closes. SIGHUP re-reads
+// background work stop and are joined, and the store closes. SIGHUP re-reads
 // PINBOARD_TOKEN_FILE (one token per line: the new and the old one during a
 // rotation); a bad file keeps the current tokens.
 //

@@ -16,10 +16,9 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/pinned-go/pinned/host"
+	"github.com/pinned-go/pinned/internal/placement"
 	"github.com/pinned-go/pinned/internal/testkit/redistest"
 	"github.com/pinned-go/pinned/internal/wire"
-	"github.com/pinned-go/pinned/internal/placement"
-	"github.com/pinned-go/pinned/proxy"
 	"github.com/pinned-go/pinned/worker"
 )
 
@@ -33,6 +32,7 @@ type activations struct {
 	live  map[string]int
 	total map[string]int
 	dups  []string
+	fires []fire // alarm runs (alarms_test.go)
 }
 
 func newActivations() *activations {
@@ -85,7 +85,13 @@ func objType(worker string, act *activations) host.Type[*obj] {
 		o.n++
 		return x.JSON(200, objState{Worker: o.worker, ID: o.inst.ID(), N: o.n, Nonce: o.nonce})
 	})
+	r.POST("/alarm", setAlarm)
 	return host.Type[*obj]{
+		Alarm: func(o *obj, x *host.AlarmCtx) error {
+			o.n++
+			act.fired(fire{id: o.inst.ID(), worker: o.worker, nonce: o.nonce, name: x.Name(), scheduled: x.Scheduled(), attempt: x.Attempt(), at: time.Now()})
+			return nil
+		},
 		New: func(inst *host.Instance) (*obj, error) {
 			var b [6]byte
 			_, _ = rand.Read(b[:])
@@ -226,17 +232,13 @@ func (fw *fleetWorker) kill() {
 // fleetPinboard is a running pinboard with its data plane.
 type fleetPinboard struct {
 	*running
-	plane *ProxyPlane
+	res *placement.Resolver
 }
 
 func startFleetPinboard(t *testing.T, redisURL string) *fleetPinboard {
 	t.Helper()
-	fp := &fleetPinboard{}
-	fp.running = start(t, Settings{RedisURL: redisURL}, func(d DataPlaneDeps) (DataPlane, error) {
-		p, err := NewProxyWith(d, placement.Config{}, proxy.Config{})
-		fp.plane = p
-		return p, err
-	})
+	fp := &fleetPinboard{running: start(t, Settings{RedisURL: redisURL})}
+	fp.res = fp.p.dp.res
 	fp.waitHealth(t, 200)
 	return fp
 }
@@ -314,7 +316,7 @@ func TestFleetReleaseInvalidatesBothPinboards(t *testing.T) {
 	// Both pinboards serve x from their caches (each read the placement,
 	// so Redis tracks it for both).
 	for _, p := range []*fleetPinboard{p1, p2} {
-		res := p.plane.Resolver()
+		res := p.res
 		deadline := time.Now().Add(5 * time.Second)
 		for {
 			hits := res.CacheStats().Hits
@@ -329,7 +331,7 @@ func TestFleetReleaseInvalidatesBothPinboards(t *testing.T) {
 			}
 		}
 	}
-	inv1, inv2 := p1.plane.Resolver().CacheStats().Invalidations, p2.plane.Resolver().CacheStats().Invalidations
+	inv1, inv2 := p1.res.CacheStats().Invalidations, p2.res.CacheStats().Invalidations
 	// Idle for 400 ms: the host closes the instance and releases x.
 	deadline := time.Now().Add(10 * time.Second)
 	for {
@@ -346,7 +348,7 @@ func TestFleetReleaseInvalidatesBothPinboards(t *testing.T) {
 		time.Sleep(20 * time.Millisecond) // the release crosses the worker's loop, the registry and Redis
 	}
 	deadline = time.Now().Add(5 * time.Second)
-	for p1.plane.Resolver().CacheStats().Invalidations == inv1 || p2.plane.Resolver().CacheStats().Invalidations == inv2 {
+	for p1.res.CacheStats().Invalidations == inv1 || p2.res.CacheStats().Invalidations == inv2 {
 		if time.Now().After(deadline) {
 			t.Fatal("the release's invalidation did not reach both pinboards")
 		}

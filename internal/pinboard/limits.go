@@ -1,19 +1,20 @@
 package pinboard
 
 import (
-	"flag"
-	"fmt"
+	"cmp"
+	"errors"
 	"net/netip"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/pinned-go/pinned/internal/cmdline"
 	"github.com/pinned-go/pinned/proxy"
 )
 
 // The data plane's limits, each a flag and a variable (PINBOARD_ + the flag
 // name in upper case with '_' for '-'). Their defaults are the proxy
-// package's; Settings.Proxy and Settings.Endpoint hold what was set.
+// package's; Settings.Proxy (with its Endpoint) holds what was set.
 var proxyIntLimits = []struct {
 	flag, usage string
 	def         int64
@@ -80,71 +81,51 @@ func limitEnv(flagName string) string {
 	return "PINBOARD_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
 }
 
-// addProxyFlags registers the data plane's limits on fs; the returned
-// function parses them into s.Proxy and s.Endpoint after fs.Parse. Only
-// limits that were set (flag or variable) are written, so every other one
-// keeps the proxy's default.
-func addProxyFlags(fs *flag.FlagSet, getenv func(string) string, s *Settings) func() error {
-	ints := make([]*string, len(proxyIntLimits))
-	for i, l := range proxyIntLimits {
-		name := limitEnv(l.flag)
-		ints[i] = fs.String(l.flag, getenv(name), fmt.Sprintf("%s (default %d) (%s)", l.usage, l.def, name))
-	}
-	durs := make([]*string, len(proxyDurationLimits))
-	for i, l := range proxyDurationLimits {
-		name := limitEnv(l.flag)
-		durs[i] = fs.String(l.flag, getenv(name), fmt.Sprintf("%s (default %v) (%s)", l.usage, l.def, name))
-	}
-	trusted := fs.String("trusted-proxies", getenv(EnvTrustedProxies),
-		"comma-separated CIDRs of proxies in front of the pinboard whose X-Forwarded-* fields are kept; empty: the pinboard is the edge ("+EnvTrustedProxies+")")
-	return func() error {
-		for i, l := range proxyIntLimits {
-			v := *ints[i]
-			if v == "" {
-				continue
-			}
-			n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
-			neg := l.proxy64 != nil || l.flag == "replay-body-max" || l.flag == "worker-max-queue"
-			if err != nil || n == 0 || (n < 0 && !(neg && n == -1)) || n > 1<<40 {
-				want := "a positive number"
-				if neg {
-					want += " or -1"
-				}
-				return fmt.Errorf("%s=%q: want %s", limitEnv(l.flag), v, want)
-			}
+// declareProxyLimits puts the data plane's limits on set, writing into
+// s.Proxy and s.Proxy.Endpoint. A limit that is not set stays zero there (the
+// proxy's default, which -h shows).
+func declareProxyLimits(set *cmdline.Set, s *Settings) {
+	for _, l := range proxyIntLimits {
+		neg := l.proxy64 != nil || l.flag == "replay-body-max" || l.flag == "worker-max-queue"
+		write := func(n int64) {
 			switch {
 			case l.proxy64 != nil:
 				*l.proxy64(&s.Proxy) = n
 			case l.proxy != nil:
 				*l.proxy(&s.Proxy) = int(n)
 			default:
-				*l.endpoint(&s.Endpoint) = int(n)
+				*l.endpoint(&s.Proxy.Endpoint) = int(n)
 			}
 		}
-		for i, l := range proxyDurationLimits {
-			v := *durs[i]
-			if v == "" {
-				continue
+		def := l.def
+		set.Var(cmdline.Parsed[int64]{P: new(int64), Parse: func(v string) (int64, error) {
+			n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+			if err != nil || n == 0 || (n < 0 && !(neg && n == -1)) || n > 1<<40 {
+				if neg {
+					return 0, errors.New("want a positive number or -1")
+				}
+				return 0, errors.New("want a positive number")
 			}
+			write(n)
+			return n, nil
+		}, Format: func(n int64) string { return strconv.FormatInt(cmp.Or(n, def), 10) }}, l.flag, limitEnv(l.flag), "int", l.usage)
+	}
+	for _, l := range proxyDurationLimits {
+		var p *time.Duration
+		if l.proxy != nil {
+			p = l.proxy(&s.Proxy)
+		} else {
+			p = l.endpoint(&s.Proxy.Endpoint)
+		}
+		def := l.def
+		set.Var(cmdline.Parsed[time.Duration]{P: p, Parse: func(v string) (time.Duration, error) {
 			d, err := time.ParseDuration(strings.TrimSpace(v))
 			if err != nil || d <= 0 {
-				return fmt.Errorf("%s=%q: want a positive duration such as 5s", limitEnv(l.flag), v)
+				return 0, errors.New("want a positive duration such as 5s")
 			}
-			if l.proxy != nil {
-				*l.proxy(&s.Proxy) = d
-			} else {
-				*l.endpoint(&s.Endpoint) = d
-			}
-		}
-		if *trusted != "" {
-			for _, c := range strings.Split(*trusted, ",") {
-				p, err := netip.ParsePrefix(strings.TrimSpace(c))
-				if err != nil {
-					return fmt.Errorf("%s: %q is not a CIDR (e.g. 10.0.0.0/8)", EnvTrustedProxies, c)
-				}
-				s.Proxy.TrustedProxies = append(s.Proxy.TrustedProxies, p.Masked())
-			}
-		}
-		return nil
+			return d, nil
+		}, Format: func(d time.Duration) string { return cmp.Or(d, def).String() }}, l.flag, limitEnv(l.flag), "duration", l.usage)
 	}
+	set.Var(cmdline.Parsed[[]netip.Prefix]{P: &s.Proxy.TrustedProxies, Parse: cidrs, Format: prefixesString}, "trusted-proxies", EnvTrustedProxies, "cidr-list",
+		"comma-separated CIDRs of proxies in front of the pinboard whose X-Forwarded-* fields are kept\n(appended to); empty: the pinboard is the edge and replaces them")
 }

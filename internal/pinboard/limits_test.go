@@ -24,14 +24,14 @@ func TestParseProxyLimits(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s.Proxy.MaxRequestBodySize != 1024 || s.Proxy.HeaderTimeout != 2*time.Second || s.Endpoint.MaxQueue != -1 ||
-		s.Endpoint.MaxConns != 7 || s.Endpoint.QueueTimeout != 250*time.Millisecond {
-		t.Errorf("limits %+v %+v", s.Proxy, s.Endpoint)
+	if s.Proxy.MaxRequestBodySize != 1024 || s.Proxy.HeaderTimeout != 2*time.Second || s.Proxy.Endpoint.MaxQueue != -1 ||
+		s.Proxy.Endpoint.MaxConns != 7 || s.Proxy.Endpoint.QueueTimeout != 250*time.Millisecond {
+		t.Errorf("limits %+v", s.Proxy)
 	}
 	if want := []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("192.168.1.7/32")}; !slices.Equal(s.Proxy.TrustedProxies, want) {
 		t.Errorf("trusted proxies %v", s.Proxy.TrustedProxies)
 	}
-	if s.Proxy.IdleTimeout != 0 || s.Proxy.MaxHeaderBytes != 0 || s.Endpoint.DialTimeout != 0 {
+	if s.Proxy.IdleTimeout != 0 || s.Proxy.MaxHeaderBytes != 0 || s.Proxy.Endpoint.DialTimeout != 0 {
 		t.Errorf("unset limits were written: %+v", s.Proxy)
 	}
 	for _, bad := range [][]string{
@@ -53,7 +53,7 @@ func TestProxyLimitsApplied(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := start(t, s, NewProxy)
+	r := start(t, s)
 	r.waitHealth(t, 200)
 	w := startWorker(t, "a", r.public)
 	if code, body := r.do("POST", r.public, "/counter/lim/", strings.Repeat("x", 16), nil); code != 200 {
@@ -84,23 +84,26 @@ func TestProxyLimitsApplied(t *testing.T) {
 }
 
 // The proxy dials workers through the registry's address policy
-// (DataPlaneDeps.DialControl), checked on the address actually connected:
-// a worker whose address the policy now refuses is never connected to.
+// (registry.Registry.DialControl), checked on the address actually
+// connected: a worker whose address the policy now refuses is never
+// connected to.
 func TestProxyDialsThroughTheRegistryPolicy(t *testing.T) {
 	var calls atomic.Int64
 	var refuse atomic.Bool
-	dp := func(d DataPlaneDeps) (DataPlane, error) {
-		policy := d.DialControl
-		d.DialControl = func(network, address string, c syscall.RawConn) error {
+	var policy dialControl
+	r := startConfig(t, Config{Settings: Settings{Dev: true}, wrapDialControl: func(p dialControl) dialControl {
+		policy = p
+		return func(network, address string, c syscall.RawConn) error {
 			calls.Add(1)
 			if refuse.Load() {
 				return errors.New("refused by policy")
 			}
 			return policy(network, address, c)
 		}
-		return NewProxy(d)
+	}})
+	if policy == nil || policy("tcp", "169.254.169.254:80", nil) == nil || policy("tcp", "127.0.0.1:80", nil) != nil {
+		t.Fatal("the policy handed to the proxy is not the registry's (it must refuse the metadata address)")
 	}
-	r := start(t, Settings{Dev: true}, dp)
 	r.waitHealth(t, 200)
 	startWorker(t, "a", r.public)
 	refuse.Store(true)

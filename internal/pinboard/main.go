@@ -9,7 +9,11 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime"
+	"strings"
 	"syscall"
+
+	"github.com/pinned-go/pinned/internal/cmdline"
 )
 
 // Exit statuses of Main.
@@ -19,13 +23,14 @@ const (
 	ExitConfig = 2 // the configuration is invalid; the message names what to change
 )
 
-// Main is the whole pinboard command: it parses args and the environment,
-// wires a Pinboard with newDataPlane (nil: registry only), and runs it until
-// SIGTERM or SIGINT; SIGHUP re-reads the token file. The dev token, when
-// generated, is printed to stdout; logs go to stderr. It returns the exit
-// status.
-func Main(args []string, getenv func(string) string, stdout, stderr io.Writer, newDataPlane func(DataPlaneDeps) (DataPlane, error)) int {
-	s, err := ParseSettings(args, getenv, stderr)
+// Main is the whole pinboard command: it parses args and the environment
+// (environ, as os.Environ), wires a Pinboard (registry and proxy), and runs
+// it until SIGTERM or SIGINT; SIGHUP re-reads the token file. -h prints
+// every setting to stdout. The dev token, when generated, is printed to
+// stdout; logs go to stderr, starting with a warning per unknown PINBOARD_*
+// variable. It returns the exit status.
+func Main(args, environ []string, stdout, stderr io.Writer) int {
+	s, err := ParseSettings(args, environ, stdout)
 	if errors.Is(err, flag.ErrHelp) {
 		return ExitOK
 	}
@@ -39,7 +44,9 @@ func Main(args []string, getenv func(string) string, stdout, stderr io.Writer, n
 		h = slog.NewJSONHandler(stderr, hopts)
 	}
 	logger := slog.New(h)
-	p, err := New(Config{Settings: s, Logger: logger, NewDataPlane: newDataPlane})
+	cmdline.Warn(logger, s.Unknown)
+	setProcs(s.Loops, environ, logger)
+	p, err := New(Config{Settings: s, Logger: logger})
 	if err != nil {
 		fmt.Fprintf(stderr, "pinboard: %v\n", err)
 		return ExitConfig
@@ -75,4 +82,25 @@ func Main(args []string, getenv func(string) string, stdout, stderr io.Writer, n
 		return ExitFailed
 	}
 	return ExitOK
+}
+
+// setProcs gives the Go scheduler one P more than the event loops take
+// (unless GOMAXPROCS is set in the environment): a loop keeps its P while it
+// waits in epoll_wait (proxy.Front), so the other goroutines (the store's
+// client, the registry, connections handed to the fasthttp path) need one
+// of their own. A process-wide setting, so the command makes it, not a
+// library.
+func setProcs(loops int, environ []string, log *slog.Logger) {
+	if loops == 0 {
+		return
+	}
+	for _, kv := range environ {
+		if strings.HasPrefix(kv, "GOMAXPROCS=") {
+			return
+		}
+	}
+	if n := runtime.GOMAXPROCS(0); n < loops+1 {
+		runtime.GOMAXPROCS(loops + 1)
+		log.Debug("GOMAXPROCS raised for the event loops", "from", n, "to", loops+1)
+	}
 }

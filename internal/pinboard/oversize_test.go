@@ -21,7 +21,13 @@ import (
 // sent (the proxy's server prefetches a body before a handler runs: the
 // refusal must not wait for it), and the connection is closed after it.
 func TestRegistryRefusesAnnouncedOversizeAtOnce(t *testing.T) {
-	r := start(t, Settings{Dev: true}, NewProxy)
+	for _, loops := range []int{0, 1} { // the fasthttp server alone, or behind the event loops
+		t.Run(fmt.Sprintf("loops=%d", loops), func(t *testing.T) { refusesOversize(t, loops) })
+	}
+}
+
+func refusesOversize(t *testing.T, loops int) {
+	r := start(t, Settings{Dev: true, Loops: loops})
 	r.waitHealth(t, 200)
 	for _, tc := range []struct{ name, extra string }{
 		{"plain", ""},
@@ -75,7 +81,7 @@ func TestRegistryRefusesAnnouncedOversizeAtOnce(t *testing.T) {
 // and everything comes back when Redis does.
 func TestStoreOutageAnsweredAtOnce(t *testing.T) {
 	rs := redistest.Start(t)
-	r := start(t, Settings{RedisURL: rs.URL}, NewProxy)
+	r := start(t, Settings{RedisURL: rs.URL})
 	r.waitHealth(t, 200)
 	rs.Kill()
 	h := r.waitHealth(t, 503)

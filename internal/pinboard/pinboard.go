@@ -10,8 +10,6 @@ import (
 	"net"
 	"net/url"
 	"sync"
-	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/VictoriaMetrics/metrics"
@@ -20,6 +18,8 @@ import (
 	"github.com/valyala/fasthttp/pprofhandler"
 
 	"github.com/pinned-go/pinned/clock"
+	"github.com/pinned-go/pinned/internal/alarm"
+	"github.com/pinned-go/pinned/internal/hotids"
 	"github.com/pinned-go/pinned/internal/registry"
 	"github.com/pinned-go/pinned/internal/store"
 	"github.com/pinned-go/pinned/internal/store/memstore"
@@ -29,69 +29,27 @@ import (
 	"github.com/pinned-go/pinned/proxy"
 )
 
-// DataPlane is the handler for every public request that is not a registry
-// route or /healthz: the proxy. Config.NewDataPlane builds it once, after
-// the store and before anything listens.
-//
-// A DataPlane may also implement
-//
-//	Run(ctx context.Context) error          // run for the pinboard's lifetime; ctx ends
-//	                                        // after the public listener drained
-//	ConfigureServer(s *fasthttp.Server)     // adjust the public server before it starts
-//	                                        // (StreamRequestBody, timeouts, limits)
-//	Guard(h fasthttp.RequestHandler) fasthttp.RequestHandler
-//	                                        // wrap the registry's handler in the data
-//	                                        // plane's request-head rules (smuggling)
-type DataPlane interface {
-	// Handle serves one public request (the router's NotFound handler).
-	Handle(ctx *fasthttp.RequestCtx)
-	// Invalidate receives every store invalidation
-	// (store.Options.OnInvalidate): it must be fast and must not call the
-	// store, since on Redis it runs on a connection's reader goroutine.
-	Invalidate(inv store.Invalidation)
-}
-
-// DataPlaneDeps is what the pinboard hands to Config.NewDataPlane.
-type DataPlaneDeps struct {
-	// Store is the shared directory (redisstore, or memstore with -dev).
-	// Its Placement and Session reads are served from the client-side cache
-	// when tracked; its invalidations go to DataPlane.Invalidate.
-	Store store.Store
-	// Lease is the lease every session gets: the bound for any cache of
-	// placements or sessions.
-	Lease time.Duration
-	// Logger is the pinboard's root logger; tag it ("logger", "pinned.proxy").
-	Logger *slog.Logger
-	// Metrics is a set owned by the data plane, written on the admin
-	// listener's /metrics.
-	Metrics *metrics.Set
-	// Clock is the pinboard's clock.
-	Clock clock.Clock
-	// DialControl is the registry's address policy as a net.Dialer.Control
-	// hook (registry.Registry.DialControl): set it on the dialer that
-	// reaches workers, so the proxy never connects to an address the
-	// registry would refuse, whatever a worker's name resolves to later.
-	DialControl func(network, address string, c syscall.RawConn) error
-	// Proxy and Endpoint are the data plane's limits from Settings (zero
-	// fields: the proxy's defaults); NewProxy applies them.
-	Proxy    proxy.Config
-	Endpoint proxy.EndpointConfig
-}
-
 // Config configures a Pinboard.
 type Config struct {
 	Settings
 	// Logger is the root logger; nil means slog.Default().
 	Logger *slog.Logger
-	// NewDataPlane builds the proxy. Nil: every non-registry request gets
-	// 404 (a registry-only pinboard).
-	NewDataPlane func(DataPlaneDeps) (DataPlane, error)
+	// NoProxy makes a registry-only pinboard: no data plane (proxy and
+	// placement resolver) is built, and every request that is not a
+	// registry route or /healthz gets 404.
+	NoProxy bool
 	// PublicListener and AdminListener, when set, are used instead of
 	// binding Listen and AdminListen (tests, socket activation). Run closes
 	// them.
 	PublicListener, AdminListener net.Listener
 	// Clock is the pinboard's clock; nil means clock.Real.
 	Clock clock.Clock
+	// HotIDs sizes the hot-id sketch (zero fields: hotids' defaults).
+	HotIDs hotids.Config
+
+	// wrapDialControl, when set (tests), wraps the registry's address
+	// policy before the proxy dials through it.
+	wrapDialControl func(dialControl) dialControl
 }
 
 // Pinboard is the wired pinboard: store, registry, data plane, public and
@@ -101,17 +59,29 @@ type Pinboard struct {
 	log   *slog.Logger
 	clock clock.Clock
 
-	st       store.Store
-	redis    *redisstore.Store // nil with -dev
-	mem      *memstore.Store   // nil without -dev
-	reg      *registry.Registry
-	dp       DataPlane
-	dpSet    *metrics.Set
-	own      *metrics.Set
-	storeSet *metrics.Set // redisstore's (the circuit); empty with -dev
+	st    store.Store
+	redis *redisstore.Store // nil with -dev
+	mem   *memstore.Store   // nil without -dev
+	reg   *registry.Registry
+	hot   *hotids.Sketch
+	// dp is nil for a registry-only pinboard. New sets it before anything
+	// can call onInvalidate (the store reports invalidations only once Run
+	// connects it or writes to it) and never changes it: a plain field is
+	// race-free.
+	dp    *dataPlane
+	dpSet *metrics.Set
+	own   *metrics.Set
+	// storeSet holds redisstore's metrics (the circuit's); empty with -dev.
+	storeSet *metrics.Set
 
 	public, admin *fasthttp.Server
-	invalidate    atomic.Pointer[func(store.Invalidation)]
+	// front serves the public port with event loops (Settings.Loops > 0),
+	// handing the connections they do not serve to public; nil: public
+	// serves the port itself.
+	front *proxy.Front
+
+	sched *alarm.Scheduler // nil without a data plane (and a store that keeps alarms)
+	deliv *alarmDeliverer
 
 	mu         sync.Mutex
 	publicAddr string
@@ -131,21 +101,29 @@ func New(cfg Config) (*Pinboard, error) {
 		storeSet: metrics.NewSet(),
 	}
 	root := cmp.Or(cfg.Logger, slog.Default())
-	opts := store.Options{OnInvalidate: p.forward}
+	opts := store.Options{OnInvalidate: p.onInvalidate}
 	if cfg.Dev {
-		m, err := memstore.New(memstore.Config{Options: opts, Clock: p.clock})
+		m, err := memstore.New(memstore.Config{Options: opts, Clock: p.clock, EpochTTL: cfg.EpochTTL})
 		if err != nil {
 			return nil, err
 		}
 		p.st, p.mem = m, m
 	} else {
 		r, err := redisstore.New(redisstore.Config{Options: opts, URL: cfg.RedisURL, Clock: p.clock, Logger: root, CacheTTL: cfg.Lease,
-			RestartFence: cfg.RestartFence, CircuitProbeInterval: cfg.StoreProbe, CircuitProbeTimeout: cfg.StoreProbeTimeout, Metrics: p.storeSet})
+			RestartFence: cfg.RestartFence, EpochTTL: cfg.EpochTTL,
+			CircuitProbeInterval: cfg.StoreProbe, CircuitProbeTimeout: cfg.StoreProbeTimeout, Metrics: p.storeSet})
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", EnvRedisURL, err)
 		}
 		p.st, p.redis = r, r
 	}
+	hot, err := hotids.New(cfg.HotIDs)
+	if err != nil {
+		p.st.Close()
+		return nil, err
+	}
+	p.hot = hot
+	hot.RegisterMetrics(p.own)
 	reg, err := registry.New(registry.Config{
 		Store:               p.st,
 		Tokens:              cfg.Tokens,
@@ -158,8 +136,12 @@ func New(cfg Config) (*Pinboard, error) {
 		AuthFailureLimit:    cfg.AuthFailureLimit,
 		MaxSessionsPerToken: cfg.MaxSessionsPerToken,
 		MaxTrackedClients:   cfg.MaxTrackedClients,
+		Hot:                 hot,
 		Clock:               p.clock,
 		Logger:              root,
+		// alarms.go
+		MaxAlarmsPerInstance: cfg.Alarms.MaxAlarmsPerInstance,
+		OnAlarmSet:           p.nudgeAlarms,
 	})
 	if err != nil {
 		p.st.Close()
@@ -167,32 +149,31 @@ func New(cfg Config) (*Pinboard, error) {
 	}
 	p.reg = reg
 	handler := reg.NewRouter(nil).Handler
-	if cfg.NewDataPlane != nil {
-		dp, err := cfg.NewDataPlane(DataPlaneDeps{Store: p.st, Lease: reg.Lease(), Logger: root, Metrics: p.dpSet, Clock: p.clock,
-			DialControl: reg.DialControl, Proxy: cfg.Settings.Proxy, Endpoint: cfg.Settings.Endpoint})
+	if !cfg.NoProxy {
+		control := dialControl(reg.DialControl)
+		if cfg.wrapDialControl != nil {
+			control = cfg.wrapDialControl(control)
+		}
+		pc := cfg.Settings.Proxy
+		pc.Recorder = p.hot // every routed request feeds the console's hot ids
+		dp, err := newDataPlane(p.st, reg.Lease(), root, p.dpSet, p.clock, control, pc)
 		if err != nil {
 			p.st.Close()
 			return nil, fmt.Errorf("cannot build the data plane: %w", err)
 		}
 		p.dp = dp
-		inv := dp.Invalidate
-		p.invalidate.Store(&inv)
-		if g, ok := dp.(interface {
-			Guard(fasthttp.RequestHandler) fasthttp.RequestHandler
-		}); ok {
-			// The registry and /healthz share the public port with the
-			// proxy: the same framing rules must hold there, or a request
-			// a front end frames differently hides another behind it.
-			handler = g.Guard(handler)
+		// The registry and /healthz share the public port with the proxy:
+		// the same framing rules must hold there, or a request a front
+		// end frames differently hides another behind it.
+		handler = dispatch(dp.px.Guard(handler), dp.px.Handler)
+		// The proxy's server: streamed request bodies, its limits and
+		// timeouts. The registry reads its bodies through a limited reader
+		// of the body stream, so its 64 KiB bound holds there too.
+		p.public = dp.px.NewServer()
+		if err := p.newAlarmScheduler(root, control); err != nil {
+			p.st.Close()
+			return nil, err
 		}
-		handler = dispatch(handler, dp.Handle)
-	}
-	if ns, ok := p.dp.(interface{ NewServer() *fasthttp.Server }); ok {
-		// The data plane's server (the proxy's: streamed request bodies,
-		// its limits and timeouts). The registry reads its bodies through
-		// a limited reader of the body stream, so its 64 KiB bound holds
-		// there too.
-		p.public = ns.NewServer()
 	} else {
 		p.public = &fasthttp.Server{
 			Name:                         "pinboard",
@@ -204,12 +185,17 @@ func New(cfg Config) (*Pinboard, error) {
 		}
 	}
 	p.public.Handler = handler
-	if c, ok := p.dp.(interface{ ConfigureServer(*fasthttp.Server) }); ok {
-		c.ConfigureServer(p.public)
+	if p.dp != nil && cfg.Loops > 0 {
+		f, err := p.dp.px.NewFront(proxy.FrontConfig{Loops: cfg.Loops, Fallback: p.public, Local: registryTarget})
+		if err != nil {
+			p.st.Close()
+			return nil, fmt.Errorf("cannot build the event loops: %w", err)
+		}
+		p.front = f
 	}
 	refuseOversizeRegistryHeads(p.public, reg)
 	p.admin = &fasthttp.Server{
-		Handler:               p.adminRouter().Handler,
+		Handler:               p.adminRouter(reg.NewRouter(nil).Handler).Handler,
 		Name:                  "pinboard-admin",
 		NoDefaultServerHeader: true,
 		IdleTimeout:           90 * time.Second,
@@ -293,10 +279,12 @@ func registryTarget(uri []byte) bool {
 	return false
 }
 
-// forward hands a store invalidation to the data plane, if any.
-func (p *Pinboard) forward(inv store.Invalidation) {
-	if f := p.invalidate.Load(); f != nil {
-		(*f)(inv)
+// onInvalidate is the store's OnInvalidate: it hands the invalidation to
+// the data plane's resolver, if there is a data plane. It is fast and does
+// no I/O (on Redis it runs on a connection's reader goroutine).
+func (p *Pinboard) onInvalidate(inv store.Invalidation) {
+	if p.dp != nil {
+		p.dp.res.OnInvalidate(inv)
 	}
 }
 
@@ -332,7 +320,11 @@ func (p *Pinboard) ReloadTokens() error {
 	return nil
 }
 
-func (p *Pinboard) adminRouter() *router.Router {
+// Hot returns the hot-id sketch (tests and tools). The data plane records
+// every routed request in it.
+func (p *Pinboard) Hot() *hotids.Sketch { return p.hot }
+
+func (p *Pinboard) adminRouter(registry fasthttp.RequestHandler) *router.Router {
 	rt := router.New()
 	rt.RedirectTrailingSlash = false
 	rt.RedirectFixedPath = false
@@ -342,6 +334,7 @@ func (p *Pinboard) adminRouter() *router.Router {
 	})
 	rt.GET("/debug/pprof/", pprofhandler.PprofHandler)
 	rt.GET("/debug/pprof/{profile:*}", pprofhandler.PprofHandler)
+	mountConsole(rt, registry)
 	return rt
 }
 
@@ -384,8 +377,12 @@ func (p *Pinboard) Run(ctx context.Context) error {
 	if p.redis != nil {
 		storeDesc = redactURL(p.cfg.RedisURL)
 	}
+	loops := 0
+	if p.front != nil {
+		loops = p.front.Loops()
+	}
 	p.log.Info("pinboard listening", "public", p.publicAddr, "admin", p.adminAddr, "store", storeDesc,
-		"lease", p.reg.Lease(), "dataPlane", p.dp != nil)
+		"lease", p.reg.Lease(), "dataPlane", p.dp != nil, "loops", loops)
 
 	// Everything below is owned by Run and joined before it returns.
 	bg, stop := context.WithCancel(context.Background())
@@ -399,7 +396,15 @@ func (p *Pinboard) Run(ctx context.Context) error {
 			}
 		})
 	}
-	serve("public", p.public, publicLn)
+	if p.front != nil {
+		wg.Go(func() {
+			if err := p.front.Serve(publicLn); err != nil {
+				serveErr <- fmt.Errorf("public listener: %w", err)
+			}
+		})
+	} else {
+		serve("public", p.public, publicLn)
+	}
 	serve("admin", p.admin, adminLn)
 	if p.redis != nil {
 		wg.Go(func() {
@@ -412,11 +417,17 @@ func (p *Pinboard) Run(ctx context.Context) error {
 		p.mem.Start()
 	}
 	wg.Go(func() { _ = p.reg.Run(bg) })
-	if r, ok := p.dp.(interface{ Run(context.Context) error }); ok {
+	if p.dp != nil {
 		wg.Go(func() {
-			if err := r.Run(bg); err != nil {
+			if err := p.dp.run(bg); err != nil {
 				p.log.Error("data plane stopped", "err", err)
 			}
+		})
+	}
+	if p.sched != nil {
+		wg.Go(func() {
+			_ = p.sched.Run(bg) // returns once its deliveries in flight have finished
+			p.deliv.close()
 		})
 	}
 
@@ -441,7 +452,13 @@ func (p *Pinboard) Run(ctx context.Context) error {
 	// waits for in-flight requests, and reports its own second close of
 	// the listener (net.ErrClosed), which is not a failure.
 	publicLn.Close()
-	if err := p.public.ShutdownWithContext(sctx); err != nil && !errors.Is(err, net.ErrClosed) {
+	if p.front != nil {
+		// The loops stop accepting and close connections as they fall
+		// idle, then the fasthttp server shuts down the ones handed over.
+		if err := p.front.Shutdown(sctx); err != nil {
+			p.log.Warn("in-flight requests did not finish within the shutdown timeout", "err", err)
+		}
+	} else if err := p.public.ShutdownWithContext(sctx); err != nil && !errors.Is(err, net.ErrClosed) {
 		p.log.Warn("in-flight requests did not finish within the shutdown timeout", "err", err)
 	}
 	adminLn.Close()

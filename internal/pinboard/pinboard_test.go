@@ -1,6 +1,7 @@
 package pinboard
 
 import (
+	"bufio"
 	"bytes"
 	"cmp"
 	"context"
@@ -20,20 +21,27 @@ import (
 	"github.com/valyala/fasthttp"
 	"go.uber.org/goleak"
 
+	"github.com/pinned-go/pinned/internal/registry"
+	"github.com/pinned-go/pinned/internal/store"
 	"github.com/pinned-go/pinned/internal/testkit/fakeworker"
 	"github.com/pinned-go/pinned/internal/testkit/leakcheck"
 	"github.com/pinned-go/pinned/internal/testkit/logtest"
 	"github.com/pinned-go/pinned/internal/testkit/redistest"
-	"github.com/pinned-go/pinned/internal/store"
 	"github.com/pinned-go/pinned/internal/wire"
-	"github.com/pinned-go/pinned/internal/registry"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m, leakcheck.Options()...) }
 
 const token = "pinboard-test-token-0123456789"
 
-func envOf(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
+// envOf is the environment (as os.Environ) holding m.
+func envOf(m map[string]string) []string {
+	var env []string
+	for k, v := range m {
+		env = append(env, k+"="+v)
+	}
+	return env
+}
 
 func TestParseSettings(t *testing.T) {
 	s, err := ParseSettings(nil, envOf(map[string]string{EnvToken: token}), io.Discard)
@@ -51,6 +59,15 @@ func TestParseSettings(t *testing.T) {
 	}
 	if s.RestartFence != DefaultLease {
 		t.Fatalf("restart fence defaults to %v, want the lease %v", s.RestartFence, DefaultLease)
+	}
+	if s.EpochTTL != store.DefaultEpochTTL {
+		t.Fatalf("epoch TTL defaults to %v, want %v", s.EpochTTL, store.DefaultEpochTTL)
+	}
+	if s, err := ParseSettings([]string{"-epoch-ttl", "2h"}, envOf(map[string]string{EnvToken: token, EnvEpochTTL: "1h"}), io.Discard); err != nil || s.EpochTTL != 2*time.Hour {
+		t.Errorf("-epoch-ttl 2h over %s=1h: %v, %v", EnvEpochTTL, s.EpochTTL, err)
+	}
+	if _, err := ParseSettings(nil, envOf(map[string]string{EnvToken: token, EnvEpochTTL: "10ms"}), io.Discard); err == nil || !strings.Contains(err.Error(), EnvEpochTTL) {
+		t.Errorf("%s=10ms: %v; want an error naming it", EnvEpochTTL, err)
 	}
 	for _, c := range []struct {
 		args []string
@@ -113,6 +130,8 @@ func TestParseSettings(t *testing.T) {
 	f(nil, map[string]string{EnvToken: token, EnvLease: "10"}, EnvLease)
 	f(nil, map[string]string{EnvToken: token, EnvLease: "100ms"}, EnvLease)
 	f(nil, map[string]string{EnvToken: token, EnvListen: "8080"}, EnvListen)
+	f(nil, map[string]string{EnvToken: token, EnvListen: ":99999"}, EnvListen)
+	f([]string{"-admin-listen", "127.0.0.1:-1"}, map[string]string{EnvToken: token}, EnvAdminListen)
 	f(nil, map[string]string{EnvToken: token, EnvAdvertiseNetworks: "10.0.0.0"}, EnvAdvertiseNetworks)
 	f(nil, map[string]string{EnvToken: token, EnvLogLevel: "loud"}, EnvLogLevel)
 	f(nil, map[string]string{EnvToken: token, EnvRegisterIPRate: "5"}, EnvRegisterIPRate)
@@ -129,15 +148,21 @@ func TestParseSettings(t *testing.T) {
 
 func TestMainExitCodes(t *testing.T) {
 	var out, errb bytes.Buffer
-	if code := Main(nil, envOf(nil), &out, &errb, nil); code != ExitConfig || !strings.Contains(errb.String(), EnvToken) {
+	if code := Main(nil, envOf(nil), &out, &errb); code != ExitConfig || !strings.Contains(errb.String(), EnvToken) {
 		t.Fatalf("Main without a token = %d, %q; want %d naming %s", code, errb.String(), ExitConfig, EnvToken)
 	}
 	errb.Reset()
-	if code := Main(nil, envOf(map[string]string{EnvToken: "short"}), &out, &errb, nil); code != ExitConfig || !strings.Contains(errb.String(), "at least 16") {
+	if code := Main(nil, envOf(map[string]string{EnvToken: "short"}), &out, &errb); code != ExitConfig || !strings.Contains(errb.String(), "at least 16") {
 		t.Fatalf("Main with a short token = %d, %q; want %d", code, errb.String(), ExitConfig)
 	}
-	if code := Main([]string{"-h"}, envOf(nil), &out, io.Discard, nil); code != ExitOK {
-		t.Fatalf("Main -h = %d; want 0", code)
+	out.Reset()
+	if code := Main([]string{"-h"}, envOf(nil), &out, io.Discard); code != ExitOK || !strings.Contains(out.String(), "-lease duration (env PINBOARD_LEASE") {
+		t.Fatalf("Main -h = %d, %q; want 0 and every setting on stdout", code, out.String())
+	}
+	errb.Reset()
+	if code := Main(nil, envOf(map[string]string{EnvToken: token, EnvListen: ":99999"}), &out, &errb); code != ExitConfig ||
+		!strings.Contains(errb.String(), EnvListen) {
+		t.Fatalf("Main with %s=:99999 = %d, %q; want %d naming %s", EnvListen, code, errb.String(), ExitConfig, EnvListen)
 	}
 }
 
@@ -152,17 +177,33 @@ type running struct {
 	logs   *logtest.Buffer
 }
 
-func start(t *testing.T, s Settings, dp func(DataPlaneDeps) (DataPlane, error)) *running {
+// start runs a pinboard (registry and proxy) with s.
+func start(t *testing.T, s Settings) *running {
+	t.Helper()
+	return startConfig(t, Config{Settings: s})
+}
+
+// startRegistryOnly runs a pinboard without a data plane (Config.NoProxy).
+func startRegistryOnly(t *testing.T, s Settings) *running {
+	t.Helper()
+	return startConfig(t, Config{Settings: s, NoProxy: true})
+}
+
+// startConfig runs a pinboard with cfg, on 127.0.0.1 listeners, with a
+// test token, a 2 s lease by default and logs captured.
+func startConfig(t *testing.T, cfg Config) *running {
 	t.Helper()
 	pub, _ := net.Listen("tcp", "127.0.0.1:0")
 	adm, _ := net.Listen("tcp", "127.0.0.1:0")
 	logs := &logtest.Buffer{}
+	s := &cfg.Settings
 	if len(s.Tokens) == 0 {
 		s.Tokens = []string{token}
 	}
 	s.Lease = cmp.Or(s.Lease, 2*time.Second)
 	s.ShutdownTimeout = 5 * time.Second
-	p, err := New(Config{Settings: s, Logger: slog.New(slog.NewTextHandler(logs, nil)), NewDataPlane: dp, PublicListener: pub, AdminListener: adm})
+	cfg.Logger, cfg.PublicListener, cfg.AdminListener = slog.New(slog.NewTextHandler(logs, nil)), pub, adm
+	p, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -234,7 +275,7 @@ func (r *running) waitHealth(t *testing.T, want int) wire.Healthz {
 
 func TestRunServesRegistryAndAdmin(t *testing.T) {
 	srv := redistest.Start(t)
-	r := start(t, Settings{RedisURL: srv.URL}, nil)
+	r := startRegistryOnly(t, Settings{RedisURL: srv.URL})
 	r.waitHealth(t, 200)
 	w := fakeworker.Start(t, "secret")
 	code, body := r.do("POST", r.public, wire.PathRegister, token, wire.RegisterRequest{
@@ -278,7 +319,7 @@ func TestRunServesRegistryAndAdmin(t *testing.T) {
 func TestStartsWhileRedisIsDown(t *testing.T) {
 	srv := redistest.Start(t)
 	srv.Kill()
-	r := start(t, Settings{RedisURL: srv.URL}, nil)
+	r := startRegistryOnly(t, Settings{RedisURL: srv.URL})
 	h := r.waitHealth(t, 503)
 	if h.OK || !strings.Contains(h.Store, "unavailable") {
 		t.Fatalf("healthz while Redis is down = %+v; want the store error", h)
@@ -293,37 +334,11 @@ func TestStartsWhileRedisIsDown(t *testing.T) {
 	}
 }
 
-// fakeDataPlane records what the pinboard hands it.
-type fakeDataPlane struct {
-	deps DataPlaneDeps
-	mu   sync.Mutex
-	invs []store.Invalidation
-	seen []string
-	ran  chan struct{}
-}
-
-func (f *fakeDataPlane) Handle(ctx *fasthttp.RequestCtx) {
-	f.mu.Lock()
-	f.seen = append(f.seen, string(ctx.Path()))
-	f.mu.Unlock()
-	ctx.SetStatusCode(299)
-}
-
-func (f *fakeDataPlane) Invalidate(inv store.Invalidation) {
-	f.mu.Lock()
-	f.invs = append(f.invs, inv)
-	f.mu.Unlock()
-}
-
-func (f *fakeDataPlane) Run(ctx context.Context) error {
-	close(f.ran)
-	<-ctx.Done()
-	return nil
-}
-
-func (f *fakeDataPlane) ConfigureServer(s *fasthttp.Server) { s.Name = "configured" }
-
-func TestDataPlanePlugsIn(t *testing.T) {
+// The data plane's wiring: store invalidations reach the resolver (read
+// first: Redis reports only tracked keys), the proxy's metrics are on the
+// admin /metrics, and a registry-only pinboard (NoProxy) has neither and
+// answers 404 to everything but the registry.
+func TestDataPlaneWiring(t *testing.T) {
 	for _, dev := range []bool{true, false} {
 		name := map[bool]string{true: "dev", false: "redis"}[dev]
 		t.Run(name, func(t *testing.T) {
@@ -331,53 +346,136 @@ func TestDataPlanePlugsIn(t *testing.T) {
 			if !dev {
 				s.RedisURL = redistest.Start(t).URL
 			}
-			fdp := &fakeDataPlane{ran: make(chan struct{})}
-			r := start(t, s, func(d DataPlaneDeps) (DataPlane, error) {
-				fdp.deps = d
-				d.Metrics.NewCounter("pinned_proxy_test_total").Inc()
-				return fdp, nil
-			})
+			r := start(t, s)
 			r.waitHealth(t, 200)
-			<-fdp.ran
-			if fdp.deps.Store == nil || fdp.deps.Lease != 2*time.Second || fdp.deps.Logger == nil || fdp.deps.Clock == nil ||
-				fdp.deps.DialControl == nil || fdp.deps.DialControl("tcp", "169.254.169.254:80", nil) == nil ||
-				fdp.deps.DialControl("tcp", "127.0.0.1:80", nil) != nil {
-				t.Fatalf("deps = %+v; want every field, DialControl refusing the metadata address", fdp.deps)
+			res := r.p.dp.res
+			before := res.CacheStats().Invalidations
+			st := r.p.Store()
+			if _, err := st.Placement(context.Background(), "/counter", "abc"); err != nil {
+				t.Fatal(err)
 			}
-			if code, _ := r.do("GET", r.public, "/counter/abc/incr", "", nil); code != 299 {
-				t.Fatalf("non-registry request = %d; want the data plane's 299", code)
+			if _, err := st.Claim(context.Background(), "/counter", "abc", "s1"); err != nil {
+				t.Fatal(err)
 			}
-			if code, _ := r.do("GET", r.public, "/counter/abc/", "", nil); code != 299 {
-				t.Fatalf("trailing slash = %d; want the data plane's 299, no redirect", code)
-			}
-			// Store invalidations reach the data plane (read first: Redis
-			// reports only tracked keys).
-			st := fdp.deps.Store
-			st.Placement(context.Background(), "/counter", "abc")
-			st.Claim(context.Background(), "/counter", "abc", "s1")
 			deadline := time.Now().Add(5 * time.Second)
-			for {
-				fdp.mu.Lock()
-				ok := slices.Contains(fdp.invs, store.Invalidation{Placement: "/counter/abc"})
-				fdp.mu.Unlock()
-				if ok {
-					break
-				}
+			for res.CacheStats().Invalidations == before {
 				if time.Now().After(deadline) {
-					t.Fatal("the claim's invalidation never reached the data plane")
+					t.Fatal("the claim's invalidation never reached the resolver")
 				}
-				time.Sleep(5 * time.Millisecond)
+				time.Sleep(5 * time.Millisecond) // Redis pushes invalidations asynchronously
+			}
+			if code, _ := r.do("GET", r.public, "/counter/abc/", "", nil); code != 503 {
+				t.Fatalf("GET /counter/abc/ = %d; want the proxy's 503 (no live worker)", code)
 			}
 			code, body := r.do("GET", r.admin, "/metrics", "", nil)
-			if code != 200 || !bytes.Contains(body, []byte("pinned_proxy_test_total 1")) {
-				t.Fatal("the data plane's metrics are not on the admin /metrics")
+			for _, want := range []string{"pinned_proxy_responses_total{class=\"5xx\"} 1", "pinned_proxy_endpoints 0", "pinned_placement_sessions 0"} {
+				if code != 200 || !bytes.Contains(body, []byte(want)) {
+					t.Errorf("admin /metrics lacks %q", want)
+				}
 			}
 		})
+	}
+	t.Run("registry only", func(t *testing.T) {
+		r := startRegistryOnly(t, Settings{Dev: true})
+		r.waitHealth(t, 200)
+		if r.p.dp != nil {
+			t.Fatal("NoProxy built a data plane")
+		}
+		if code, _ := r.do("GET", r.public, "/counter/abc/", "", nil); code != 404 {
+			t.Errorf("non-registry request = %d; want 404", code)
+		}
+		if code, body := r.do("GET", r.admin, "/metrics", "", nil); code != 200 || bytes.Contains(body, []byte("pinned_proxy_")) {
+			t.Errorf("admin /metrics of a registry-only pinboard = %d, with proxy metrics: %v", code, bytes.Contains(body, []byte("pinned_proxy_")))
+		}
+	})
+}
+
+// A WebSocket tunnel through the pinboard closes when its placement leaves
+// the tunnel's session: the resolver's check reports the new holder
+// (placement.Config.OnMoved) and the pinboard closes the tunnel
+// (proxy.Proxy.CloseTunnels).
+func TestTunnelClosesWhenPlacementMoves(t *testing.T) {
+	r := start(t, Settings{Dev: true})
+	r.waitHealth(t, 200)
+	// A worker that accepts any upgrade and echoes.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	t.Cleanup(func() { ln.Close(); wg.Wait() })
+	wg.Go(func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			wg.Go(func() {
+				defer c.Close()
+				_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+				var req fasthttp.Request
+				br := bufio.NewReader(c)
+				if req.Read(br) != nil {
+					return
+				}
+				_, _ = io.WriteString(c, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n")
+				_, _ = io.Copy(c, br)
+			})
+		}
+	})
+	st := r.p.Store()
+	if _, err := st.Register(context.Background(), store.Session{ID: "s1", ClientID: "c1", Secret: "k", AdvertiseURL: "http://" + ln.Addr().String(),
+		Namespaces: []string{"/counter"}, Headroom: 10, Verified: true}, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	c, err := net.Dial("tcp", r.public)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := io.WriteString(c, "GET /counter/x/ws HTTP/1.1\r\nHost: h\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	br := bufio.NewReader(c)
+	var resp fasthttp.Response
+	resp.SkipBody = true
+	if err := resp.Read(br); err != nil || resp.StatusCode() != 101 {
+		t.Fatalf("handshake: %d %v", resp.StatusCode(), err)
+	}
+	echo := func() error {
+		if _, err := io.WriteString(c, "ping"); err != nil {
+			return err
+		}
+		b := make([]byte, 4)
+		_, err := io.ReadFull(br, b)
+		return err
+	}
+	if err := echo(); err != nil {
+		t.Fatalf("echo through the tunnel: %v", err)
+	}
+	checks := r.p.dp.res.Metrics().GetOrCreateCounter("pinned_placement_tunnel_checks_total")
+	for deadline := time.Now().Add(5 * time.Second); checks.Get() == 0; time.Sleep(5 * time.Millisecond) { // Run's check of the new tunnel
+		if time.Now().After(deadline) {
+			t.Fatal("the new tunnel's placement was never checked")
+		}
+	}
+	if err := echo(); err != nil {
+		t.Fatalf("the check closed a tunnel whose placement did not move: %v", err)
+	}
+	if ok, err := st.Release(context.Background(), "/counter", "x", "s1"); !ok || err != nil {
+		t.Fatalf("Release = %v, %v", ok, err)
+	}
+	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := br.ReadByte(); err == nil {
+		t.Fatal("the tunnel still carries bytes after its placement was released")
+	} else if ne, ok := err.(net.Error); ok && ne.Timeout() {
+		t.Fatal("the tunnel was not closed within 5 s of its placement's release")
 	}
 }
 
 func TestGracefulShutdown(t *testing.T) {
-	r := start(t, Settings{Dev: true, ShutdownDelay: 0}, nil)
+	r := startRegistryOnly(t, Settings{Dev: true, ShutdownDelay: 0})
 	r.waitHealth(t, 200)
 	start := time.Now()
 	r.stop(t)
@@ -402,7 +500,7 @@ func TestReloadTokens(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := start(t, s, nil)
+	r := startRegistryOnly(t, s)
 	r.waitHealth(t, 200)
 	if code, _ := r.do("GET", r.public, wire.PathWorkers, token+"-old", nil); code != 200 {
 		t.Fatalf("old token during rotation = %d; want 200", code)

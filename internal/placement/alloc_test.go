@@ -5,6 +5,7 @@ package placement_test
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/valyala/fasthttp"
 
@@ -13,23 +14,19 @@ import (
 )
 
 // A cached placement costs no allocation, whichever clock the lookup uses:
-// fasthttp's request time (the default), an injected clock, or the real
-// clock for a context that is not a fasthttp request.
-func TestResolveHitDoesNotAllocate(t *testing.T) {
+// the request's time (the default), or an injected clock; nor does a
+// Resolve that finds it cached, for a fasthttp request or another context.
+func TestLookupHitDoesNotAllocate(t *testing.T) {
 	e := newEnv(t, "memory")
 	e.register(startHost(t, "a", e.fl), 100)
+	var rc fasthttp.RequestCtx
+	rc.Init(&fasthttp.Request{}, nil, nil)
 	for _, c := range []struct {
 		name  string
 		clock clock.Clock
-		ctx   func() context.Context
 	}{
-		{"request time", nil, func() context.Context {
-			var rc fasthttp.RequestCtx
-			rc.Init(&fasthttp.Request{}, nil, nil)
-			return &rc
-		}},
-		{"injected clock", e.fake, func() context.Context { return context.Background() }},
-		{"real clock", nil, func() context.Context { return context.Background() }},
+		{"request time", nil},
+		{"injected clock", e.fake},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			r, err := placement.New(placement.Config{Store: e.st, Clock: c.clock, Logger: discard()})
@@ -37,23 +34,32 @@ func TestResolveHitDoesNotAllocate(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer r.Close()
-			ctx := c.ctx()
 			name := []byte("/counter/alloc")
 			for range 3 { // place, then fill the cache
-				if _, err := r.Resolve(ctx, name); err != nil {
+				if _, err := r.Resolve(context.Background(), name); err != nil {
 					t.Fatal(err)
 				}
 			}
 			hits := r.CacheStats().Hits
+			now := time.Now()
 			if n := testing.AllocsPerRun(1000, func() {
-				if ep, err := r.Resolve(ctx, name); ep == nil || err != nil {
-					t.Fatal(ep, err)
+				if rt, ok := r.Lookup(name, now); !ok || rt.Session == nil {
+					t.Fatal("Lookup missed", rt)
 				}
 			}); n != 0 {
-				t.Errorf("Resolve on a hit allocates %v times; want 0", n)
+				t.Errorf("Lookup on a hit allocates %v times; want 0", n)
 			}
 			if r.CacheStats().Hits-hits < 1000 {
 				t.Errorf("the lookups were not cache hits")
+			}
+			for _, ctx := range []context.Context{&rc, context.Background()} {
+				if n := testing.AllocsPerRun(1000, func() {
+					if rt, err := r.Resolve(ctx, name); rt.Session == nil || err != nil {
+						t.Fatal(rt, err)
+					}
+				}); n != 0 {
+					t.Errorf("Resolve of a cached name allocates %v times; want 0", n)
+				}
 			}
 		})
 	}

@@ -11,7 +11,6 @@ import (
 	"github.com/pinned-go/pinned/clock"
 	"github.com/pinned-go/pinned/internal/store"
 	"github.com/pinned-go/pinned/internal/wire"
-	"github.com/pinned-go/pinned/proxy"
 )
 
 // Defaults for Config's zero values.
@@ -23,13 +22,11 @@ const (
 	// the server shuts down). A miss that runs out answers 503 store.
 	DefaultResolveTimeout = 2 * time.Second
 	// DefaultAvoidFor is how long a worker session that just refused or
-	// failed a request (Invalidate) is passed over for new placements while
+	// failed a request (Refused) is passed over for new placements while
 	// another eligible session has room.
 	DefaultAvoidFor = 2 * time.Second
 	// DefaultSweepInterval is how often Run checks that every session it
-	// holds an endpoint for is still live, closing the endpoints of sessions
-	// gone from the store (which also sends their cached placements back
-	// to the store on their next request).
+	// knows is still live, forgetting those gone from the store.
 	DefaultSweepInterval = time.Minute
 	// DefaultMaxTunnelChecks bounds the placement names waiting for Run to
 	// check whether their WebSocket tunnels must close (above the proxy's
@@ -46,11 +43,10 @@ const maxRounds = 4
 // documented default for its zero value.
 type Config struct {
 	// Store is the directory: sessions and placements. Its OnInvalidate must
-	// be wired to Resolver.OnInvalidate (internal/pinboard does it through
-	// DataPlane.Invalidate).
+	// be wired to Resolver.OnInvalidate (internal/pinboard does it).
 	Store store.Store
-	// Lease is the lease the registry grants (DataPlaneDeps.Lease); the
-	// cache TTL may not exceed it. Default DefaultLease.
+	// Lease is the lease the registry grants; the cache TTL may not exceed
+	// it. Default DefaultLease.
 	Lease time.Duration
 	// CacheTTL is how long a cached placement is served without consulting
 	// the store: the safety net when an invalidation is lost. Each hot
@@ -59,8 +55,6 @@ type Config struct {
 	// CacheShards and CacheMaxEntries size the placement cache (placecache
 	// defaults when zero).
 	CacheShards, CacheMaxEntries int
-	// Endpoint configures the connection pool of every worker endpoint.
-	Endpoint proxy.EndpointConfig
 	// ResolveTimeout bounds one miss. Default DefaultResolveTimeout.
 	ResolveTimeout time.Duration
 	// AvoidFor: DefaultAvoidFor; negative disables avoiding.
@@ -69,6 +63,13 @@ type Config struct {
 	SweepInterval time.Duration
 	// MaxTunnelChecks: DefaultMaxTunnelChecks.
 	MaxTunnelChecks int
+	// OnMoved, when set, is called by Run after it read the holder of a
+	// watched placement name (Watch) that was invalidated or just watched:
+	// holder is the session holding name now ("" for nobody), and the
+	// name's WebSocket tunnels to any other session should close
+	// (internal/pinboard wires it to proxy.Proxy.CloseTunnels). It runs on
+	// Run's goroutine and may block Run's next check while it runs.
+	OnMoved func(name, holder string)
 	// Clock, when set, times cache entries and every lookup (tests use
 	// clock.Fake). Nil means the real clock, and a lookup made for a fasthttp
 	// request uses the request's time (RequestCtx.Time) instead of reading

@@ -1,32 +1,42 @@
 // Package placement is the pinboard's proxy.Resolver: it maps a placement
-// name "/<namespace>/<id>" to the endpoint of the worker session that holds
+// name "/<namespace>/<id>" to a proxy.Route, the worker session that holds
 // the instance, placing the instance on a worker when nobody holds it. It
-// sits between the proxy and the store: a placecache in front (so that a
-// proxied request in steady state costs no store round trip), the store
-// behind (sessions and placements; Redis or memory), and one proxy.Endpoint
-// per worker session (its secret, address and connection pool), made on
-// first use and reused by every request until the session is known dead.
+// sits between the proxy and the store: a placecache of routes in front (so
+// that a proxied request in steady state costs no store round trip), the
+// store behind (sessions and placements; Redis or memory). Per worker
+// session it keeps one *proxy.Session (id, secret, advertise URL), made on
+// first use and carried by every route to the session, and its own
+// bookkeeping (placements made since the last heartbeat, last refusal).
 //
-// It lives beside the proxy rather than inside it so that package proxy
-// stays a forwarding core with no dependency on the store (proxytest.Static
-// resolves its tests), and this package holds every placement decision.
+// Dependencies point one way: this package uses package proxy's types
+// (Session, Route, ErrNoWorker) and never calls the proxy. The proxy owns
+// the connection pools (it attaches one to each Session); what Run learns
+// about watched placements that moved goes out through Config.OnMoved
+// (internal/pinboard wires it to proxy.Proxy.CloseTunnels). It lives beside
+// the proxy rather than inside it so that package proxy stays a forwarding
+// core with no dependency on the store (proxytest.Static resolves its
+// tests), and this package holds every placement decision.
 //
 // # Using it
 //
-//	r, err := placement.New(placement.Config{Store: st, Lease: lease})
+//	var px *proxy.Proxy
+//	r, err := placement.New(placement.Config{Store: st, Lease: lease,
+//		OnMoved: func(name, holder string) { px.CloseTunnels(name, holder) }})
 //	// st's OnInvalidate → r.OnInvalidate (internal/pinboard wires it)
-//	px, err := proxy.New(proxy.Config{Resolver: r})
-//	go r.Run(ctx)   // tunnel checks, sweep of dead sessions' endpoints
-//	...             // serve px; on shutdown: server, px.Close(), then r.Close()
+//	px, err = proxy.New(proxy.Config{Resolver: r})
+//	go r.Run(ctx)   // tunnel checks, sweep of dead sessions
+//	...             // serve px (and run px.Run); on shutdown: server, px.Close(), then r.Close()
 //
 // # A request
 //
-// Resolve looks the name up in the placecache with the request's own time
-// (fasthttp's RequestCtx.Time, converted by clock.FromTime, so no second
-// clock read; an injected Config.Clock replaces it in tests). A hit returns
-// the endpoint: no allocation, no lock shared by all requests, no store
-// call, no goroutine. A miss goes to the store; concurrent misses of one
-// name share one store read (single-flight), and each miss is bounded by
+// Lookup finds the name in the placecache at the request's own time
+// (fasthttp's RequestCtx.Time, which the proxy passes, converted by
+// clock.FromTime, so no second clock read; an injected Config.Clock replaces
+// it in tests). A hit returns the route: no allocation, no lock shared by
+// all requests, no store call, no goroutine. On a miss the proxy calls
+// Resolve, which looks once more (uncounted: another request may have
+// filled it) and otherwise goes to the store; concurrent misses of one name
+// share one store read (single-flight), and each miss is bounded by
 // ResolveTimeout (the request's context only ends at server shutdown).
 //
 // # A miss
@@ -43,10 +53,10 @@
 //     claim from any pinboard: the result is taken from the reply and never
 //     re-read, because a cached read right after one's own write can be
 //     stale (rueidis#534: the invalidation trails the reply).
-//  5. A holder among the live sessions: its endpoint. A holder not among
+//  5. A holder among the live sessions: its route. A holder not among
 //     them: Session(holder) decides. Still there (the namespace list
-//     lagged): its endpoint. Gone (store.ErrUnknownSession: its lease ran
-//     out in the store): its endpoint is closed and the placement is taken
+//     lagged): its route. Gone (store.ErrUnknownSession: its lease ran
+//     out in the store): the session is forgotten and the placement is taken
 //     over with Replace (compare-and-set from the dead session), again
 //     taking the holder from the reply. Lost races loop, at most four
 //     rounds.
@@ -61,9 +71,10 @@
 // # Choosing a worker
 //
 // Eligible sessions are live, verified, not superseded, not draining, and
-// have an advertise URL the proxy can use (http). They fall into tiers, best
-// first: room and not recently refused; room but refused within AvoidFor
-// (the proxy reported a refusal or an unreachable worker through Invalidate);
+// have an advertise URL the proxy can use (wire.ParseAdvertiseURL). They
+// fall into tiers, best first: room and not recently refused; room but
+// refused within AvoidFor (the proxy reported a refusal or an unreachable
+// worker through Refused);
 // no room; no room and refused. Within the best non-empty tier, power of two
 // choices: two at random, the one with more headroom wins. The headroom is
 // the last heartbeat's minus the placements this resolver made on the
@@ -73,7 +84,7 @@
 // room (SPEC §6). Claim does not check that the chosen session is still
 // live: a session that expires between NamespaceSessions and Claim ends up
 // holding the placement; its host (gone, or fenced) fails the requests, the
-// proxy calls Invalidate, and the next miss finds the session gone and
+// proxy calls Refused, and the next miss finds the session gone and
 // replaces the placement.
 //
 // # Invalidations
@@ -83,15 +94,15 @@
 // the callback is fast and never calls the store; with the memory store:
 // synchronously from the writer):
 //
-//   - {Placement: name}: placecache.Invalidate(name). When WebSocket tunnels
-//     of the name are open, Run re-reads the placement and closes them on
-//     every session that no longer holds it (Endpoint.CloseTunnelsFor). A
-//     new tunnel is checked the same way as soon as it opens
-//     (proxy.TunnelObserver, which also tells the resolver which names have
-//     tunnels); the check's read makes Redis track the key again.
+//   - {Placement: name}: placecache.Invalidate(name). When the name is
+//     watched (proxy.TunnelWatcher: WebSocket tunnels of it are open), Run
+//     re-reads the placement and calls Config.OnMoved(name, holder), which
+//     closes the name's tunnels on every other session. A newly watched
+//     name is checked the same way at once; the check's read makes Redis
+//     track the key again.
 //   - {All: true} (connection loss, FLUSHALL): placecache.InvalidateAll, and
-//     every name with open tunnels is checked again (a lost connection ends
-//     tracking; the re-read restores it).
+//     every watched name is checked again (a lost connection ends tracking;
+//     the re-read restores it).
 //   - {Session: id}: ignored. It arrives on every heartbeat (the session
 //     hash is rewritten every few seconds per worker); dropping the worker's
 //     placements on it would cost store reads for every one of its ids at
@@ -103,15 +114,17 @@
 // a host checks the session header and its lease on every request and
 // fences itself (503 lease), and a dead process cannot answer at all. For
 // liveness (moving a dead worker's ids elsewhere) the resolver learns on
-// demand: the proxy calls Invalidate when a worker is unreachable or refuses
-// with closing, draining or lease; the next Resolve re-reads the placement
-// and the holder's session. While the session is live in the store the
-// holder is confirmed and the client gets 503 with Retry-After (a worker's
-// ids are re-placed only after its lease expired in the store: it may still
-// be serving them). Once the session is gone, the placement is replaced and
-// the old endpoint closed; every other cached placement on it then meets a
-// closed endpoint, which makes the proxy re-resolve too. Run's sweep
-// (SweepInterval) closes endpoints of dead sessions that no request touches.
+// demand: the proxy calls Refused when a worker is unreachable, answers 403
+// forbidden, or refuses with closing, draining or lease; the next Resolve
+// re-reads the placement and the holder's session. While the session is
+// live in the store the holder is confirmed and the client gets 503 with
+// Retry-After (a worker's ids are re-placed only after its lease expired in
+// the store: it may still be serving them). Once the session is gone, the
+// placement is replaced and the session forgotten; every other cached route
+// to it fails the same way on its next request (a dead process cannot be
+// reached, a fenced one answers 503 lease) and is moved in turn, or expires
+// with CacheTTL. Run's sweep (SweepInterval) forgets dead sessions that no
+// request touches; the proxy's janitor closes their connection pools.
 //
 // The cache TTL (CacheTTL, at most the lease) is the safety net for a lost
 // invalidation; each hot placement is therefore re-read once per TTL (on
@@ -124,25 +137,28 @@
 //
 // # Invariants
 //
-//   - Resolve on a hit allocates nothing and takes only its cache shard's
-//     read lock. r.mu (misses in flight, session endpoints) is never taken on
-//     a hit, and never held across a store call, a network call or a call
-//     into the proxy that takes a lock (memstore calls OnInvalidate from the
-//     writer's goroutine).
+//   - Lookup (and Resolve on a hit) allocates nothing and takes only its
+//     cache shard's read lock. r.mu (misses in flight, sessions) is never
+//     taken on a hit, and never held across a store call or a network call
+//     (memstore calls OnInvalidate from the writer's goroutine).
+//   - Every route to a session carries the same *proxy.Session until the
+//     session is forgotten; the resolver never calls into package proxy.
 //   - A value is cached only from a store read that began after the last
 //     invalidation of its cache shard; no entry is served past CacheTTL
 //     after Redis (or memstore) last answered for it.
 //   - A placement is written only by Claim (SET NX) and Replace
 //     (compare-and-set from a session the store reported gone); the resolver
 //     never deletes or overwrites a live session's placement.
-//   - Every endpoint the resolver made is closed when its session is found
-//     gone, or by Close. Run is the only goroutine the package starts; it
-//     ends when its ctx ends or Close is called.
+//   - A session found gone is forgotten (its record, not the routes cached
+//     with it). Run is the only goroutine the package starts; it ends when
+//     its ctx ends or Close is called; OnMoved runs on it.
 //
 // # Callers must not assume
 //
-//   - that an endpoint returned by Resolve is open: it may have been closed
-//     since (the proxy checks and re-resolves);
+//   - that the session of a returned route is live: it may have died since
+//     (the proxy reports the failure with Refused and re-resolves);
+//   - that OnMoved means the holder changed: it reports the holder after
+//     every check of a watched name, spurious invalidations included;
 //   - that pinned_placement_claims_total{result="won"} counts claims this
 //     pinboard won: it counts claims after which the chosen session holds the
 //     placement, which another pinboard may have claimed for the same
@@ -161,8 +177,9 @@
 // pinned_placement_miss_duration_seconds (classic buckets),
 // pinned_placement_shared_misses_total, pinned_placement_claims_total{result},
 // pinned_placement_replaces_total{result}, pinned_placement_no_worker_total,
-// pinned_placement_store_errors_total, pinned_placement_invalidates_total,
-// pinned_placement_sessions_closed_total, pinned_placement_tunnel_checks_total,
+// pinned_placement_store_errors_total, pinned_placement_invalidates_total
+// (Refused calls), pinned_placement_sessions_dropped_total,
+// pinned_placement_tunnel_checks_total,
 // pinned_placement_tunnel_checks_dropped_total and the gauge
-// pinned_placement_endpoints.
+// pinned_placement_sessions.
 package placement

@@ -18,14 +18,14 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/pinned-go/pinned/clock"
-	"github.com/pinned-go/pinned/internal/testkit/leakcheck"
-	"github.com/pinned-go/pinned/internal/testkit/logtest"
-	"github.com/pinned-go/pinned/internal/testkit/redistest"
+	"github.com/pinned-go/pinned/internal/placement"
 	"github.com/pinned-go/pinned/internal/store"
 	"github.com/pinned-go/pinned/internal/store/memstore"
 	"github.com/pinned-go/pinned/internal/store/redisstore"
+	"github.com/pinned-go/pinned/internal/testkit/leakcheck"
+	"github.com/pinned-go/pinned/internal/testkit/logtest"
+	"github.com/pinned-go/pinned/internal/testkit/redistest"
 	"github.com/pinned-go/pinned/internal/wire"
-	"github.com/pinned-go/pinned/internal/placement"
 	"github.com/pinned-go/pinned/proxy"
 )
 
@@ -382,6 +382,9 @@ func (e *env) pinboard(mutate func(*placement.Config), wrap func(store.Store) st
 	if mutate != nil {
 		mutate(&cfg)
 	}
+	// Tunnels of a placement that moved close, as the pinboard wires it
+	// (pb.px is set before Run starts).
+	cfg.OnMoved = func(name, holder string) { pb.px.CloseTunnels(name, holder) }
 	r, err := placement.New(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -405,6 +408,7 @@ func (e *env) pinboard(mutate func(*placement.Config), wrap func(store.Store) st
 	var wg sync.WaitGroup
 	wg.Go(func() { _ = srv.Serve(ln) })
 	wg.Go(func() { _ = r.Run(runCtx) })
+	wg.Go(func() { _ = px.Run(runCtx) })
 	t.Cleanup(func() {
 		pb.client.CloseIdleConnections()
 		_ = srv.Shutdown()

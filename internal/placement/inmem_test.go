@@ -9,9 +9,9 @@ import (
 	"github.com/valyala/fasthttp"
 	"github.com/valyala/fasthttp/fasthttputil"
 
+	"github.com/pinned-go/pinned/internal/placement"
 	"github.com/pinned-go/pinned/internal/store"
 	"github.com/pinned-go/pinned/internal/store/memstore"
-	"github.com/pinned-go/pinned/internal/placement"
 	"github.com/pinned-go/pinned/proxy"
 	"github.com/pinned-go/pinned/proxy/proxytest"
 )
@@ -27,7 +27,6 @@ type inmem struct {
 	px            *proxy.Proxy
 	via           *fasthttp.HostClient
 	st            *memstore.Store
-	static        *proxy.Endpoint
 	done          chan struct{} // the front server's Serve returned
 	workerDone    chan struct{}
 }
@@ -60,21 +59,17 @@ func newInmem(tb testing.TB, static bool) *inmem {
 	}
 	var r proxy.Resolver
 	if static {
-		ep, err := proxy.NewEndpoint(epCfg, "sess", "secret", "http://worker:1")
-		if err != nil {
-			tb.Fatal(err)
-		}
 		s := proxytest.NewStatic()
-		s.PlaceNamespace(ns, ep)
-		m.static, r = ep, s
+		s.PlaceNamespace(ns, &proxy.Session{ID: "sess", Secret: "secret", AdvertiseURL: "http://worker:1"})
+		r = s
 	} else {
-		m.res, err = placement.New(placement.Config{Store: st, Lease: time.Hour, Endpoint: epCfg, Logger: discard()})
+		m.res, err = placement.New(placement.Config{Store: st, Lease: time.Hour, Logger: discard()})
 		if err != nil {
 			tb.Fatal(err)
 		}
 		r = m.res
 	}
-	m.px, err = proxy.New(proxy.Config{Resolver: r, Logger: discard()})
+	m.px, err = proxy.New(proxy.Config{Resolver: r, Logger: discard(), Endpoint: epCfg})
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -99,9 +94,6 @@ func (m *inmem) close() {
 	_ = m.px.Close()
 	if m.res != nil {
 		m.res.Close()
-	}
-	if m.static != nil {
-		m.static.Close()
 	}
 	m.st.Close()
 }

@@ -12,9 +12,9 @@ import (
 
 	"github.com/fasthttp/websocket"
 
+	"github.com/pinned-go/pinned/internal/placement"
 	"github.com/pinned-go/pinned/internal/store"
 	"github.com/pinned-go/pinned/internal/wire"
-	"github.com/pinned-go/pinned/internal/placement"
 )
 
 // heartbeatLoop keeps sid alive on Redis until the test ends.
@@ -38,7 +38,7 @@ func (e *env) heartbeatLoop(sid string, headroom int) {
 
 // A killed worker's ids answer 503 + Retry-After while its session is live
 // in the store (its lease has not run out: it may still be serving), then
-// activate elsewhere; the dead session's endpoint is closed.
+// activate elsewhere; the dead session is forgotten.
 func TestKilledWorkerReplacedAfterLease(t *testing.T) {
 	for _, kind := range kinds {
 		t.Run(kind, func(t *testing.T) {
@@ -104,16 +104,16 @@ func TestKilledWorkerReplacedAfterLease(t *testing.T) {
 			if h := e.holder("x"); h != sb {
 				t.Errorf("placement of x = %q; want %q", h, sb)
 			}
-			// y still points at a's closed endpoint in the cache: the next
-			// request re-resolves and moves it too.
+			// y may still point at a's session in the cache: the next request
+			// finds a unreachable, re-resolves and moves it too.
 			if ans := pb.get(t, "y"); ans.host() != "b" {
 				t.Errorf("GET y = %d %q; want b", ans.status, ans.body)
 			}
-			if n := pb.res.Endpoints(); n != 1 {
-				t.Errorf("endpoints = %d; want 1 (a's closed)", n)
+			if n := pb.res.Sessions(); n != 1 {
+				t.Errorf("sessions = %d; want 1 (a's forgotten)", n)
 			}
 			// x and y moved off a's expired session; each unreachable answer
-			// invalidated; a's endpoint closed once its session was gone.
+			// was reported (Refused); a was forgotten once its session was gone.
 			if n := pb.counter(`pinned_placement_replaces_total{result="won"}`); n != 2 {
 				t.Errorf(`pinned_placement_replaces_total{result="won"} = %d; want 2`, n)
 			}
@@ -123,16 +123,16 @@ func TestKilledWorkerReplacedAfterLease(t *testing.T) {
 			if n := pb.counter("pinned_placement_invalidates_total"); n < 3 {
 				t.Errorf("pinned_placement_invalidates_total = %d; want ≥ 3", n)
 			}
-			if n := pb.counter("pinned_placement_sessions_closed_total"); n != 1 {
-				t.Errorf("pinned_placement_sessions_closed_total = %d; want 1", n)
+			if n := pb.counter("pinned_placement_sessions_dropped_total"); n != 1 {
+				t.Errorf("pinned_placement_sessions_dropped_total = %d; want 1", n)
 			}
 			// The records: placements and re-placements at DEBUG with the
-			// namespace, instance and session; the closed endpoint at INFO.
+			// namespace, instance and session; the forgotten session at INFO.
 			logs := pb.logs.String()
 			for _, want := range []string{
 				`level=DEBUG msg="instance placed" logger=pinned.placement namespace=` + ns + ` instance=x session=` + sa,
 				`level=DEBUG msg="instance re-placed: its session expired" logger=pinned.placement namespace=` + ns + ` instance=x session=` + sb + ` previous=` + sa,
-				`level=INFO msg="worker session gone; endpoint closed" logger=pinned.placement session=` + sa + ` reason=`,
+				`level=INFO msg="worker session gone; forgotten" logger=pinned.placement session=` + sa + ` reason=`,
 			} {
 				if !strings.Contains(logs, want) {
 					t.Errorf("no record %q in:\n%s", want, logs)
@@ -175,17 +175,17 @@ func TestInvalidationDuringMissIsNotUndone(t *testing.T) {
 		})
 	}
 	pb = e.pinboard(nil, func(s store.Store) store.Store { cs.Store = s; return cs })
-	ep, err := pb.res.Resolve(context.Background(), []byte("/counter/x"))
-	if err != nil || ep.Session != sa {
-		t.Fatalf("first Resolve = %v, %v; want a's endpoint (what the store said when read)", ep, err)
+	rt, err := pb.res.Resolve(context.Background(), []byte("/counter/x"))
+	if err != nil || rt.Session.ID != sa {
+		t.Fatalf("first Resolve = %v, %v; want a's session (what the store said when read)", rt, err)
 	}
 	st := pb.res.CacheStats()
 	if st.RefusedPuts != 1 || st.Size != 0 {
 		t.Fatalf("cache after the raced miss: %+v; want 1 refused put and nothing cached", st)
 	}
-	ep, err = pb.res.Resolve(context.Background(), []byte("/counter/x"))
-	if err != nil || ep.Session != sb {
-		t.Fatalf("second Resolve = %v, %v; want b's endpoint", ep, err)
+	rt, err = pb.res.Resolve(context.Background(), []byte("/counter/x"))
+	if err != nil || rt.Session.ID != sb {
+		t.Fatalf("second Resolve = %v, %v; want b's session", rt, err)
 	}
 	if p, _ := cs.counts(); p != 2 {
 		t.Errorf("placement reads = %d; want 2 (the stale result was not served from the cache)", p)
@@ -414,32 +414,32 @@ func TestTunnelsCloseWhenPlacementMoves(t *testing.T) {
 	})
 }
 
-// Run's sweep closes the endpoints of sessions that left the store, even
-// when no request comes for their ids.
-func TestSweepClosesDeadEndpoints(t *testing.T) {
+// Run's sweep forgets the sessions that left the store, even when no
+// request comes for their ids.
+func TestSweepForgetsDeadSessions(t *testing.T) {
 	e := newEnv(t, "memory")
 	a, b := startHost(t, "a", e.fl), startHost(t, "b", e.fl)
 	e.register(a, 100)
 	pb := e.pinboard(func(c *placement.Config) { c.SweepInterval = 5 * time.Second }, nil)
 	pb.get(t, "x")
 	sb := e.register(b, 100)
-	pb.get(t, "fresh-on-b") // b's endpoint exists too
+	pb.get(t, "fresh-on-b") // b is known too
 	done := make(chan struct{})
 	defer close(done)
 	e.fake.BlockUntil(1, done)            // Run is asleep on its sweep timer
 	e.fake.Advance(e.lease - time.Second) // a sweep at 5 s finds both live
 	e.heartbeat(sb, 100, false)
 	e.fake.BlockUntil(1, done) // the sweep is done and re-armed
-	if n := pb.res.Endpoints(); n != 2 {
-		t.Fatalf("endpoints after a sweep with both sessions live = %d; want 2", n)
+	if n := pb.res.Sessions(); n != 2 {
+		t.Fatalf("sessions after a sweep with both live = %d; want 2", n)
 	}
 	e.fake.Advance(5 * time.Second) // a expired; the next sweep runs
-	waitFor(t, "the sweep", func() bool { return pb.res.Endpoints() == 1 })
+	waitFor(t, "the sweep", func() bool { return pb.res.Sessions() == 1 })
 	if ans := pb.get(t, "x"); ans.host() != "b" {
 		t.Errorf("GET x after the sweep = %d %q; want b", ans.status, ans.body)
 	}
-	if n := pb.counter("pinned_placement_sessions_closed_total"); n != 1 {
-		t.Errorf("pinned_placement_sessions_closed_total = %d; want 1", n)
+	if n := pb.counter("pinned_placement_sessions_dropped_total"); n != 1 {
+		t.Errorf("pinned_placement_sessions_dropped_total = %d; want 1", n)
 	}
 }
 

@@ -20,8 +20,8 @@ type resolverMetrics struct {
 	replacesLost        *metrics.Counter
 	noWorker            *metrics.Counter
 	storeErrors         *metrics.Counter
-	invalidates         *metrics.Counter // Invalidate calls from the proxy
-	sessionsClosed      *metrics.Counter // endpoints closed because their session was gone
+	invalidates         *metrics.Counter // Refused calls from the proxy
+	sessionsDropped     *metrics.Counter // sessions forgotten because they were gone
 	tunnelChecks        *metrics.Counter
 	tunnelChecksDropped *metrics.Counter
 }
@@ -36,8 +36,8 @@ func (m *resolverMetrics) register(s *metrics.Set, r *Resolver) {
 	m.noWorker = s.GetOrCreateCounter("pinned_placement_no_worker_total")
 	m.storeErrors = s.GetOrCreateCounter("pinned_placement_store_errors_total")
 	m.invalidates = s.GetOrCreateCounter("pinned_placement_invalidates_total")
-	m.sessionsClosed = s.GetOrCreateCounter("pinned_placement_sessions_closed_total")
+	m.sessionsDropped = s.GetOrCreateCounter("pinned_placement_sessions_dropped_total")
 	m.tunnelChecks = s.GetOrCreateCounter("pinned_placement_tunnel_checks_total")
 	m.tunnelChecksDropped = s.GetOrCreateCounter("pinned_placement_tunnel_checks_dropped_total")
-	s.GetOrCreateGauge("pinned_placement_endpoints", func() float64 { return float64(r.Endpoints()) })
+	s.GetOrCreateGauge("pinned_placement_sessions", func() float64 { return float64(r.Sessions()) })
 }

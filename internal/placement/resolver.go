@@ -21,13 +21,14 @@ import (
 )
 
 // Resolver is the pinboard's proxy.Resolver: placement names "/<ns>/<id>"
-// to worker endpoints, cached in process, placed on a miss. Make it with
-// New, wire the store's invalidations to OnInvalidate, run Run for its
-// background work, and Close it after the proxy's server has stopped.
+// to the worker sessions holding them (proxy.Route), cached in process,
+// placed on a miss. Make it with New, wire the store's invalidations to
+// OnInvalidate, run Run for its background work, and Close it after the
+// proxy's server has stopped.
 type Resolver struct {
 	cfg      Config
 	st       store.Store
-	cache    *placecache.Cache[*proxy.Endpoint]
+	cache    *placecache.Cache[proxy.Route]
 	clock    clock.Clock
 	fastTime bool // no Clock configured: lookups use fasthttp's request time
 	log      *slog.Logger
@@ -42,41 +43,38 @@ type Resolver struct {
 	mu       sync.Mutex
 	closed   bool
 	flights  map[string]*flight  // misses in progress, by placement name
-	sessions map[string]*session // worker sessions with an endpoint, by id
+	sessions map[string]*session // worker sessions handed to the proxy, by id
 	unusable map[string]struct{} // sessions whose advertise URL the proxy cannot use
-	// eps is a copy-on-write snapshot of the sessions' endpoints, read
-	// without r.mu by OnInvalidate (tunnel checks) and the sweep.
-	eps atomic.Pointer[[]*proxy.Endpoint]
 
 	checksMu sync.Mutex
 	checks   map[string]struct{} // placement names whose tunnels Run must check
-	tunnels  map[string]int      // open tunnels by placement name (TunnelOpened/Closed)
+	watched  map[string]int      // open tunnels by placement name (Watch/Unwatch)
 	wake     chan struct{}
 }
 
 // session is what the resolver keeps per worker session.
 type session struct {
-	ep *proxy.Endpoint
+	s *proxy.Session // the one value every route to the session carries
 	// placed counts the placements this resolver made on the session since
 	// the heartbeat whose headroom it last read (hb): the headroom it sees
 	// is that much too high until the next heartbeat reports it.
 	placed int
 	hb     int64
 	// refused is when a request to the session was last refused or failed
-	// (Invalidate); zero for never.
+	// (Refused); zero for never.
 	refused clock.Instant
 }
 
 // flight is one miss in progress; concurrent misses of a name share it.
 type flight struct {
 	done chan struct{}
-	ep   *proxy.Endpoint
+	rt   proxy.Route
 	err  error
 }
 
 var _ interface {
 	proxy.Resolver
-	proxy.TunnelObserver
+	proxy.TunnelWatcher
 } = (*Resolver)(nil)
 
 // New makes a Resolver. It validates cfg, does no I/O and starts nothing.
@@ -84,7 +82,7 @@ func New(cfg Config) (*Resolver, error) {
 	if err := cfg.setDefaults(); err != nil {
 		return nil, err
 	}
-	cache, err := placecache.New[*proxy.Endpoint](placecache.Config{
+	cache, err := placecache.New[proxy.Route](placecache.Config{
 		Name:       "placements",
 		Shards:     cfg.CacheShards,
 		MaxEntries: cfg.CacheMaxEntries,
@@ -107,11 +105,10 @@ func New(cfg Config) (*Resolver, error) {
 		sessions: make(map[string]*session),
 		unusable: make(map[string]struct{}),
 		checks:   make(map[string]struct{}),
-		tunnels:  make(map[string]int),
+		watched:  make(map[string]int),
 		wake:     make(chan struct{}, 1),
 	}
 	r.ctx, r.cancel = context.WithCancel(context.Background())
-	r.eps.Store(&[]*proxy.Endpoint{})
 	r.m.register(cfg.Metrics, r)
 	return r, nil
 }
@@ -122,52 +119,67 @@ func (r *Resolver) Metrics() *metrics.Set { return r.cfg.Metrics }
 // CacheStats returns the placement cache's counters.
 func (r *Resolver) CacheStats() placecache.Stats { return r.cache.Stats() }
 
-// Resolve implements proxy.Resolver. A cached placement is returned without
-// allocating, blocking or touching the store; a miss reads the store and
-// places the instance if needed (see the package doc), sharing the work with
-// concurrent misses of the same name. Errors wrap proxy.ErrNoWorker (503
-// no_worker) or describe a store failure (503 store).
-func (r *Resolver) Resolve(ctx context.Context, name []byte) (*proxy.Endpoint, error) {
+// Lookup implements proxy.Resolver: the cached route of name at now,
+// without allocating, blocking or touching the store. now is the request's
+// time (fasthttp's RequestCtx.Time), converted by clock.FromTime; with an
+// injected Config.Clock, that clock is read instead.
+func (r *Resolver) Lookup(name []byte, now time.Time) (proxy.Route, bool) {
+	var at clock.Instant
+	if r.fastTime {
+		at = clock.FromTime(now)
+	} else {
+		at = r.clock.Now()
+	}
+	return r.cache.Get(name, at)
+}
+
+// Resolve implements proxy.Resolver: the route of name, read from the store
+// (placing the instance if needed, see the package doc) unless it was cached
+// since the caller's Lookup missed, sharing the work with concurrent misses
+// of the same name. That second look at the cache is not counted as a hit
+// or a miss: the Lookup was. Errors wrap proxy.ErrNoWorker (503 no_worker)
+// or describe a store failure (503 store).
+func (r *Resolver) Resolve(ctx context.Context, name []byte) (proxy.Route, error) {
 	var now clock.Instant
 	if rc, ok := ctx.(*fasthttp.RequestCtx); ok && r.fastTime {
 		now = clock.FromTime(rc.Time())
 	} else {
 		now = r.clock.Now()
 	}
-	if ep, ok := r.cache.Get(name, now); ok {
-		return ep, nil
+	if rt, ok := r.cache.Peek(name, now); ok {
+		return rt, nil
 	}
 	return r.miss(name)
 }
 
-// Invalidate implements proxy.Resolver: the worker behind ep refused the
-// request for name (503 closing, draining or lease), could not be reached,
-// or ep was closed. The cached placement is dropped if it still points at
-// ep, so the next Resolve consults the store, which either confirms the
-// holder (the 503 reaches the client) or finds its session gone and places
-// the instance elsewhere. The session is also passed over for new
-// placements for AvoidFor. Invalidate does no I/O.
-func (r *Resolver) Invalidate(name []byte, ep *proxy.Endpoint) {
+// Refused implements proxy.Resolver: the session of rt refused the request
+// for name (503 closing, draining or lease, 403 forbidden) or could not be
+// reached. The cached route is dropped if it still names rt's session, so
+// the next Resolve consults the store, which either confirms the holder (the
+// 503 reaches the client) or finds its session gone and places the instance
+// elsewhere. The session is also passed over for new placements for
+// AvoidFor. Refused does no I/O.
+func (r *Resolver) Refused(name []byte, rt proxy.Route) {
 	r.m.invalidates.Inc()
-	r.cache.InvalidateIf(name, func(v *proxy.Endpoint) bool { return v == ep })
-	if ep == nil {
+	r.cache.InvalidateIf(name, func(v proxy.Route) bool { return v.Session == rt.Session })
+	if rt.Session == nil {
 		return
 	}
 	now := r.clock.Now()
 	r.mu.Lock()
-	if s := r.sessions[ep.Session]; s != nil && s.ep == ep {
+	if s := r.sessions[rt.Session.ID]; s != nil && s.s == rt.Session {
 		s.refused = now
 	}
 	r.mu.Unlock()
 }
 
 // OnInvalidate receives the store's invalidations (store.Options.OnInvalidate,
-// through the pinboard's DataPlane.Invalidate). It is fast and does no I/O:
-// it runs on a Redis connection's reader goroutine.
+// forwarded by the pinboard). It is fast and does no I/O: it runs on a Redis
+// connection's reader goroutine.
 //
-//   - {Placement: name}: the cached placement is dropped; if WebSocket
-//     tunnels of the name are open, Run is asked to re-read the placement
-//     and close them on every session that no longer holds it.
+//   - {Placement: name}: the cached placement is dropped; if the name is
+//     watched (WebSocket tunnels of it are open), Run is asked to re-read the
+//     placement and report its holder to Config.OnMoved.
 //   - {All: true} (connection loss, FLUSHALL): every cached placement is
 //     dropped, and Run re-checks every name with open tunnels (a lost
 //     connection changes nothing in Redis, but ends its tracking: the
@@ -181,7 +193,7 @@ func (r *Resolver) OnInvalidate(inv store.Invalidation) {
 	case inv.All:
 		r.cache.InvalidateAll()
 		r.checksMu.Lock()
-		for name := range r.tunnels {
+		for name := range r.watched {
 			r.queueCheckLocked(name)
 		}
 		r.checksMu.Unlock()
@@ -189,7 +201,7 @@ func (r *Resolver) OnInvalidate(inv store.Invalidation) {
 	case inv.Placement != "":
 		r.cache.Invalidate(inv.Placement)
 		r.checksMu.Lock()
-		if r.tunnels[inv.Placement] > 0 {
+		if r.watched[inv.Placement] > 0 {
 			r.queueCheckLocked(inv.Placement)
 		}
 		r.checksMu.Unlock()
@@ -197,72 +209,73 @@ func (r *Resolver) OnInvalidate(inv store.Invalidation) {
 	}
 }
 
-// TunnelOpened implements proxy.TunnelObserver: Run checks the placement of
-// a new tunnel at once. The check's read also makes Redis track the
-// placement key for this pinboard again (an invalidation ends tracking until
-// the next read, and the claim that placed the id was such an invalidation),
-// so that a later move reaches OnInvalidate.
-func (r *Resolver) TunnelOpened(name string, _ *proxy.Endpoint) {
+// Watch implements proxy.TunnelWatcher: a WebSocket tunnel of name opened.
+// Run checks the placement at once; the check's read also makes Redis
+// track the placement key for this pinboard again (an invalidation ends
+// tracking until the next read, and the claim that placed the id was such
+// an invalidation), so that a later move reaches OnInvalidate.
+func (r *Resolver) Watch(name string) {
 	r.checksMu.Lock()
-	r.tunnels[name]++
+	r.watched[name]++
 	r.queueCheckLocked(name)
 	r.checksMu.Unlock()
 	r.wakeRun()
 }
 
-// TunnelClosed implements proxy.TunnelObserver.
-func (r *Resolver) TunnelClosed(name string, _ *proxy.Endpoint) {
+// Unwatch implements proxy.TunnelWatcher: a tunnel of name closed.
+func (r *Resolver) Unwatch(name string) {
 	r.checksMu.Lock()
-	if r.tunnels[name]--; r.tunnels[name] <= 0 {
-		delete(r.tunnels, name)
+	if r.watched[name]--; r.watched[name] <= 0 {
+		delete(r.watched, name)
 	}
 	r.checksMu.Unlock()
 }
 
 // miss resolves name through the store, single-flighted per name.
-func (r *Resolver) miss(name []byte) (*proxy.Endpoint, error) {
+func (r *Resolver) miss(name []byte) (proxy.Route, error) {
 	key := string(name)
 	r.mu.Lock()
 	if f := r.flights[key]; f != nil {
 		r.mu.Unlock()
 		r.m.sharedMisses.Inc()
 		<-f.done // bounded: the leader's load is bounded by ResolveTimeout
-		return f.ep, f.err
+		return f.rt, f.err
 	}
 	f := &flight{done: make(chan struct{})}
 	r.flights[key] = f
 	r.mu.Unlock()
 
 	start := time.Now()
-	f.ep, f.err = r.load(key, name)
+	f.rt, f.err = r.load(key, name)
 	r.m.missDuration.UpdateDuration(start)
 
 	r.mu.Lock()
 	delete(r.flights, key)
 	r.mu.Unlock()
 	close(f.done)
-	return f.ep, f.err
+	return f.rt, f.err
 }
 
-// readPlacement reads the holder of (ns, id) and, when the store answers
-// from a client-side cache of its own, until when that cache serves it: the
-// placecache keeps the value no longer (store.CachedPlacements).
-func (r *Resolver) readPlacement(ctx context.Context, ns, id string) (string, time.Time, error) {
-	if cp, ok := r.st.(store.CachedPlacements); ok {
-		return cp.PlacementUntil(ctx, ns, id)
+// readPlacement reads the placement of (ns, id) (holder and epoch) and, when
+// the store answers from a client-side cache of its own, until when that
+// cache serves it: the placecache keeps the value no longer
+// (store.CachedLookups).
+func (r *Resolver) readPlacement(ctx context.Context, ns, id string) (store.Placement, time.Time, error) {
+	if cl, ok := r.st.(store.CachedLookups); ok {
+		return cl.LookupUntil(ctx, ns, id)
 	}
-	h, err := r.st.Placement(ctx, ns, id)
-	return h, time.Time{}, err
+	pl, err := r.st.Lookup(ctx, ns, id)
+	return pl, time.Time{}, err
 }
 
 // load decides where name lives: the live holder of its placement, or a
 // session it claims (no placement) or takes over (the holder's lease ran
 // out) for it. The result is cached unless an invalidation of the name's
 // cache shard happened since before the first store read.
-func (r *Resolver) load(key string, name []byte) (*proxy.Endpoint, error) {
+func (r *Resolver) load(key string, name []byte) (proxy.Route, error) {
 	ns, id, ok := wire.SplitPlacementName(key)
 	if !ok {
-		return nil, fmt.Errorf("placement: %q is not a placement name /<namespace>/<id>", key)
+		return proxy.Route{}, fmt.Errorf("placement: %q is not a placement name /<namespace>/<id>", key)
 	}
 	ctx, cancel := context.WithTimeout(r.ctx, r.cfg.ResolveTimeout)
 	defer cancel()
@@ -272,86 +285,90 @@ func (r *Resolver) load(key string, name []byte) (*proxy.Endpoint, error) {
 	tok := r.cache.Begin(name)
 	live, err := r.st.NamespaceSessions(ctx, ns)
 	if err != nil {
-		return nil, r.storeErr(key, "cannot list the namespace's sessions", err)
+		return proxy.Route{}, r.storeErr(key, "cannot list the namespace's sessions", err)
 	}
 	if len(live) == 0 {
 		// Any holder would be dead (a live holder serves ns): no
 		// placement read, so requests for unserved namespaces cost Redis
 		// nothing beyond the cached membership read.
-		return nil, r.noWorker(ns)
+		return proxy.Route{}, r.noWorker(ns)
 	}
-	holder, until, err := r.readPlacement(ctx, ns, id)
+	pl, until, err := r.readPlacement(ctx, ns, id)
 	if err != nil {
-		return nil, r.storeErr(key, "cannot read the placement", err)
+		return proxy.Route{}, r.storeErr(key, "cannot read the placement", err)
 	}
 	for range maxRounds {
-		if holder == "" {
-			c, ep, err := r.pick(ns, live)
+		if pl.Session == "" {
+			c, sess, err := r.pick(ns, live)
 			if err != nil {
-				return nil, err
+				return proxy.Route{}, err
 			}
 			// SET NX: the first claim wins; a loser learns the winner from
 			// the reply and never re-reads (a cached read right after a
 			// write can be stale: rueidis#534).
-			won, err := r.st.Claim(ctx, ns, id, c)
+			won, err := r.st.ClaimPlacement(ctx, ns, id, c)
 			if err != nil {
-				return nil, r.storeErr(key, "cannot claim the placement", err)
+				return proxy.Route{}, r.storeErr(key, "cannot claim the placement", err)
 			}
-			if won == c {
+			if won.Session == c {
 				// Won, or another pinboard claimed for the same session
 				// first: either way c holds it.
 				r.m.claimsWon.Inc()
 				r.placed(c)
-				r.log.Debug("instance placed", "namespace", ns, "instance", id, "session", c)
-				r.cache.Put(name, ep, tok)
-				return ep, nil
+				r.log.Debug("instance placed", "namespace", ns, "instance", id, "session", c, "epoch", won.Epoch)
+				rt := proxy.Route{Session: sess, Epoch: won.Epoch}
+				r.cache.Put(name, rt, tok)
+				return rt, nil
 			}
 			r.m.claimsLost.Inc()
-			holder, until = won, time.Time{} // the script's reply: fresh
+			pl, until = won, time.Time{} // the script's reply: fresh
 			continue
 		}
-		ep, gone, err := r.holderEndpoint(ctx, key, holder, live)
+		holder := pl.Session
+		sess, gone, err := r.holderSession(ctx, key, holder, live)
 		if err != nil {
-			return nil, err
+			return proxy.Route{}, err
 		}
 		if !gone {
-			r.cache.PutUntil(name, ep, tok, until)
-			return ep, nil
+			rt := proxy.Route{Session: sess, Epoch: pl.Epoch}
+			r.cache.PutUntil(name, rt, tok, until)
+			return rt, nil
 		}
 		// The holder's lease ran out in the store: its process may no
 		// longer serve the instance (it fenced itself before its lease
 		// ended), so the placement is taken over, compare-and-set from the
 		// dead session.
 		r.dropSession(holder, "expired")
-		c, ep, err := r.pick(ns, live)
+		c, sess, err := r.pick(ns, live)
 		if err != nil {
-			return nil, err
+			return proxy.Route{}, err
 		}
-		got, err := r.st.Replace(ctx, ns, id, holder, c)
+		got, err := r.st.ReplacePlacement(ctx, ns, id, holder, c)
 		if err != nil {
-			return nil, r.storeErr(key, "cannot replace the placement", err)
+			return proxy.Route{}, r.storeErr(key, "cannot replace the placement", err)
 		}
-		if got == c {
+		if got.Session == c {
 			r.m.replacesWon.Inc()
 			r.placed(c)
 			r.log.Debug("instance re-placed: its session expired", "namespace", ns, "instance", id,
-				"session", c, "previous", holder)
-			r.cache.Put(name, ep, tok)
-			return ep, nil
+				"session", c, "previous", holder, "epoch", got.Epoch)
+			rt := proxy.Route{Session: sess, Epoch: got.Epoch}
+			r.cache.Put(name, rt, tok)
+			return rt, nil
 		}
 		r.m.replacesLost.Inc()
-		holder, until = got, time.Time{}
+		pl, until = got, time.Time{}
 	}
-	return nil, r.storeErr(key, "placement kept changing", fmt.Errorf("%d rounds", maxRounds))
+	return proxy.Route{}, r.storeErr(key, "placement kept changing", fmt.Errorf("%d rounds", maxRounds))
 }
 
-// holderEndpoint returns the endpoint of the holder session, or gone when
-// the store no longer has it.
-func (r *Resolver) holderEndpoint(ctx context.Context, key, holder string, live []store.Session) (ep *proxy.Endpoint, gone bool, err error) {
+// holderSession returns the holder's session, or gone when the store no
+// longer has it.
+func (r *Resolver) holderSession(ctx context.Context, key, holder string, live []store.Session) (sess *proxy.Session, gone bool, err error) {
 	for i := range live {
 		if live[i].ID == holder {
-			ep, err := r.endpointFor(&live[i])
-			return ep, false, err
+			sess, err := r.sessionFor(&live[i])
+			return sess, false, err
 		}
 	}
 	// Not in the namespace's live list, which may lag a registration:
@@ -363,47 +380,49 @@ func (r *Resolver) holderEndpoint(ctx context.Context, key, holder string, live 
 	if err != nil {
 		return nil, false, r.storeErr(key, "cannot read the holder's session", err)
 	}
-	ep, err = r.endpointFor(&s)
-	return ep, false, err
+	sess, err = r.sessionFor(&s)
+	return sess, false, err
 }
 
 // pick chooses a session for a new placement among live and returns its id
-// and endpoint.
-func (r *Resolver) pick(ns string, live []store.Session) (string, *proxy.Endpoint, error) {
+// and proxy session.
+func (r *Resolver) pick(ns string, live []store.Session) (string, *proxy.Session, error) {
 	for range len(live) {
 		i := r.choose(live)
 		if i < 0 {
 			break
 		}
-		ep, err := r.endpointFor(&live[i])
+		sess, err := r.sessionFor(&live[i])
 		if err == nil {
-			return live[i].ID, ep, nil
+			return live[i].ID, sess, nil
 		}
 	}
 	return "", nil, r.noWorker(ns)
 }
 
-// endpointFor returns the session's endpoint, making it on first use.
-func (r *Resolver) endpointFor(s *store.Session) (*proxy.Endpoint, error) {
+// sessionFor returns the proxy's view of the session, made on first use and
+// the same pointer for every placement on it. A session whose advertise URL
+// the proxy cannot use (wire.ParseAdvertiseURL) is refused, logged once and
+// passed over by choose.
+func (r *Resolver) sessionFor(s *store.Session) (*proxy.Session, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.closed {
 		return nil, fmt.Errorf("placement: %w", store.ErrClosed)
 	}
 	if e := r.sessions[s.ID]; e != nil {
-		return e.ep, nil
+		return e.s, nil
 	}
-	ep, err := proxy.NewEndpoint(r.cfg.Endpoint, s.ID, s.Secret, s.AdvertiseURL)
-	if err != nil {
+	if _, _, err := wire.ParseAdvertiseURL(s.AdvertiseURL); err != nil {
 		if _, seen := r.unusable[s.ID]; !seen {
 			r.unusable[s.ID] = struct{}{}
 			r.log.Warn("worker session cannot be proxied to", "session", s.ID, "err", err)
 		}
 		return nil, fmt.Errorf("worker session %s: %w (%w)", s.ID, proxy.ErrNoWorker, err)
 	}
-	r.sessions[s.ID] = &session{ep: ep, hb: s.LastHeartbeat}
-	r.publishLocked()
-	return ep, nil
+	ps := &proxy.Session{ID: s.ID, Secret: s.Secret, AdvertiseURL: s.AdvertiseURL}
+	r.sessions[s.ID] = &session{s: ps, hb: s.LastHeartbeat}
+	return ps, nil
 }
 
 // placed counts a placement this resolver made on sid.
@@ -415,36 +434,28 @@ func (r *Resolver) placed(sid string) {
 	r.mu.Unlock()
 }
 
-// dropSession forgets a session that is gone from the store and closes its
-// endpoint: its tunnels end, and every cached placement pointing at it is
-// re-resolved by the proxy on its next request (a closed endpoint).
+// dropSession forgets a session that is gone from the store (its record:
+// headroom bookkeeping, refusals; the proxy's janitor closes its connection
+// pool once nothing uses it). Routes cached with it stay until a request
+// fails on them (Refused) or they expire.
 func (r *Resolver) dropSession(sid, reason string) {
 	r.mu.Lock()
-	s := r.sessions[sid]
-	if s != nil {
-		delete(r.sessions, sid)
-		r.publishLocked()
-	}
+	_, known := r.sessions[sid]
+	delete(r.sessions, sid)
 	delete(r.unusable, sid)
 	r.mu.Unlock()
-	if s != nil {
-		s.ep.Close()
-		r.m.sessionsClosed.Inc()
-		r.log.Info("worker session gone; endpoint closed", "session", sid, "reason", reason)
+	if known {
+		r.m.sessionsDropped.Inc()
+		r.log.Info("worker session gone; forgotten", "session", sid, "reason", reason)
 	}
 }
 
-// publishLocked refreshes the endpoint snapshot. r.mu is held.
-func (r *Resolver) publishLocked() {
-	eps := make([]*proxy.Endpoint, 0, len(r.sessions))
-	for _, s := range r.sessions {
-		eps = append(eps, s.ep)
-	}
-	r.eps.Store(&eps)
+// Sessions returns the number of worker sessions the resolver knows.
+func (r *Resolver) Sessions() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.sessions)
 }
-
-// Endpoints returns the number of worker endpoints the resolver holds.
-func (r *Resolver) Endpoints() int { return len(*r.eps.Load()) }
 
 func (r *Resolver) noWorker(ns string) error {
 	r.m.noWorker.Inc()
@@ -459,9 +470,9 @@ func (r *Resolver) storeErr(key, what string, err error) error {
 	return fmt.Errorf("placement %s: %s: %w", key, what, err)
 }
 
-// Close closes every endpoint the resolver made and cancels store calls in
-// progress. Call it after the proxy's server has stopped (and after
-// Proxy.Close); a Resolve after Close fails. Close is idempotent.
+// Close cancels store calls in progress and forgets every cached route and
+// session. Call it after the proxy's server has stopped; a Resolve after
+// Close fails. Close is idempotent.
 func (r *Resolver) Close() {
 	r.mu.Lock()
 	if r.closed {
@@ -469,13 +480,8 @@ func (r *Resolver) Close() {
 		return
 	}
 	r.closed = true
-	eps := *r.eps.Load()
 	clear(r.sessions)
-	r.publishLocked()
 	r.mu.Unlock()
 	r.cancel()
 	r.cache.InvalidateAll()
-	for _, ep := range eps {
-		ep.Close()
-	}
 }

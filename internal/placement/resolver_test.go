@@ -11,10 +11,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pinned-go/pinned/internal/placement"
 	"github.com/pinned-go/pinned/internal/store"
 	"github.com/pinned-go/pinned/internal/store/memstore"
 	"github.com/pinned-go/pinned/internal/wire"
-	"github.com/pinned-go/pinned/internal/placement"
 	"github.com/pinned-go/pinned/proxy"
 )
 
@@ -291,13 +291,13 @@ type countingStore struct {
 	mu         sync.Mutex
 	placements int
 	claims     int
-	// hold, when set, runs inside Placement after the real read, before
-	// its result is returned.
+	// hold, when set, runs inside Lookup after the real read, before its
+	// result is returned.
 	hold func()
 }
 
-func (c *countingStore) Placement(ctx context.Context, ns, id string) (string, error) {
-	h, err := c.Store.Placement(ctx, ns, id)
+func (c *countingStore) Lookup(ctx context.Context, ns, id string) (store.Placement, error) {
+	pl, err := c.Store.Lookup(ctx, ns, id)
 	c.mu.Lock()
 	c.placements++
 	hold := c.hold
@@ -305,14 +305,14 @@ func (c *countingStore) Placement(ctx context.Context, ns, id string) (string, e
 	if hold != nil {
 		hold()
 	}
-	return h, err
+	return pl, err
 }
 
-func (c *countingStore) Claim(ctx context.Context, ns, id, sid string) (string, error) {
+func (c *countingStore) ClaimPlacement(ctx context.Context, ns, id, sid string) (store.Placement, error) {
 	c.mu.Lock()
 	c.claims++
 	c.mu.Unlock()
-	return c.Store.Claim(ctx, ns, id, sid)
+	return c.Store.ClaimPlacement(ctx, ns, id, sid)
 }
 
 func (c *countingStore) counts() (placements, claims int) {
@@ -330,12 +330,12 @@ type untilStore struct {
 	reads int
 }
 
-func (u *untilStore) PlacementUntil(ctx context.Context, ns, id string) (string, time.Time, error) {
+func (u *untilStore) LookupUntil(ctx context.Context, ns, id string) (store.Placement, time.Time, error) {
 	u.mu.Lock()
 	u.reads++
 	u.mu.Unlock()
-	h, err := u.Store.Placement(ctx, ns, id)
-	return h, u.until(), err
+	pl, err := u.Store.Lookup(ctx, ns, id)
+	return pl, u.until(), err
 }
 
 func (u *untilStore) count() int {
@@ -384,19 +384,19 @@ func TestConcurrentMissesShareOneRead(t *testing.T) {
 		cs.hold = func() { <-release }
 		pb := e.pinboard(nil, func(s store.Store) store.Store { cs.Store = s; return cs })
 		const n = 8
-		eps := make([]*proxy.Endpoint, n)
+		rts := make([]proxy.Route, n)
 		errs := make([]error, n)
 		var wg sync.WaitGroup
 		for i := range n {
-			wg.Go(func() { eps[i], errs[i] = pb.res.Resolve(context.Background(), []byte("/counter/shared")) })
+			wg.Go(func() { rts[i], errs[i] = pb.res.Resolve(context.Background(), []byte("/counter/shared")) })
 		}
 		shared := pb.res.Metrics().GetOrCreateCounter("pinned_placement_shared_misses_total")
 		waitFor(t, "the other misses to join the first", func() bool { return shared.Get() == n-1 })
 		close(release)
 		wg.Wait()
 		for i := range n {
-			if errs[i] != nil || eps[i] == nil || eps[i] != eps[0] {
-				t.Fatalf("Resolve %d = %v, %v; want endpoint %v", i, eps[i], errs[i], eps[0])
+			if errs[i] != nil || rts[i].Session == nil || rts[i] != rts[0] {
+				t.Fatalf("Resolve %d = %v, %v; want route %v", i, rts[i], errs[i], rts[0])
 			}
 		}
 		if p, c := cs.counts(); p != 1 || c != 1 {
@@ -453,7 +453,7 @@ func TestMetricsNames(t *testing.T) {
 		`pinned_placecache_misses_total{cache="placements"}`,
 		`pinned_placement_no_worker_total 1`,
 		`pinned_placement_miss_duration_seconds_bucket`,
-		`pinned_placement_endpoints 0`,
+		`pinned_placement_sessions 0`,
 	} {
 		if !slices.ContainsFunc(lines, func(l string) bool { return strings.HasPrefix(l, want) }) {
 			t.Errorf("metrics lack %q:\n%s", want, b.String())
@@ -475,14 +475,14 @@ func TestTunnelChecksDroppedCounted(t *testing.T) {
 	}
 	defer r.Close()
 	dropped := r.Metrics().GetOrCreateCounter("pinned_placement_tunnel_checks_dropped_total")
-	r.TunnelOpened(ns+"/a", nil) // queued: Run is not running
-	r.TunnelOpened(ns+"/a", nil) // already queued
+	r.Watch(ns + "/a") // queued: Run is not running
+	r.Watch(ns + "/a") // already queued
 	if n := dropped.Get(); n != 0 {
 		t.Fatalf("dropped = %d after one name; want 0", n)
 	}
-	r.TunnelOpened(ns+"/b", nil)
+	r.Watch(ns + "/b")
 	r.OnInvalidate(store.Invalidation{Placement: ns + "/b"})
 	if n := dropped.Get(); n != 2 {
-		t.Errorf("dropped = %d; want 2 (b opened and invalidated beyond the bound)", n)
+		t.Errorf("dropped = %d; want 2 (b watched and invalidated beyond the bound)", n)
 	}
 }

@@ -14,12 +14,14 @@ var ErrRunning = errors.New("placement: Run called twice")
 // Run does the resolver's background work until ctx ends or Close is called,
 // then returns nil:
 //
-//   - tunnel checks: for each placement invalidated while WebSocket tunnels
-//     were open, it reads the placement's holder and closes the name's
-//     tunnels to every other session (OnInvalidate must not read the store);
+//   - tunnel checks: for each watched placement (Watch: a WebSocket tunnel
+//     is open) that was invalidated, or just watched, it reads the
+//     placement's holder and calls Config.OnMoved(name, holder), so that
+//     the name's tunnels to every other session close (OnInvalidate must
+//     not read the store);
 //   - the sweep: every SweepInterval it asks the store about every session
-//     it holds an endpoint for and closes the endpoints of the sessions that
-//     are gone, so that endpoints of dead workers do not accumulate.
+//     it knows and forgets those that are gone, so that records of dead
+//     workers do not accumulate.
 //
 // Run owns no other goroutine. Call it once.
 func (r *Resolver) Run(ctx context.Context) error {
@@ -46,7 +48,7 @@ func (r *Resolver) Run(ctx context.Context) error {
 // queueCheckLocked asks Run to check the tunnels of name; r.checksMu is
 // held. Names beyond MaxTunnelChecks are dropped (and counted): their
 // tunnels then end by themselves, by idleness or when the old holder's
-// endpoint is closed.
+// process closes them.
 func (r *Resolver) queueCheckLocked(name string) {
 	if len(r.checks) < r.cfg.MaxTunnelChecks {
 		r.checks[name] = struct{}{}
@@ -68,7 +70,7 @@ func (r *Resolver) checkTunnels(ctx context.Context) {
 	r.checksMu.Lock()
 	names := make([]string, 0, len(r.checks))
 	for n := range r.checks {
-		if r.tunnels[n] > 0 {
+		if r.watched[n] > 0 {
 			names = append(names, n)
 		}
 	}
@@ -91,7 +93,7 @@ func (r *Resolver) checkTunnel(ctx context.Context, name string) {
 	holder, err := r.st.Placement(cctx, ns, id)
 	cancel()
 	if err != nil {
-		// Undecided: leave the tunnels; they end with their endpoint or by
+		// Undecided: leave the tunnels; they end with their worker or by
 		// idleness.
 		if r.errLog.Allow() {
 			r.log.Warn("cannot check the tunnels of an invalidated placement", "name", name, "err", err)
@@ -99,22 +101,18 @@ func (r *Resolver) checkTunnel(ctx context.Context, name string) {
 		return
 	}
 	r.m.tunnelChecks.Inc()
-	b := []byte(name)
-	for _, ep := range *r.eps.Load() {
-		if ep.Session != holder && ep.Tunnels() > 0 {
-			ep.CloseTunnelsFor(b)
-		}
+	if r.cfg.OnMoved != nil {
+		r.cfg.OnMoved(name, holder)
 	}
 }
 
-// sweep closes the endpoints of sessions gone from the store (and forgets
-// unusable sessions that are gone).
+// sweep forgets the sessions (usable or not) gone from the store.
 func (r *Resolver) sweep(ctx context.Context) {
-	var ids []string
-	for _, ep := range *r.eps.Load() {
-		ids = append(ids, ep.Session)
-	}
 	r.mu.Lock()
+	ids := make([]string, 0, len(r.sessions)+len(r.unusable))
+	for sid := range r.sessions {
+		ids = append(ids, sid)
+	}
 	for sid := range r.unusable {
 		ids = append(ids, sid)
 	}

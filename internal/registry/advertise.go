@@ -12,7 +12,8 @@ import (
 	"syscall"
 )
 
-// The advertise-URL policy (SSRF defence, research/reliability.md §4 goal 3).
+// The advertise-URL policy (SSRF defence: the registry dials what workers
+// advertise, so it must never be made to reach what an attacker chooses).
 // An advertise URL names the only address the pinboard ever dials on a
 // worker's say-so, so it is checked twice: when it is parsed (scheme,
 // userinfo, query, fragment, port allow-list, numeric-obfuscated hosts,

@@ -1,4 +1,4 @@
-// Package registry serves the pinboard's registry protocol (SPEC §5) on
+// Package registry serves the pinboard's registry protocol (docs/protocol.md) on
 // fasthttp and fasthttp/router: workers register, heartbeat and release
 // placements; operators push control messages and introspect. State lives
 // in a store.Store (Redis via redisstore, or memstore for `pinboard -dev`).
@@ -37,6 +37,53 @@
 //	GET  /registry/overview  200 {protocolVersion, leaseMs, sessions, namespaces: {ns: {...}}, workers}
 //	GET  /healthz            200 {"ok": true, "store": "ok"}; 503 with the store error, or
 //	                         {"shuttingDown": true} once shutdown began (unauthenticated)
+//	POST /registry/alarms/set    {sessionId, namespace, id, alarm: {name, atMs, everyMs?,
+//	                             skipMissed?, maxAttempts?, backoffMs?}}  200 {gen}
+//	POST /registry/alarms/delete {sessionId, namespace, id, name}  200 {"deleted": bool}
+//	POST /registry/alarms/list   {sessionId, namespace, id}  200 {"alarms": [Alarm...]} by name
+//	  all three: 409 on sessionId unless that session is live and holds the placement of
+//	  (namespace, id); set: 409 on alarm when the instance holds MaxAlarmsPerInstance (100)
+//	  alarms and none of that name; 501 when the store keeps no alarms
+//	GET  /registry/alarms/dead?limit=N  200 {"deadAlarms": [...]} newest first (limit 1–1000,
+//	                             default 100)
+//
+// The operator console's calls (the pinboard's admin listener serves the
+// same handler, so its dashboard can make them):
+//
+//	GET    /registry/placements/{namespace}/{id}   (namespace without its slash)
+//	  200 {namespace, id, sessionId, clientId, advertiseUrl, live, epoch, since}
+//	  404 not placed; 400 a bad segment, or a path that is not exactly that
+//	  (percent-escapes are refused, not decoded). live is false (and clientId,
+//	  advertiseUrl empty) when the holding session has ended. epoch and since
+//	  (unix ms) come from the store when it records them (else 0).
+//	DELETE /registry/placements/{namespace}/{id}
+//	  202 {namespace, id, sessionId, clientId, queued, released}; 404 not placed.
+//	  queued: an evict message {type: "evict", namespace, id} waits in the
+//	  holder's client queue; its next heartbeat ack carries it, and the worker
+//	  aborts that instance (tasks cancelled, teardown once) and releases the
+//	  id, so the next request activates a fresh instance: within one
+//	  heartbeat interval plus the instance's close. released: the holder's
+//	  session had ended, so the placement was compare-and-deleted at once.
+//	GET    /registry/instances?namespace=/ns[&worker=<clientId>][&cursor=c][&limit=n]
+//	  200 {namespace, worker?, instances: [{id, sessionId, clientId}], cursor}
+//	  one page (limit 1–1000, default 100); cursor "" on the last page. Across
+//	  the pages of one listing every id placed for its whole duration is listed
+//	  exactly once, whatever changes meanwhile (store.PlacementLister: SCAN on
+//	  Redis, never KEYS, with a per-listing seen set); a page may be short or
+//	  empty before the last. worker keeps the ids held by that client's live
+//	  sessions. 400 for a bad or expired cursor (10 minutes between pages).
+//	GET    /registry/hot?namespace=/ns[&n=20]
+//	  200 {namespace, windowSeconds: 60, errorBound, ids: [{id, requests,
+//	  perSecond, p99Ms, bytes, holder}]}: the ids this pinboard routed most in
+//	  the last minute, hottest first (n 1–200). requests may exceed the truth
+//	  by at most errorBound; p99Ms is a bucket's upper bound (≤ 25 % above).
+//	  Each pinboard answers for its own traffic only (see internal/hotids for
+//	  aggregating several).
+//	GET    /registry/traffic
+//	  200 {windowSeconds, requests, holders: [{sessionId, requests,
+//	  perSecond}], notOk: [{status, reason, count}]}: this pinboard's last
+//	  minute of routed requests per worker session and its non-2xx answers by
+//	  status and X-Pinned-Reason.
 //
 // Field rules: clientId and ids follow wire.CheckSegment (clientId ≤ 128
 // bytes); secret is 1–256 visible ASCII bytes (it travels as a header);
@@ -53,6 +100,12 @@
 // milliseconds; challenge 22–256 bytes (wire.MinChallengeLen: room for 128
 // random bits), challengeValue ≤ 1 KiB; sessionId (heartbeat, release,
 // deregister) follows wire.CheckSessionID.
+//
+// Alarm fields: name follows wire.CheckSegment (≤ 64 bytes); atMs is unix
+// milliseconds, everyMs 0 or at least 1000, maxAttempts 0–100 (0: 6),
+// backoffMs 0 or 10 ms–1 h (0: 2 s) (wire.Alarm.Check). Each set mints a new
+// gen (64 random bits) and calls Config.OnAlarmSet (the pinboard's scheduler
+// claims that shard by the due time).
 //
 // # Semantics
 //
@@ -101,7 +154,7 @@
 //     so a placement the proxy already replaced is left alone, and several
 //     pinboards can sweep at once), and the gauges are refreshed.
 //
-// # Hardening (research/reliability.md §4)
+// # Hardening
 //
 //   - Challenges are single use: before anyone is dialled, the registry
 //     records wire.NonceID(challenge) with SET NX PX NonceTTL (default and
@@ -152,7 +205,9 @@
 // # Redis key layout (internal/wire/keys.go)
 //
 // Every key is touched only by single-key commands or single-key Lua
-// scripts, so the layout works on Redis Cluster without hash tags:
+// scripts, except a placement and its epoch counter, which share a hash tag
+// (one cluster slot) and are written together by one script, so the layout
+// works on Redis Cluster:
 //
 //	pinned:s:<sessionId>      HASH   session: cid secret url ns headroom draining deadline
 //	                                 verified sup reg hb exp tok; PEXPIRE = lease; refreshed
@@ -163,11 +218,15 @@
 //	pinned:q:<clientId>       LIST   queued messages (JSON); take-all script; capped; TTL
 //	pinned:n:<namespace>      SET    sessions registered for a namespace
 //	pinned:w                  ZSET   session -> expiry (ms); the janitor's work list
-//	pinned:p:<namespace>/<id> STRING session holding the placement; no TTL; SET NX /
+//	pinned:p:{<namespace>/<id>}
+//	                          STRING "<epoch> <since ms> <session>"; no TTL; SET NX /
 //	                                 compare-and-set / compare-and-delete only
+//	pinned:e:{<namespace>/<id>}
+//	                          STRING the id's last activation epoch; PX the epoch TTL
 //	pinned:o:<sessionId>      HASH   placement index: "<ns>/<id>" -> 1, "#<ns>" -> count
 //	pinned:x:<nonceId>        STRING a used challenge; SET NX PX NonceTTL; value = its binding
 //	pinned:t:<tokenId>        ZSET   session -> expiry (ms) of the token's live sessions (cap)
+//	pinned:i:<listingId>      SET    names one instance listing returned; PEXPIRE 10 min per page
 //
 // # Concurrency and lifecycle
 //
@@ -191,6 +250,7 @@
 // pinned_registry_heartbeats_total, pinned_registry_messages_{pushed,delivered}_total,
 // pinned_registry_releases_total{result} (released, not_owner, refused),
 // pinned_registry_deregistrations_total{result} (deregistered, unknown),
+// pinned_registry_evictions_total{result} (queued, released),
 // pinned_registry_rate_limited_total{limit} (auth_ip, register_ip,
 // register_token, session_cap), pinned_registry_auth_failures_total,
 // pinned_registry_store_errors_total, pinned_registry_reaped_{sessions,placements}_total,

@@ -15,12 +15,12 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/pinned-go/pinned/clock"
-	"github.com/pinned-go/pinned/internal/testkit/fakeworker"
-	"github.com/pinned-go/pinned/internal/testkit/leakcheck"
-	"github.com/pinned-go/pinned/internal/testkit/redistest"
 	"github.com/pinned-go/pinned/internal/store"
 	"github.com/pinned-go/pinned/internal/store/memstore"
 	"github.com/pinned-go/pinned/internal/store/redisstore"
+	"github.com/pinned-go/pinned/internal/testkit/fakeworker"
+	"github.com/pinned-go/pinned/internal/testkit/leakcheck"
+	"github.com/pinned-go/pinned/internal/testkit/redistest"
 	"github.com/pinned-go/pinned/internal/wire"
 )
 

@@ -24,13 +24,20 @@ const (
 	epWorkers    = "workers"
 	epOverview   = "overview"
 	epHealthz    = "healthz"
+	epPlacement  = "placement" // GET /registry/placements/{ns}/{id}
+	epEvict      = "evict"     // DELETE /registry/placements/{ns}/{id}
+	epInstances  = "instances"
+	epHot        = "hot"
+	epTraffic    = "traffic"
 )
 
-var endpoints = []string{epRegister, epHeartbeat, epRelease, epDeregister, epPush, epWorkers, epOverview, epHealthz}
+var endpoints = []string{epRegister, epHeartbeat, epRelease, epDeregister, epPush, epWorkers, epOverview, epHealthz,
+	epPlacement, epEvict, epInstances, epHot, epTraffic,
+	epAlarmSet, epAlarmDelete, epAlarmList, epAlarmsDead}
 
 // codes are the status codes the registry answers; anything else is
 // counted as code="other".
-var codes = []int{200, 202, 400, 401, 403, 404, 409, 413, 422, 429, 500, 503}
+var codes = []int{200, 202, 400, 401, 403, 404, 409, 413, 422, 429, 500, 501, 503}
 
 // registryMetrics holds every metric pointer, resolved once in New.
 type registryMetrics struct {
@@ -52,12 +59,16 @@ type registryMetrics struct {
 	releaseRefused    *metrics.Counter
 	deregistered      *metrics.Counter
 	deregisterNoop    *metrics.Counter
+	evictQueued       *metrics.Counter
+	evictReleased     *metrics.Counter
 	rateLimited       map[string]*metrics.Counter // limit
 	authFailures      *metrics.Counter
 	storeErrors       *metrics.Counter
 	reapedSessions    *metrics.Counter
 	reapedPlacements  *metrics.Counter
 	sweepErrors       *metrics.Counter
+	alarmsSet         *metrics.Counter
+	alarmRefused      *metrics.Counter
 
 	liveWorkers *metrics.Gauge
 	sessions    *metrics.Gauge
@@ -137,6 +148,8 @@ func newRegistryMetrics(set *metrics.Set, maxSeries int) *registryMetrics {
 	m.releaseRefused = set.NewCounter(`pinned_registry_releases_total{result="refused"}`)
 	m.deregistered = set.NewCounter(`pinned_registry_deregistrations_total{result="deregistered"}`)
 	m.deregisterNoop = set.NewCounter(`pinned_registry_deregistrations_total{result="unknown"}`)
+	m.evictQueued = set.NewCounter(`pinned_registry_evictions_total{result="queued"}`)
+	m.evictReleased = set.NewCounter(`pinned_registry_evictions_total{result="released"}`)
 	for _, l := range []string{limitAuthIP, limitRegisterIP, limitRegisterToken, failSessionCap} {
 		m.rateLimited[l] = set.NewCounter(`pinned_registry_rate_limited_total{limit="` + l + `"}`)
 	}
@@ -145,6 +158,8 @@ func newRegistryMetrics(set *metrics.Set, maxSeries int) *registryMetrics {
 	m.reapedSessions = set.NewCounter(`pinned_registry_reaped_sessions_total`)
 	m.reapedPlacements = set.NewCounter(`pinned_registry_reaped_placements_total`)
 	m.sweepErrors = set.NewCounter(`pinned_registry_sweep_errors_total`)
+	m.alarmsSet = set.NewCounter(`pinned_registry_alarms_set_total`)
+	m.alarmRefused = set.NewCounter(`pinned_registry_alarm_calls_refused_total`)
 	m.liveWorkers = set.NewGauge(`pinned_registry_live_workers`, nil)
 	m.sessions = set.NewGauge(`pinned_registry_sessions`, nil)
 	m.storeUp = set.NewGauge(`pinned_registry_store_up`, nil)

@@ -6,9 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pinned-go/pinned/internal/store"
 	"github.com/pinned-go/pinned/internal/testkit/fakeworker"
 	"github.com/pinned-go/pinned/internal/testkit/promcheck"
-	"github.com/pinned-go/pinned/internal/store"
 )
 
 // The janitor publishes live workers and placements per namespace, read

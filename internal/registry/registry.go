@@ -18,6 +18,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/pinned-go/pinned/clock"
+	"github.com/pinned-go/pinned/internal/hotids"
 	"github.com/pinned-go/pinned/internal/logthrottle"
 	"github.com/pinned-go/pinned/internal/store"
 	"github.com/pinned-go/pinned/internal/wire"
@@ -120,6 +121,19 @@ type Config struct {
 	// rest are summed under namespace="_other". Zero means
 	// DefaultMaxNamespaceSeries.
 	MaxNamespaceSeries int
+	// Hot is the pinboard's hot-id sketch, which its proxy records every
+	// routed request in: GET /registry/hot and GET /registry/traffic read
+	// it. Nil answers them with no traffic.
+	Hot *hotids.Sketch
+	// MaxAlarmsPerInstance bounds the alarms one instance holds (a set
+	// beyond it answers 409). Alarm calls are served when Store also
+	// implements store.Alarms (501 otherwise). Zero means
+	// wire.DefaultMaxAlarmsPerInstance.
+	MaxAlarmsPerInstance int
+	// OnAlarmSet, when set, is called after every alarm the registry
+	// stored, with its shard and due time (the pinboard's alarm scheduler
+	// claims that shard by then). It must not block.
+	OnAlarmSet func(shard int, dueMs int64)
 	// Clock drives Run's timer; nil means clock.Real.
 	Clock clock.Clock
 	// Logger is tagged logger=pinned.registry; nil means slog.Default().
@@ -150,6 +164,11 @@ type Registry struct {
 	clock     clock.Clock
 	log       *slog.Logger
 	m         *registryMetrics
+	hotids    *hotids.Sketch
+
+	alarms     store.Alarms // Store, when it keeps alarms; else nil
+	maxAlarms  int
+	onAlarmSet func(shard int, dueMs int64)
 
 	tokens   atomic.Pointer[tokenSet]
 	shutdown atomic.Bool
@@ -185,7 +204,7 @@ func New(cfg Config) (*Registry, error) {
 		"MaxNamespaces": int64(cfg.MaxNamespaces), "StoreTimeout": int64(cfg.StoreTimeout),
 		"ReapInterval": int64(cfg.ReapInterval), "ReapGrace": int64(cfg.ReapGrace),
 		"MaxNamespaceSeries": int64(cfg.MaxNamespaceSeries), "NonceTTL": int64(cfg.NonceTTL),
-		"MaxTrackedClients": int64(cfg.MaxTrackedClients),
+		"MaxTrackedClients": int64(cfg.MaxTrackedClients), "MaxAlarmsPerInstance": int64(cfg.MaxAlarmsPerInstance),
 	} {
 		if v < 0 {
 			return nil, fmt.Errorf("registry: Config.%s is negative; use 0 for the default", name)
@@ -237,10 +256,14 @@ func New(cfg Config) (*Registry, error) {
 		clock:     clk,
 		log:       cmp.Or(cfg.Logger, slog.Default()).With("logger", "pinned.registry"),
 		m:         newRegistryMetrics(set, cmp.Or(cfg.MaxNamespaceSeries, DefaultMaxNamespaceSeries)),
+		hotids:    cfg.Hot,
 		authLog:   logthrottle.Every{Interval: logEvery},
 		storeLog:  logthrottle.Every{Interval: logEvery},
 		limitLog:  logthrottle.Every{Interval: logEvery},
 	}
+	r.alarms, _ = cfg.Store.(store.Alarms)
+	r.maxAlarms = cmp.Or(cfg.MaxAlarmsPerInstance, wire.DefaultMaxAlarmsPerInstance)
+	r.onAlarmSet = cfg.OnAlarmSet
 	r.tokens.Store(ts)
 	return r, nil
 }
@@ -279,7 +302,13 @@ func (r *Registry) Routes(rt *router.Router) {
 	rt.POST(wire.PathPush, r.endpoint(epPush, true, r.push))
 	rt.GET(wire.PathWorkers, r.endpoint(epWorkers, true, r.workers))
 	rt.GET(wire.PathOverview, r.endpoint(epOverview, true, r.overview))
+	rt.GET(wire.PathPlacements+"/{namespace}/{id}", r.endpoint(epPlacement, true, r.placement))
+	rt.DELETE(wire.PathPlacements+"/{namespace}/{id}", r.endpoint(epEvict, true, r.evict))
+	rt.GET(wire.PathInstances, r.endpoint(epInstances, true, r.instances))
+	rt.GET(wire.PathHot, r.endpoint(epHot, true, r.hot))
+	rt.GET(wire.PathTraffic, r.endpoint(epTraffic, true, r.traffic))
 	rt.GET(wire.PathHealthz, r.endpoint(epHealthz, false, r.healthz))
+	r.alarmRoutes(func(method, path, ep string, h handler) { rt.Handle(method, path, r.endpoint(ep, true, h)) })
 }
 
 // NewRouter returns a router configured for the pinboard's public port:

@@ -20,8 +20,8 @@ import (
 
 	"github.com/valyala/fasthttp"
 
-	"github.com/pinned-go/pinned/internal/testkit/fakeworker"
 	"github.com/pinned-go/pinned/internal/store"
+	"github.com/pinned-go/pinned/internal/testkit/fakeworker"
 	"github.com/pinned-go/pinned/internal/wire"
 )
 

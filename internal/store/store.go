@@ -1,5 +1,5 @@
 // Package store is the pinboard's shared directory: worker sessions,
-// control-message queues and placements. Store is implemented twice, on Redis
+// control-message queues, placements and (Alarms, optional) durable alarms. Store is implemented twice, on Redis
 // (redisstore, via rueidis) and in memory (memstore, for `pinboard -dev` and
 // unit tests); one conformance suite (storetest) runs against both.
 //
@@ -22,6 +22,18 @@
 //     winner); Replace is compare-and-set from a given session; Release is
 //     compare-and-delete on a given session. A placement is never written
 //     without one of these checks.
+//   - Epochs: every placement carries an epoch, allocated by the Claim or
+//     Replace that wrote it with wire.NextEpoch from the id's last epoch and
+//     the store's clock, so it is strictly greater than the epoch of every
+//     earlier placement of that (namespace, id), whoever held it and however
+//     it ended (release, reap, replace). The store remembers an id's last
+//     epoch for at least its epoch TTL (DefaultEpochTTL unless configured)
+//     after the placement it belongs to was written or released; past that
+//     (and after a Redis restart without persistence, which forgets it) the
+//     time floor of wire.NextEpoch keeps epochs increasing as long as the
+//     store's clock did not step back by more than the time since the last
+//     allocation. A lost claim or replace allocates nothing and answers the
+//     placement that won, epoch included.
 //   - Deregister ends a session at once: afterwards it is unknown to every
 //     read, exactly as if its lease had run out (so the proxy re-places its
 //     ids on demand and the janitor collects its placements after its
@@ -43,8 +55,12 @@
 package store
 
 import (
+	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
+	"slices"
 	"time"
 
 	"github.com/pinned-go/pinned/internal/wire"
@@ -67,6 +83,9 @@ var (
 	// is still making its first attempt to reach its backend: not a failure
 	// yet, so callers report it quietly (the janitor logs no error for it).
 	ErrConnecting = errors.New("store: connecting")
+	// ErrBadCursor: a listing cursor that this store did not hand out, or
+	// whose listing expired (ListingTTL after its last page). Start again.
+	ErrBadCursor = errors.New("store: invalid or expired listing cursor")
 )
 
 // Session is one worker registration. Times are unix milliseconds on the
@@ -135,6 +154,24 @@ type Options struct {
 	OnInvalidate func(Invalidation)
 }
 
+// DefaultEpochTTL is how long a store keeps an id's last epoch after the
+// placement it belongs to was written or released, by default: a day. Past
+// it, only the time floor of wire.NextEpoch orders epochs.
+const DefaultEpochTTL = 24 * time.Hour
+
+// Placement is where (namespace, id) is placed.
+type Placement struct {
+	// Session is the session id holding the placement; "" for none (then
+	// the other fields are zero).
+	Session string
+	// Epoch is the activation epoch of the placement: strictly greater than
+	// that of every earlier placement of the same (namespace, id).
+	Epoch uint64
+	// Since is when the placement was written, on the store's clock (to the
+	// millisecond).
+	Since time.Time
+}
+
 // CachedPlacements is implemented by a Store whose Placement may be answered
 // from a client-side cache (redisstore: rueidis DoCache). PlacementUntil is
 // Placement plus the wall-clock time at which that cache stops serving the
@@ -145,6 +182,14 @@ type Options struct {
 // bound both caches promise.
 type CachedPlacements interface {
 	PlacementUntil(ctx context.Context, ns, id string) (holder string, until time.Time, err error)
+}
+
+// CachedLookups is CachedPlacements for the whole placement: LookupUntil is
+// Lookup plus the wall-clock time at which the cache behind the answer stops
+// serving it (zero: no such cache). The same rule applies: a layer caching
+// the value on top must not keep it past until.
+type CachedLookups interface {
+	LookupUntil(ctx context.Context, ns, id string) (p Placement, until time.Time, err error)
 }
 
 // Store is the directory. All methods are safe for concurrent use and honour
@@ -186,13 +231,22 @@ type Store interface {
 	// afterwards (before, when refused) and whether sessionID holds one.
 	ReserveSlot(ctx context.Context, tokenID, sessionID string, max int, lease time.Duration) (held int, ok bool, err error)
 
-	// Placement returns the session id holding (ns, id), or "" for none.
+	// Lookup returns the placement of (ns, id): its holder, epoch and
+	// since; the zero Placement for none.
+	Lookup(ctx context.Context, ns, id string) (Placement, error)
+	// ClaimPlacement places (ns, id) on sessionID under a new epoch if no
+	// placement exists, and returns the placement that holds afterwards:
+	// the new one when the claim won, the winner's otherwise.
+	ClaimPlacement(ctx context.Context, ns, id, sessionID string) (Placement, error)
+	// ReplacePlacement places (ns, id) on sessionID under a new epoch only
+	// if it is currently held by old, and returns the placement afterwards
+	// (the zero Placement when there is none).
+	ReplacePlacement(ctx context.Context, ns, id, old, sessionID string) (Placement, error)
+	// Placement is Lookup's session: the holder of (ns, id), or "".
 	Placement(ctx context.Context, ns, id string) (string, error)
-	// Claim sets (ns, id) -> sessionID if no placement exists, and returns
-	// the session id that holds it afterwards (sessionID when the claim won).
+	// Claim is ClaimPlacement's session: the holder afterwards.
 	Claim(ctx context.Context, ns, id, sessionID string) (string, error)
-	// Replace sets (ns, id) -> sessionID only if it is currently held by
-	// old, and returns the holder afterwards.
+	// Replace is ReplacePlacement's session: the holder afterwards.
 	Replace(ctx context.Context, ns, id, old, sessionID string) (string, error)
 	// Release deletes (ns, id) only if it is held by sessionID, and reports
 	// whether it did.
@@ -227,4 +281,163 @@ type Reaper interface {
 type ReapStats struct {
 	Sessions   int // sessions collected
 	Placements int // placements deleted
+}
+
+// PlacementLister is implemented by stores that can page through the
+// placements of a namespace (GET /registry/instances): memstore and
+// redisstore. It is separate from Store so that fakes need not implement
+// it.
+//
+// Across the pages of one listing (the cursors handed out from one first
+// call onwards, each page within ListingTTL of the previous one), every
+// placement that exists for the whole listing, and matches the query's
+// filter throughout, is returned exactly once; one created, deleted or
+// moved meanwhile is returned at most once. A page holds at most
+// ListQuery.Limit placements and may hold fewer, none at all, before the
+// last; the last page has an empty Cursor. On Redis the work of one call is
+// bounded (a few SCAN calls of about Limit keys), whatever the number of
+// placements; memstore walks its map in memory.
+type PlacementLister interface {
+	ListPlacements(ctx context.Context, q ListQuery) (ListPage, error)
+}
+
+// ListingTTL is how long a listing may wait between two pages before its
+// cursor expires (ErrBadCursor).
+const ListingTTL = 10 * time.Minute
+
+// ListQuery selects one page of placements.
+type ListQuery struct {
+	// Namespace is "/name". Required.
+	Namespace string
+	// Sessions, when not nil, keeps only the placements held by one of
+	// these session ids (a worker's live sessions). An empty non-nil slice
+	// matches nothing.
+	Sessions []string
+	// Cursor is "" for the first page, then the previous page's Cursor. A
+	// cursor belongs to the query it was made for: pass the same Namespace
+	// (and Sessions filter, or nil for none) with it.
+	Cursor string
+	// Limit bounds the placements of the page (≥ 1).
+	Limit int
+}
+
+// ListedPlacement is one placement of a page.
+type ListedPlacement struct {
+	ID        string // the id within ListQuery.Namespace
+	SessionID string // its holder
+}
+
+// ListPage is one page of a listing.
+type ListPage struct {
+	Placements []ListedPlacement
+	// Cursor continues the listing; "" when it is complete.
+	Cursor string
+}
+
+// ErrTooManyAlarms: the instance already holds the most alarms allowed.
+var ErrTooManyAlarms = errors.New("store: too many alarms for this instance")
+
+// Alarms is implemented by stores that keep durable alarms (memstore and
+// redisstore). Like Reaper it is separate from Store, so that fakes of Store
+// need not implement it. Times are unix milliseconds, always passed in by
+// the caller: a store never reads a clock for alarms.
+//
+// Semantics (storetest.RunAlarms checks them on both stores):
+//
+//   - An alarm is identified by (namespace, id, name). SetAlarm replaces
+//     the alarm of that name, if any, whatever its state (due, retrying,
+//     claimed); it is due at a.AtMs.
+//   - ClaimAlarms takes the alarms of one shard (wire.AlarmShard of the
+//     instance's placement name) whose due time is at or before nowMs, in
+//     due order, at most max of them, and makes each due again only at
+//     nowMs + claim: until then no other ClaimAlarms returns it, so of any
+//     number of concurrent claimers exactly one gets it.
+//   - FinishAlarm applies a delivery's outcome only while the alarm's
+//     stored record is still the claimed one (compare-and-set on the record:
+//     a SetAlarm or DeleteAlarm meanwhile wins). An alarm is removed only by
+//     DeleteAlarm or a FinishAlarm with next == nil.
+//   - Dead letters are kept per shard, at most maxDead of the newest.
+type Alarms interface {
+	// SetAlarm stores a (Gen set by the caller, DueMs ignored) as the
+	// alarm a.Name of (ns, id), due at a.AtMs. It returns ErrTooManyAlarms
+	// when the instance holds max alarms already and none named a.Name.
+	SetAlarm(ctx context.Context, ns, id string, a wire.Alarm, max int) error
+	// DeleteAlarm removes the alarm name of (ns, id) and reports whether it
+	// existed.
+	DeleteAlarm(ctx context.Context, ns, id, name string) (bool, error)
+	// ListAlarms returns the alarms of (ns, id) sorted by name, each with
+	// DueMs set (a claimed one: the end of its claim).
+	ListAlarms(ctx context.Context, ns, id string) ([]wire.Alarm, error)
+	// ClaimAlarms claims up to max due alarms of shard for claim (see
+	// above). next is the earliest due time left in the shard afterwards
+	// (claimed alarms count with the end of their claim), or -1 when the
+	// shard holds no alarm.
+	ClaimAlarms(ctx context.Context, shard int, nowMs int64, claim time.Duration, max int) (claimed []ClaimedAlarm, next int64, err error)
+	// FinishAlarm applies the outcome of c's delivery while c's record is
+	// still stored: next == nil removes the alarm, otherwise next replaces
+	// it, due at nextDueMs; dead, when not nil, is added to the dead
+	// letters, of which the shard keeps the newest maxDead. It reports
+	// whether the record was still c's (false: nothing was written).
+	FinishAlarm(ctx context.Context, c ClaimedAlarm, next *wire.Alarm, nextDueMs int64, dead *wire.DeadAlarm, maxDead int) (bool, error)
+	// DeadAlarms returns up to max dead letters, the newest first.
+	DeadAlarms(ctx context.Context, max int) ([]wire.DeadAlarm, error)
+}
+
+// ClaimedAlarm is an alarm returned by ClaimAlarms.
+type ClaimedAlarm struct {
+	Namespace, ID string
+	Alarm         wire.Alarm
+	// Record is the stored encoding FinishAlarm compares against.
+	Record string
+}
+
+// EncodeAlarm is the stored encoding of an alarm record: its JSON without
+// DueMs (the due time is the sorted-set score).
+func EncodeAlarm(a wire.Alarm) string {
+	a.DueMs = 0
+	return encodeJSON(a)
+}
+
+// DecodeAlarm parses a stored alarm record.
+func DecodeAlarm(s string) (wire.Alarm, error) { return decodeJSON[wire.Alarm](s, "alarm record") }
+
+// EncodeDeadAlarm is the stored encoding of a dead letter (its JSON).
+func EncodeDeadAlarm(d wire.DeadAlarm) string { return encodeJSON(d) }
+
+// DecodeDeadAlarm parses a stored dead letter.
+func DecodeDeadAlarm(s string) (wire.DeadAlarm, error) {
+	return decodeJSON[wire.DeadAlarm](s, "dead letter")
+}
+
+// encodeJSON encodes one of the wire structs, which always encode.
+func encodeJSON(v any) string {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(err)
+	}
+	return string(b)
+}
+
+func decodeJSON[T any](s, what string) (T, error) {
+	var v T
+	if err := json.Unmarshal([]byte(s), &v); err != nil {
+		return v, fmt.Errorf("store: malformed %s: %w", what, err)
+	}
+	return v, nil
+}
+
+// NewestDeadAlarms sorts dead letters newest first (ties by namespace, id,
+// name and occurrence) and keeps at most max of them.
+func NewestDeadAlarms(ds []wire.DeadAlarm, max int) []wire.DeadAlarm {
+	slices.SortFunc(ds, func(a, b wire.DeadAlarm) int {
+		return cmp.Or(cmp.Compare(b.DeadAtMs, a.DeadAtMs), cmp.Compare(a.Namespace, b.Namespace),
+			cmp.Compare(a.ID, b.ID), cmp.Compare(a.Alarm.Name, b.Alarm.Name), cmp.Compare(a.Alarm.AtMs, b.Alarm.AtMs))
+	})
+	if len(ds) > max {
+		ds = ds[:max]
+	}
+	if ds == nil {
+		ds = []wire.DeadAlarm{}
+	}
+	return ds
 }

@@ -48,8 +48,11 @@ type HeartbeatResponse struct {
 // Message is a control message queued by POST /registry/push and delivered
 // exactly once in a heartbeat ack.
 type Message struct {
-	Type       string `json:"type"`                 // MessageDrain or MessageWindDown
+	Type       string `json:"type"`                 // MessageDrain, MessageWindDown or MessageEvict
 	DeadlineMs int64  `json:"deadlineMs,omitempty"` // unix ms; 0 = none
+	// Namespace ("/name") and ID name the instance of a MessageEvict.
+	Namespace string `json:"namespace,omitempty"`
+	ID        string `json:"id,omitempty"`
 }
 
 // Nack is the 409 body of a refused heartbeat: NackReregister or NackSuperseded.
@@ -160,4 +163,98 @@ type Healthz struct {
 // PushResponse is the 202 answer to a push.
 type PushResponse struct {
 	Queued bool `json:"queued"`
+}
+
+// PlacementInfo is the 200 answer to GET /registry/placements/{ns}/{id}:
+// who holds the placement. ClientID and AdvertiseURL are empty, and Live
+// false, when the holding session has ended (the proxy re-places the id on
+// its next request). Epoch and Since (unix ms) are zero when the store does
+// not record them.
+type PlacementInfo struct {
+	Namespace    string `json:"namespace"`
+	ID           string `json:"id"`
+	SessionID    string `json:"sessionId"`
+	ClientID     string `json:"clientId"`
+	AdvertiseURL string `json:"advertiseUrl"`
+	Live         bool   `json:"live"`
+	Epoch        uint64 `json:"epoch"`
+	Since        int64  `json:"since"`
+}
+
+// EvictResponse is the 202 answer to DELETE /registry/placements/{ns}/{id}.
+// Queued: an evict message waits for the holder's next heartbeat ack.
+// Released: the holder's session had ended, so the placement was deleted
+// at once (compare-and-delete on that session).
+type EvictResponse struct {
+	Namespace string `json:"namespace"`
+	ID        string `json:"id"`
+	SessionID string `json:"sessionId"`
+	ClientID  string `json:"clientId,omitempty"`
+	Queued    bool   `json:"queued"`
+	Released  bool   `json:"released"`
+}
+
+// InstanceInfo is one placement in GET /registry/instances.
+type InstanceInfo struct {
+	ID        string `json:"id"`
+	SessionID string `json:"sessionId"`
+	ClientID  string `json:"clientId"` // "" when the holding session has ended
+}
+
+// InstancesResponse is one page of GET /registry/instances. Cursor is
+// empty on the last page; otherwise pass it back for the next one (a page
+// may be shorter than the limit, even empty, before the last).
+type InstancesResponse struct {
+	Namespace string         `json:"namespace"`
+	Worker    string         `json:"worker,omitempty"`
+	Instances []InstanceInfo `json:"instances"`
+	Cursor    string         `json:"cursor"`
+}
+
+// HotID is one row of GET /registry/hot. Requests is an estimate that
+// exceeds the true count by at most HotResponse.ErrorBound; PerSecond is
+// Requests over the time the window covers; P99Ms is the upper bound of a
+// histogram bucket a quarter of an octave wide (at most 25 % above the true
+// p99); Holder is the session id that served the latest request.
+type HotID struct {
+	ID        string  `json:"id"`
+	Requests  uint64  `json:"requests"`
+	PerSecond float64 `json:"perSecond"`
+	P99Ms     float64 `json:"p99Ms"`
+	Bytes     uint64  `json:"bytes"`
+	Holder    string  `json:"holder"`
+}
+
+// HotResponse is the body of GET /registry/hot: what this pinboard routed
+// (each pinboard sees only its own traffic).
+type HotResponse struct {
+	Namespace     string  `json:"namespace"`
+	WindowSeconds int     `json:"windowSeconds"`
+	ErrorBound    uint64  `json:"errorBound"`
+	IDs           []HotID `json:"ids"`
+}
+
+// HolderTraffic is one worker session's share of GET /registry/traffic.
+type HolderTraffic struct {
+	SessionID string  `json:"sessionId"`
+	Requests  uint64  `json:"requests"`
+	PerSecond float64 `json:"perSecond"`
+}
+
+// AnswerCount is one (status, reason) row of GET /registry/traffic.
+// Reason is the X-Pinned-Reason (a Reason* value, "other" for one pinned
+// does not define), or "" when neither pinned nor the worker named one.
+type AnswerCount struct {
+	Status int    `json:"status"`
+	Reason string `json:"reason"`
+	Count  uint64 `json:"count"`
+}
+
+// TrafficResponse is the body of GET /registry/traffic: this pinboard's
+// last WindowSeconds of routed requests.
+type TrafficResponse struct {
+	WindowSeconds int             `json:"windowSeconds"`
+	Requests      uint64          `json:"requests"`
+	Holders       []HolderTraffic `json:"holders"`
+	NotOK         []AnswerCount   `json:"notOk"`
 }

@@ -3,6 +3,7 @@ package wire
 import (
 	"bytes"
 	"encoding/json"
+	"net"
 	"strings"
 	"testing"
 
@@ -118,6 +119,13 @@ var wireBodies = []func() any{
 	func() any { return new(OverviewResponse) },
 	func() any { return new(Healthz) },
 	func() any { return new(PushResponse) },
+	func() any { return new(AlarmSetRequest) },
+	func() any { return new(AlarmSetResponse) },
+	func() any { return new(AlarmDeleteRequest) },
+	func() any { return new(AlarmDeleteResponse) },
+	func() any { return new(AlarmListRequest) },
+	func() any { return new(AlarmListResponse) },
+	func() any { return new(DeadAlarmsResponse) },
 }
 
 // FuzzBodiesRoundTrip decodes arbitrary JSON into each wire body (kind
@@ -142,6 +150,13 @@ func FuzzBodiesRoundTrip(f *testing.F) {
 		`{"protocolVersion":1,"namespaces":{"/n":{"workers":1}}}`,
 		`{"ok":true,"store":"ok","shuttingDown":true}`,
 		`{"queued":true}`,
+		`{"sessionId":"s","namespace":"/n","id":"i","alarm":{"name":"a","atMs":5,"everyMs":1000,"skipMissed":true,"maxAttempts":3,"backoffMs":10}}`,
+		`{"gen":"g"}`,
+		`{"sessionId":"s","namespace":"/n","id":"i","name":"a"}`,
+		`{"deleted":true}`,
+		`{"sessionId":"s","namespace":"/n","id":"i"}`,
+		`{"alarms":[{"name":"a","atMs":1,"failures":2,"waits":1,"gen":"g","dueMs":3}]}`,
+		`{"deadAlarms":[{"namespace":"/n","id":"i","alarm":{"name":"a","atMs":1},"deadAtMs":2,"error":"HTTP 500"}]}`,
 	}
 	for i, s := range seeds {
 		f.Add(uint8(i), []byte(s))
@@ -167,6 +182,28 @@ func FuzzBodiesRoundTrip(f *testing.F) {
 		}
 		if b2, _ := json.Marshal(v2); !bytes.Equal(b1, b2) {
 			t.Fatalf("%T: encoding not canonical: %s then %s", v1, b1, b2)
+		}
+	})
+}
+
+// ParseAdvertiseURL never panics, and what it accepts is usable: the address
+// is host:port with a port, and the prefix is empty or starts with '/' and
+// does not end with one.
+func FuzzParseAdvertiseURL(f *testing.F) {
+	for _, s := range []string{"http://127.0.0.1:8080", "http://h", "http://h:1/app/", "http://[::1]:9/x%2Fy", "https://h:1",
+		"http://u@h:1", "http://h:1/?q", "http://h:1/#f", "http:opaque", "", "http://", "://"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		addr, prefix, err := ParseAdvertiseURL(s)
+		if err != nil {
+			return
+		}
+		if _, port, serr := net.SplitHostPort(addr); serr != nil || port == "" {
+			t.Fatalf("ParseAdvertiseURL(%q) addr = %q: %v", s, addr, serr)
+		}
+		if prefix != "" && (prefix[0] != '/' || strings.HasSuffix(prefix, "/")) {
+			t.Fatalf("ParseAdvertiseURL(%q) prefix = %q", s, prefix)
 		}
 	})
 }

@@ -1,7 +1,7 @@
 package wire
 
 // Version is the registry protocol version (see the package doc for its history).
-const Version = 2
+const Version = 5
 
 // Registry endpoints served by the pinboard.
 const (
@@ -14,7 +14,18 @@ const (
 	PathPush       = "/registry/push"
 	PathWorkers    = "/registry/workers"
 	PathOverview   = "/registry/overview"
-	PathHealthz    = "/healthz"
+	// PathPlacements is the prefix of GET and DELETE
+	// /registry/placements/{namespace}/{id} (the namespace without its
+	// leading slash): look a placement up, evict its instance.
+	PathPlacements = "/registry/placements"
+	// PathInstances pages through the placements of a namespace.
+	PathInstances = "/registry/instances"
+	// PathHot lists the ids this pinboard routed most in the last minute.
+	PathHot = "/registry/hot"
+	// PathTraffic summarises this pinboard's last minute of routed traffic:
+	// requests per worker session, non-2xx answers by status and reason.
+	PathTraffic = "/registry/traffic"
+	PathHealthz = "/healthz"
 )
 
 // PathChallenge is served by every worker on its advertise URL; the pinboard
@@ -33,6 +44,10 @@ const (
 	// HeaderSession carries the session id of the placement a proxied request
 	// was routed by: a fencing token the host checks against its current session.
 	HeaderSession = "X-Pinned-Session"
+	// HeaderEpoch carries the activation epoch of the placement a proxied
+	// request was routed by, in decimal (ParseEpoch): a fencing token the host
+	// compares with its live instance's epoch (see Epochs in the package doc).
+	HeaderEpoch = "X-Pinned-Epoch"
 	// HeaderReason says why pinned itself (not the application) answered a
 	// 503 or 403; its values are the Reason* constants.
 	HeaderReason = "X-Pinned-Reason"
@@ -45,7 +60,7 @@ const (
 // client-supplied headers with this prefix (case-insensitively).
 const HeaderPrefix = "x-pinned-"
 
-// Values of HeaderReason. The host produces the first six; the proxy adds
+// Values of HeaderReason. The host produces the first seven; the proxy adds
 // its own for answers it makes without reaching a host.
 const (
 	ReasonCapacity  = "capacity"  // host: max instances reached
@@ -58,11 +73,16 @@ const (
 	// does not say "the request never reached an instance": the proxy passes
 	// it to the client and never retries it.
 	ReasonAborted = "aborted"
+	// ReasonStale: the request's HeaderEpoch is older than the epoch of the
+	// instance live for its id (it was routed by a placement that has since
+	// moved), or the application found its own activation stale; the request
+	// had no effect. The proxy re-resolves the placement and may send it again.
+	ReasonStale = "stale"
 
 	ReasonNoWorker    = "no_worker"   // proxy: no live, undrained worker serves the namespace
 	ReasonUnreachable = "unreachable" // proxy: worker could not be reached; request provably not sent
 	ReasonOverloaded  = "overloaded"  // proxy: per-worker queue full or queue timeout
-	ReasonStore       = "store"       // proxy: the directory (Redis) could not be read
+	ReasonStore       = "store"       // proxy: the directory (Redis) could not be read; host: an alarm call found it unavailable
 )
 
 // Registry NACK values, sent as 409 {"nack": ...}.
@@ -75,6 +95,11 @@ const (
 const (
 	MessageDrain    = "drain"
 	MessageWindDown = "wind_down"
+	// MessageEvict asks the worker to close the instance (Message.Namespace,
+	// Message.ID): abort semantics (its context and tasks are cancelled,
+	// teardown runs once), then the placement is released, so the next
+	// request activates a fresh instance.
+	MessageEvict = "evict"
 )
 
 // Limits shared by both ends of the registry protocol.

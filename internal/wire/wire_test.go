@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestCheckSegment(t *testing.T) {
@@ -91,11 +92,19 @@ func TestJSONNames(t *testing.T) {
 }
 
 func TestKeys(t *testing.T) {
-	if got, want := KeyPlacement("/counter", "abc"), "pinned:p:/counter/abc"; got != want {
+	if got, want := KeyPlacement("/counter", "abc"), "pinned:p:{/counter/abc}"; got != want {
 		t.Errorf("KeyPlacement = %q; want %q", got, want)
 	}
-	if got, want := string(AppendKeyPlacement(nil, []byte(PlacementName("/counter", "abc")))), "pinned:p:/counter/abc"; got != want {
+	if got, want := KeyEpoch("/counter", "abc"), "pinned:e:{/counter/abc}"; got != want {
+		t.Errorf("KeyEpoch = %q; want %q", got, want)
+	}
+	if got, want := string(AppendKeyPlacement(nil, []byte(PlacementName("/counter", "abc")))), "pinned:p:{/counter/abc}"; got != want {
 		t.Errorf("AppendKeyPlacement = %q; want %q", got, want)
+	}
+	for key, want := range map[string]string{"pinned:p:{/counter/abc}": "/counter/abc", "pinned:p:/counter/abc": "", "pinned:e:{/c/a}": "", "pinned:p:{}": ""} {
+		if got, ok := PlacementOfKey(key); got != want || ok != (want != "") {
+			t.Errorf("PlacementOfKey(%q) = %q, %v; want %q", key, got, ok, want)
+		}
 	}
 	for _, k := range []string{KeySession("s"), KeyClient("c"), KeyAdvertise("http://h:1"), KeyQueue("c"), KeyNamespace("/n"), KeyOwned("s"), KeyWorkers} {
 		if !strings.HasPrefix(k, KeyPrefix) || strings.ContainsAny(k, "{}") {
@@ -111,5 +120,77 @@ func TestNonceID(t *testing.T) {
 	}
 	if CheckSegment([]byte(NonceID(strings.Repeat("{x}", 80))), 0) != SegmentOK {
 		t.Fatal("NonceID of a challenge with braces is not a plain segment")
+	}
+}
+
+func TestParseEpoch(t *testing.T) {
+	for in, want := range map[string]uint64{"0": 0, "1": 1, "1733212345678901": 1733212345678901, "18446744073709551615": 1<<64 - 1} {
+		if got, ok := ParseEpoch([]byte(in)); !ok || got != want {
+			t.Errorf("ParseEpoch(%q) = %d, %v; want %d", in, got, ok, want)
+		}
+		if got := string(AppendEpoch(nil, want)); got != in {
+			t.Errorf("AppendEpoch(%d) = %q; want %q", want, got, in)
+		}
+	}
+	for _, in := range []string{"", "-1", "+1", " 1", "1 ", "0x10", "18446744073709551616", "99999999999999999999", "123456789012345678901"} {
+		if got, ok := ParseEpoch([]byte(in)); ok {
+			t.Errorf("ParseEpoch(%q) = %d, ok; want refused", in, got)
+		}
+	}
+	if n := testing.AllocsPerRun(100, func() { ParseEpoch([]byte("1733212345678901")) }); n != 0 {
+		t.Errorf("ParseEpoch allocates %.0f times", n)
+	}
+}
+
+func TestNextEpoch(t *testing.T) {
+	now := time.UnixMicro(1_700_000_000_000_000)
+	if got := NextEpoch(0, now); got != 1_700_000_000_000_000 {
+		t.Errorf("NextEpoch(0, now) = %d; want the time floor", got)
+	}
+	if got := NextEpoch(1_700_000_000_000_000, now); got != 1_700_000_000_000_001 {
+		t.Errorf("NextEpoch(floor, now) = %d; want floor+1 (strictly greater than the last)", got)
+	}
+	if got := NextEpoch(5, time.UnixMicro(-3)); got != 6 {
+		t.Errorf("NextEpoch(5, before 1970) = %d; want 6", got)
+	}
+}
+
+func TestPlacementValue(t *testing.T) {
+	v := FormatPlacement(42, 1733212345678, "sess-1")
+	if v != "42 1733212345678 sess-1" {
+		t.Fatalf("FormatPlacement = %q", v)
+	}
+	e, since, sid, ok := ParsePlacement(v)
+	if !ok || e != 42 || since != 1733212345678 || sid != "sess-1" {
+		t.Fatalf("ParsePlacement(%q) = %d, %d, %q, %v", v, e, since, sid, ok)
+	}
+	if _, _, sid, ok := ParsePlacement("1 2 a b"); !ok || sid != "a b" {
+		t.Fatalf("ParsePlacement keeps everything after the second space as the session: %q, %v", sid, ok)
+	}
+	for _, bad := range []string{"", "sess-1", "1 2", "1 2 ", "x 2 s", "1 y s", "-1 2 s"} {
+		if _, _, _, ok := ParsePlacement(bad); ok {
+			t.Errorf("ParsePlacement(%q) ok; want refused", bad)
+		}
+	}
+}
+
+func TestParseAdvertiseURL(t *testing.T) {
+	for _, c := range []struct{ in, addr, prefix string }{
+		{"http://127.0.0.1:8080", "127.0.0.1:8080", ""},
+		{"http://worker", "worker:80", ""},
+		{"http://h:1/app/", "h:1", "/app"},
+		{"http://h:1/a%2Fb//", "h:1", "/a%2Fb"},
+		{"http://[::1]:9", "[::1]:9", ""},
+		{"http://[::1]", "[::1]:80", ""},
+	} {
+		addr, prefix, err := ParseAdvertiseURL(c.in)
+		if err != nil || addr != c.addr || prefix != c.prefix {
+			t.Errorf("ParseAdvertiseURL(%q) = %q, %q, %v; want %q, %q", c.in, addr, prefix, err, c.addr, c.prefix)
+		}
+	}
+	for _, bad := range []string{"https://h:1", "http://u:p@h:1", "http://h:1/?q=1", "http://h:1/?", "http://h:1/#f", "http:h", "http://", "h:1", "%"} {
+		if _, _, err := ParseAdvertiseURL(bad); err == nil {
+			t.Errorf("ParseAdvertiseURL(%q) accepted", bad)
+		}
 	}
 }

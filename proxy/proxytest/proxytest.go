@@ -1,103 +1,133 @@
 // Package proxytest provides a static proxy.Resolver for tests and local
 // experiments: placements are set by hand, nothing is placed on a miss, and
-// every call is recorded.
+// every Resolve and Refused call is counted.
 //
-// A Static resolver is safe for concurrent use. Resolve takes a read lock
-// and does not allocate on a hit, like the real placement cache must.
+// A Static resolver is safe for concurrent use. Lookup takes a read lock and
+// does not allocate, like the real placement resolver's.
 package proxytest
 
 import (
 	"context"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/pinned-go/pinned/proxy"
 )
 
 // Static maps placement names ("/<ns>/<id>") and namespaces ("/<ns>") to
-// endpoints. An exact name wins over its namespace.
+// routes. An exact name wins over its namespace.
 type Static struct {
 	mu         sync.RWMutex
-	names      map[string]*proxy.Endpoint
-	namespaces map[string]*proxy.Endpoint
+	names      map[string]proxy.Route
+	namespaces map[string]proxy.Route
 	err        error // returned by every Resolve when set (SetError)
 
-	resolves      atomic.Int64
-	invalidations atomic.Int64
-	// OnInvalidate, when set before use, is called by Invalidate (after the
-	// placement was dropped) with the name and endpoint it was given.
-	OnInvalidate func(name string, ep *proxy.Endpoint)
+	resolves atomic.Int64
+	refusals atomic.Int64
+	// OnRefused, when set before use (or through SetOnRefused), is called
+	// by Refused (after the
+	// placement was dropped) with the name and route it was given.
+	OnRefused func(name string, r proxy.Route)
 }
 
 // NewStatic returns an empty resolver.
 func NewStatic() *Static {
-	return &Static{names: map[string]*proxy.Endpoint{}, namespaces: map[string]*proxy.Endpoint{}}
+	return &Static{names: map[string]proxy.Route{}, namespaces: map[string]proxy.Route{}}
 }
 
-// Place routes the placement name ("/<ns>/<id>") to ep.
-func (s *Static) Place(name string, ep *proxy.Endpoint) {
-	s.mu.Lock()
-	s.names[name] = ep
-	s.mu.Unlock()
+// Place routes the placement name ("/<ns>/<id>") to s (epoch 0).
+func (st *Static) Place(name string, s *proxy.Session) { st.PlaceRoute(name, proxy.Route{Session: s}) }
+
+// PlaceRoute routes the placement name ("/<ns>/<id>") to r.
+func (st *Static) PlaceRoute(name string, r proxy.Route) {
+	st.mu.Lock()
+	st.names[name] = r
+	st.mu.Unlock()
 }
 
 // PlaceNamespace routes every id of a namespace ("/<ns>") without a placement
-// of its own to ep.
-func (s *Static) PlaceNamespace(ns string, ep *proxy.Endpoint) {
-	s.mu.Lock()
-	s.namespaces[ns] = ep
-	s.mu.Unlock()
+// of its own to s.
+func (st *Static) PlaceNamespace(ns string, s *proxy.Session) {
+	st.mu.Lock()
+	st.namespaces[ns] = proxy.Route{Session: s}
+	st.mu.Unlock()
 }
 
-// SetError makes every Resolve fail with err (nil restores placements).
-func (s *Static) SetError(err error) {
-	s.mu.Lock()
-	s.err = err
-	s.mu.Unlock()
+// SetError makes every Resolve fail with err, and every Lookup miss (nil
+// restores placements).
+func (st *Static) SetError(err error) {
+	st.mu.Lock()
+	st.err = err
+	st.mu.Unlock()
+}
+
+// Lookup implements proxy.Resolver: the route of name, exact or by
+// namespace.
+func (st *Static) Lookup(name []byte, _ time.Time) (proxy.Route, bool) {
+	st.mu.RLock()
+	defer st.mu.RUnlock()
+	if st.err != nil {
+		return proxy.Route{}, false
+	}
+	return st.lookupLocked(name)
+}
+
+func (st *Static) lookupLocked(name []byte) (proxy.Route, bool) {
+	if r, ok := st.names[string(name)]; ok {
+		return r, true
+	}
+	for i := 1; i < len(name); i++ {
+		if name[i] == '/' {
+			r, ok := st.namespaces[string(name[:i])]
+			return r, ok
+		}
+	}
+	return proxy.Route{}, false
 }
 
 // Resolve implements proxy.Resolver. A name without a placement, exact or by
 // namespace, fails with proxy.ErrNoWorker.
-func (s *Static) Resolve(_ context.Context, name []byte) (*proxy.Endpoint, error) {
-	s.resolves.Add(1)
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	if s.err != nil {
-		return nil, s.err
+func (st *Static) Resolve(_ context.Context, name []byte) (proxy.Route, error) {
+	st.resolves.Add(1)
+	st.mu.RLock()
+	defer st.mu.RUnlock()
+	if st.err != nil {
+		return proxy.Route{}, st.err
 	}
-	if ep, ok := s.names[string(name)]; ok {
-		return ep, nil
+	if r, ok := st.lookupLocked(name); ok {
+		return r, nil
 	}
-	if len(name) > 1 {
-		for i := 1; i < len(name); i++ {
-			if name[i] == '/' {
-				if ep, ok := s.namespaces[string(name[:i])]; ok {
-					return ep, nil
-				}
-				break
-			}
-		}
-	}
-	return nil, proxy.ErrNoWorker
+	return proxy.Route{}, proxy.ErrNoWorker
 }
 
-// Invalidate implements proxy.Resolver: it drops the exact placement of name
-// if it points at ep (a namespace route stays).
-func (s *Static) Invalidate(name []byte, ep *proxy.Endpoint) {
-	s.invalidations.Add(1)
-	s.mu.Lock()
-	if cur, ok := s.names[string(name)]; ok && cur == ep {
-		delete(s.names, string(name))
+// Refused implements proxy.Resolver: it drops the exact placement of name if
+// it is still on r's session (a namespace route stays).
+func (st *Static) Refused(name []byte, r proxy.Route) {
+	st.refusals.Add(1)
+	st.mu.Lock()
+	if cur, ok := st.names[string(name)]; ok && cur.Session == r.Session {
+		delete(st.names, string(name))
 	}
-	f := s.OnInvalidate
-	s.mu.Unlock()
+	f := st.OnRefused
+	st.mu.Unlock()
 	if f != nil {
-		f(string(name), ep)
+		f(string(name), r)
 	}
+}
+
+// SetOnRefused replaces OnRefused while the resolver is in use. The proxy
+// calls Refused from its own goroutines, and a test that learns a request's
+// outcome through a socket has no happens-before edge with them: setting the
+// field directly would race.
+func (st *Static) SetOnRefused(f func(name string, r proxy.Route)) {
+	st.mu.Lock()
+	st.OnRefused = f
+	st.mu.Unlock()
 }
 
 // Resolves returns the number of Resolve calls.
-func (s *Static) Resolves() int64 { return s.resolves.Load() }
+func (st *Static) Resolves() int64 { return st.resolves.Load() }
 
-// Invalidations returns the number of Invalidate calls.
-func (s *Static) Invalidations() int64 { return s.invalidations.Load() }
+// Refusals returns the number of Refused calls.
+func (st *Static) Refusals() int64 { return st.refusals.Load() }

@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -35,10 +36,11 @@ type loadClient struct {
 	// pinboard, so a burst never waits for or fails on the loops' pool.
 	stormHC *fasthttp.Client
 	wg      sync.WaitGroup
-	stop context.CancelFunc
+	stop    context.CancelFunc
 
 	ok, total atomic.Int64 // requests answered 2xx, and all
 	storms    atomic.Int64 // storms done (names their fresh ids)
+	alarms    atomic.Int64 // alarm names handed out (each alarm request sets a new one)
 }
 
 // waitWarm waits (bounded) until nearly every request of the last second
@@ -118,6 +120,10 @@ func (lc *loadClient) loop(ctx context.Context, rng *rand.Rand) {
 			op, path = "GET", "/"
 		case x < 3:
 			path = "/incr-later?delay=2s"
+		case x < 4:
+			// A durable alarm with a name of its own: the checker matches
+			// every 2xx to its run and counts duplicate runs.
+			path = fmt.Sprintf("/alarm?delay=1s&name=c%d", lc.alarms.Add(1))
 		}
 		e := lc.send(lc.hc, req, resp, addr, op, path, id, via)
 		if e.Err != "" || e.Status >= 500 {
@@ -149,6 +155,11 @@ func (lc *loadClient) send(hc *fasthttp.Client, req *fasthttp.Request, resp *fas
 		e.Status = resp.StatusCode()
 		e.Reason = string(resp.Header.Peek(wire.HeaderReason))
 		e.RetryAfter = len(resp.Header.Peek(wire.HeaderRetryAfter)) > 0
+		if path == "/incr" && e.Status/100 == 2 {
+			var b struct{ Count int64 }
+			_ = json.Unmarshal(resp.Body(), &b) // no count: 0, which the checker refuses
+			e.Count = b.Count
+		}
 	}
 	lc.c.hist.Write(e)
 	lc.total.Add(1)

@@ -1,16 +1,20 @@
 package chaos
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/pinned-go/pinned/examples/counter/counterapp"
+	"github.com/pinned-go/pinned/fence"
 	"github.com/pinned-go/pinned/internal/history"
 	"github.com/pinned-go/pinned/internal/testkit/proctest"
 	"github.com/pinned-go/pinned/internal/testkit/redistest"
@@ -42,7 +46,8 @@ type cluster struct {
 	dir  string // history files
 	hist *history.Writer
 
-	redis     *redistest.Server
+	redis     *redistest.Server    // the directory; restarted by a nemesis
+	app       *redistest.Server    // the counters' own store (-persist); never faulted
 	replica   *redistest.Server    // with sentinel
 	sentinels *redistest.Sentinels // with sentinel
 	pbs       []*pinboardProc
@@ -62,7 +67,7 @@ type cluster struct {
 	// storm, set by the client, sends bursts of requests for every id
 	// through both pinboards at once until the deadline.
 	storm func(until time.Time)
-	all               []*proctest.Proc // every process started, for keep
+	all   []*proctest.Proc // every process started, for keep
 }
 
 type pinboardProc struct {
@@ -100,6 +105,7 @@ func startCluster(t testing.TB, cfg clusterConfig) *cluster {
 	c.hist = h
 	t.Cleanup(func() { h.Close() })
 	c.redis = redistest.Start(t)
+	c.app = redistest.Start(t)
 	if cfg.sentinel {
 		c.replica = redistest.StartReplica(t, c.redis)
 		c.sentinels = redistest.StartSentinels(t, c.redis, 3, c.replica)
@@ -171,6 +177,7 @@ func (c *cluster) startWorker(n, inc int, addr string) *workerProc {
 			"PINNED_LISTEN="+addr, "PINNED_PINBOARD_URL=http://"+c.proxys[n-1].addr(),
 			"PINNED_TOKEN="+token, "PINNED_ADVERTISE_URL=http://"+addr,
 			"PINNED_HISTORY="+filepath.Join(c.dir, proc+".jsonl"),
+			"PINNED_PERSIST="+c.app.URL,
 		),
 		Ready: counterReady,
 	})
@@ -267,6 +274,26 @@ func (c *cluster) stop() {
 	}
 	for _, px := range append(c.proxys, c.rproxys...) {
 		px.close()
+	}
+}
+
+// recordStored writes, after the run, the count the counters' store holds
+// for each id (KindStored), for the checker's persisted-count invariant.
+func (c *cluster) recordStored(ids []string) {
+	c.t.Helper()
+	rdb := redistest.Client(c.t, c.app.URL)
+	for _, id := range ids {
+		v, _, err := fence.Get(context.Background(), rdb, counterapp.KeyPrefix+id)
+		if err != nil {
+			c.t.Fatal(err)
+		}
+		var n int64
+		if v != "" {
+			if n, err = strconv.ParseInt(v, 10, 64); err != nil {
+				c.t.Fatalf("stored count of %s: %q: %v", id, v, err)
+			}
+		}
+		c.hist.Write(history.Event{Kind: history.KindStored, ID: id, Count: n})
 	}
 }
 

@@ -1,14 +1,18 @@
 // Package chaos is pinned's chaos harness: real processes on 127.0.0.1
 // (a redis-server, two pinboards sharing it, each through a TCP proxy of
-// the harness's, three counter workers in fleet mode) under a closed-loop
-// client over 200 ids sent through both pinboards, while one nemesis at a
-// time breaks something. Every worker
-// writes its history (internal/history: activations, teardowns, requests
-// served, task effects, lease acks with their send times, lease losses),
-// the client logs every request with its outcome, the harness logs every
-// nemesis and process death, and internal/testkit/chaoscheck checks the whole
-// history: no two live instances of one id, nothing served or done under an
-// ended lease, every request answered as the proxy promises.
+// the harness's, three counter workers in fleet
+// mode that keep their counts in a second redis-server through package
+// fence, -persist) under a closed-loop client over 200 ids sent through
+// both pinboards, while one nemesis at a time breaks something. Every
+// worker writes its history (internal/history: activations, teardowns,
+// requests served, task effects, alarm runs, lease acks with their send times, lease
+// losses), the client logs every request with its outcome (the count of
+// each acknowledged increment), the harness logs every nemesis and process
+// death and, after the run, the count the counters' store holds for every
+// id; internal/testkit/chaoscheck checks the whole history: no two live
+// instances of one id, nothing served or done under an ended lease, no
+// acknowledged increment lost from the store and nothing stored that no
+// request explains, every request answered as the proxy promises.
 //
 // Runs:
 //
@@ -42,11 +46,16 @@
 //     PINBOARD_RESTART_FENCE = the lease, so no id is placed anew until every
 //     lease granted before the restart has run out; the checker allows no
 //     overlap at all (AllowedOverlap 0).
-//   - The client mixes POST /incr, GET / and POST /incr-later?delay=2s
+//   - The client mixes POST /incr, GET /, POST /incr-later?delay=2s
 //     (background tasks, whose effects are logged and must not happen after
-//     the lease: Instance.Do checks it inline, see host.LeaseChecker). Its
-//     timeout (45 s) exceeds the longest pause, so a request held by a
-//     paused worker is answered, not abandoned; a timeout is a hang.
+//     the lease: Instance.Do checks the lease context's Err inline, see
+//     host.Worker) and POST /alarm?delay=1s&name=c<N> (a durable alarm,
+//     one name per request: the checker requires every alarm answered 2xx
+//     to run, under a live lease, and an occurrence to run twice only
+//     across a fault; a Redis restart loses the alarms set before it, by
+//     design). Its timeout (45 s) exceeds the longest pause, so a request
+//     held by a paused worker is answered, not abandoned; a timeout is a
+//     hang.
 //   - Planted bugs (TestPlantedBugs): the binaries are built with the
 //     pinned_faults tag and each run switches one fault on through
 //     PINNED_FAULTS (internal/faults), with the one nemesis that exposes

@@ -34,7 +34,7 @@ func TestMain(m *testing.M) {
 
 var (
 	pinboardReady = regexp.MustCompile(`msg="pinboard listening".* public=(\S+) admin=(\S+)`)
-	counterReady  = regexp.MustCompile(`msg="counter demo listening".* addr=(\S+)`)
+	counterReady  = regexp.MustCompile(`msg="counter demo listening".* addr=(\S+) admin=(\S+)`) // fleet mode: an admin listener by default
 )
 
 type pinboard struct {
@@ -59,7 +59,8 @@ func startPinboard(t *testing.T, redisURL string, env ...string) *pinboard {
 
 type counter struct {
 	*proctest.Proc
-	addr  string
+	addr  string // the advertised listener
+	admin string // the loopback admin listener (/metrics, /debug/pprof)
 	relay *relay // between the counter and the pinboard's registry
 }
 
@@ -71,6 +72,12 @@ type counter struct {
 // challenge value the counter sent (noSecretInLogs).
 func startCounter(t *testing.T, pb *pinboard, env ...string) *counter {
 	t.Helper()
+	return startCounterWith(t, pb, nil, env...)
+}
+
+// startCounterWith is startCounter with command-line arguments.
+func startCounterWith(t *testing.T, pb *pinboard, args []string, env ...string) *counter {
+	t.Helper()
 	addr := freeAddr(t)
 	c := &counter{addr: addr}
 	t.Cleanup(func() {
@@ -80,12 +87,14 @@ func startCounter(t *testing.T, pb *pinboard, env ...string) *counter {
 	c.Proc = proctest.Start(t, proctest.Spec{
 		Name: "counter@" + addr,
 		Bin:  builder.Build(t, "github.com/pinned-go/pinned/examples/counter"),
+		Args: args,
 		Env: append([]string{
 			"PINNED_LISTEN=" + addr, "PINNED_PINBOARD_URL=http://" + c.relay.addr(),
 			"PINNED_TOKEN=" + token, "PINNED_ADVERTISE_URL=http://" + addr,
 		}, env...),
 		Ready: counterReady,
 	})
+	c.admin = c.Ready()[2]
 	return c
 }
 

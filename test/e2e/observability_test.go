@@ -28,7 +28,8 @@ import (
 //     family printed has a row, every row is printed (the catalogue cannot
 //     drift);
 //   - the metrics moved with the traffic;
-//   - /metrics and /debug/pprof/ answer on the admin listener only;
+//   - /metrics and /debug/pprof/ answer on the admin listeners only (the
+//     counter's by default in fleet mode, never on its advertised port);
 //   - no captured log line of either process contains the deployment
 //     token, the worker's secret (the x-pinned-proxy-secret value) or a
 //     challenge or challenge value: all of them are read off the wire
@@ -77,7 +78,12 @@ func TestObservability(t *testing.T) {
 		return hasLine(pbOut, `pinned_registry_placements{namespace="/counter"} 3`) &&
 			!hasLine(pbOut, `pinned_registry_heartbeats_total 0`)
 	}, func() string { return pbOut })
-	cOut := scrape(t, "http://"+c.addr+"/metrics")
+	cOut := scrape(t, "http://"+c.admin+"/metrics")
+	// In fleet mode the counter's main listener is its advertise URL: no
+	// /metrics there, only on its admin listener.
+	if code, _, body := do(t, "GET", "http://"+c.addr+"/metrics", nil); code != 404 || bytes.Contains(body, []byte("pinned_")) {
+		t.Errorf("counter's advertised listener /metrics = %d %.80q; want 404", code, body)
+	}
 
 	pbFams := promcheck.Strict(t, "pinboard /metrics", []byte(pbOut))
 	cFams := promcheck.Strict(t, "counter /metrics", []byte(cOut))
@@ -92,7 +98,8 @@ func TestObservability(t *testing.T) {
 		`pinned_proxy_responses_total{class="4xx"} 1`,
 		`pinned_proxy_responses_total{class="2xx"} 6`,
 		`pinned_proxy_tunnels_open 0`,
-		`pinned_placement_endpoints 1`,
+		`pinned_placement_sessions 1`,
+		`pinned_proxy_endpoints 1`,
 		`pinned_pinboard_lease_seconds 10`,
 		`pinned_registry_store_up 1`,
 	} {

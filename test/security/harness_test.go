@@ -25,8 +25,8 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/pinned-go/pinned/host"
-	"github.com/pinned-go/pinned/internal/testkit/leakcheck"
 	"github.com/pinned-go/pinned/internal/pinboard"
+	"github.com/pinned-go/pinned/internal/testkit/leakcheck"
 	"github.com/pinned-go/pinned/internal/testkit/proctest"
 	"github.com/pinned-go/pinned/internal/testkit/redistest"
 	"github.com/pinned-go/pinned/internal/wire"
@@ -69,11 +69,12 @@ type capture struct {
 }
 
 // host.Attached, for the worker.
-func (c *capture) Namespace() string { return "/counter" }
-func (c *capture) Headroom() int     { return 1 << 20 }
-func (c *capture) Len() int          { return 0 }
-func (c *capture) AbortAll(string)   {}
-func (c *capture) CloseIdle(string)  {}
+func (c *capture) Namespace() string         { return "/counter" }
+func (c *capture) Headroom() int             { return 1 << 20 }
+func (c *capture) Len() int                  { return 0 }
+func (c *capture) AbortAll(string)           {}
+func (c *capture) CloseIdle(string)          {}
+func (c *capture) Evict(string, string) bool { return false }
 
 // MaxRequestBodySize is beyond any body the suites send: the proxy's own
 // limits are under test, not the worker's.
@@ -98,7 +99,7 @@ func startCapture(t *testing.T, pinboardAddr string) *capture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := w.Attach(c); err != nil {
+	if _, err := w.Attach(c); err != nil {
 		t.Fatal(err)
 	}
 	c.w = w
@@ -157,7 +158,7 @@ func (c *capture) setRaw(raw string) {
 }
 
 // startInProcess runs a pinboard in this process the way cmd/pinboard does
-// (pinboard.New with pinboard.NewProxy), with the in-memory store, and
+// (pinboard.New, registry and proxy), with the in-memory store, and
 // returns its public address.
 func startInProcess(t *testing.T) string {
 	t.Helper()
@@ -170,8 +171,8 @@ func startInProcess(t *testing.T) string {
 		t.Fatal(err)
 	}
 	p, err := pinboard.New(pinboard.Config{
-		Settings: pinboard.Settings{Dev: true, Tokens: []string{token}, Lease: 3 * time.Second, ShutdownTimeout: 5 * time.Second},
-		Logger:   slog.New(slog.DiscardHandler), NewDataPlane: pinboard.NewProxy,
+		Settings:       pinboard.Settings{Dev: true, Tokens: []string{token}, Lease: 3 * time.Second, ShutdownTimeout: 5 * time.Second},
+		Logger:         slog.New(slog.DiscardHandler),
 		PublicListener: pub, AdminListener: adm,
 	})
 	if err != nil {

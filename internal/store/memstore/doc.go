@@ -3,8 +3,12 @@
 // redisstore (one conformance suite, storetest, runs against both): leases on
 // an injected clock, owner-checked heartbeats that never re-create a session,
 // supersede-by-clientId-or-URL, exactly-once take-all message queues,
-// SET NX / compare-and-set / compare-and-delete placements, a placement index
-// per session that Reap uses to collect dead sessions' placements.
+// SET NX / compare-and-set / compare-and-delete placements under epochs
+// allocated as redisstore does (wire.NextEpoch of the id's last epoch and
+// the store's clock), a placement index per session that Reap uses to
+// collect dead sessions' placements, and alarms in per-shard maps
+// (alarms.go; claims scan a shard, which suits `pinboard -dev`, not large
+// alarm sets).
 //
 // # Invariants
 //
@@ -26,6 +30,10 @@
 //     expired entries are dropped by Reap and, for nonces, whenever the map
 //     has doubled since the last sweep, so memory stays bounded by the
 //     rate of use times the TTL.
+//   - Each placement name's last epoch lives in a map behind the same
+//     mutex, stamped when it was allocated or its placement released;
+//     Reap drops those older than the epoch TTL, so memory stays bounded by
+//     the ids placed within one TTL.
 //   - Deregister makes a session dead at once (a zero lease from now), so
 //     every read treats it as expired and Reap collects it after its grace.
 //   - Expired sessions stay in memory, invisible to every read, until Reap

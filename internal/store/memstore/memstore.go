@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -34,6 +35,11 @@ type Config struct {
 	// QueueTTL is how long a queue survives its last push when no
 	// heartbeat takes it. Zero means DefaultQueueTTL.
 	QueueTTL time.Duration
+	// EpochTTL is how long an id's last epoch is kept after the placement
+	// it belongs to was written or released (Reap drops older ones); past
+	// it, epochs rest on the clock only (wire.NextEpoch). Zero means
+	// store.DefaultEpochTTL.
+	EpochTTL time.Duration
 }
 
 // Store is an in-memory store.Store and store.Reaper.
@@ -42,6 +48,7 @@ type Store struct {
 	onInv    func(store.Invalidation)
 	maxQueue int
 	queueTTL time.Duration
+	epochTTL time.Duration
 
 	mu         sync.Mutex
 	closed     bool
@@ -49,11 +56,13 @@ type Store struct {
 	clients    map[string]string              // clientId -> current session id
 	urls       map[string]string              // advertise URL -> current session id
 	queues     map[string]*queue              // clientId -> queue
-	placements map[string]string              // placement name -> session id
+	placements map[string]store.Placement     // placement name -> placement
+	epochs     map[string]lastEpoch           // placement name -> its last epoch
 	owned      map[string]*index              // session id -> placement index
 	nonces     map[string]expiring            // nonce id -> when it was used
 	noncePrune int                            // prune nonces when the map reaches this size
 	slots      map[string]map[string]expiring // token id -> session id -> slot
+	alarms     [wire.AlarmShards]alarmShard   // alarms.go
 
 	started bool
 	kick    chan struct{} // wakes the reaper to recompute its deadline
@@ -77,6 +86,13 @@ type expiring struct {
 
 func (e expiring) gone(now clock.Instant) bool { return now.Elapsed(e.at, e.ttl) }
 
+// lastEpoch is the last epoch allocated to a placement name, kept for the
+// epoch TTL from at (the epoch's allocation or its placement's release).
+type lastEpoch struct {
+	epoch uint64
+	at    clock.Instant
+}
+
 // minNoncePrune is the nonce map size below which UseNonce does not sweep.
 const minNoncePrune = 1024
 
@@ -95,6 +111,8 @@ type index struct {
 var _ interface {
 	store.Store
 	store.Reaper
+	store.PlacementLister
+	store.Alarms
 } = (*Store)(nil)
 
 // New returns a Store. It starts nothing; call Start for expiry
@@ -106,16 +124,21 @@ func New(cfg Config) (*Store, error) {
 	if cfg.QueueTTL < 0 {
 		return nil, fmt.Errorf("memstore: QueueTTL %v is negative; use 0 for the default (%v)", cfg.QueueTTL, DefaultQueueTTL)
 	}
+	if cfg.EpochTTL < 0 {
+		return nil, fmt.Errorf("memstore: EpochTTL %v is negative; use 0 for the default (%v)", cfg.EpochTTL, store.DefaultEpochTTL)
+	}
 	s := &Store{
 		clock:      clock.Or(cfg.Clock),
 		onInv:      cfg.OnInvalidate,
 		maxQueue:   cmp.Or(cfg.MaxQueuedMessages, DefaultMaxQueuedMessages),
 		queueTTL:   cmp.Or(cfg.QueueTTL, DefaultQueueTTL),
+		epochTTL:   cmp.Or(cfg.EpochTTL, store.DefaultEpochTTL),
 		sessions:   map[string]*session{},
 		clients:    map[string]string{},
 		urls:       map[string]string{},
 		queues:     map[string]*queue{},
-		placements: map[string]string{},
+		placements: map[string]store.Placement{},
+		epochs:     map[string]lastEpoch{},
 		owned:      map[string]*index{},
 		nonces:     map[string]expiring{},
 		noncePrune: minNoncePrune,
@@ -235,8 +258,8 @@ func (s *Store) Expire() {
 	}
 }
 
-// Flush drops everything, like FLUSHALL on Redis, and calls
-// OnInvalidate(All).
+// Flush drops everything, like FLUSHALL on Redis (epoch counters included:
+// later epochs rest on the clock's floor), and calls OnInvalidate(All).
 func (s *Store) Flush() {
 	s.mu.Lock()
 	clear(s.sessions)
@@ -244,9 +267,11 @@ func (s *Store) Flush() {
 	clear(s.urls)
 	clear(s.queues)
 	clear(s.placements)
+	clear(s.epochs)
 	clear(s.owned)
 	clear(s.nonces)
 	clear(s.slots)
+	s.alarms = [wire.AlarmShards]alarmShard{}
 	s.mu.Unlock()
 	s.invalidate(store.Invalidation{All: true})
 }
@@ -557,13 +582,39 @@ func (s *Store) ReserveSlot(ctx context.Context, tokenID, sessionID string, max 
 	return len(m), true, nil
 }
 
-// Placement implements store.Store.
-func (s *Store) Placement(ctx context.Context, ns, id string) (string, error) {
+// Lookup implements store.Store.
+func (s *Store) Lookup(ctx context.Context, ns, id string) (store.Placement, error) {
 	if err := s.begin(ctx); err != nil {
-		return "", err
+		return store.Placement{}, err
 	}
 	defer s.mu.Unlock()
 	return s.placements[wire.PlacementName(ns, id)], nil
+}
+
+// Placement implements store.Store: Lookup's session.
+func (s *Store) Placement(ctx context.Context, ns, id string) (string, error) {
+	p, err := s.Lookup(ctx, ns, id)
+	return p.Session, err
+}
+
+// place writes name -> sessionID under a new epoch (wire.NextEpoch of the
+// larger of the remembered last epoch and the current placement's). Called
+// with s.mu held.
+func (s *Store) place(name, sessionID string) store.Placement {
+	now := s.clock.Now()
+	last := max(s.epochs[name].epoch, s.placements[name].Epoch)
+	p := store.Placement{Session: sessionID, Epoch: wire.NextEpoch(last, now.Wall()), Since: time.UnixMilli(now.UnixMilli())}
+	s.placements[name] = p
+	s.epochs[name] = lastEpoch{epoch: p.Epoch, at: now}
+	return p
+}
+
+// unplace deletes name's placement; its epoch is remembered for another
+// epoch TTL. Called with s.mu held.
+func (s *Store) unplace(name string, now clock.Instant) {
+	e := max(s.epochs[name].epoch, s.placements[name].Epoch)
+	delete(s.placements, name)
+	s.epochs[name] = lastEpoch{epoch: e, at: now}
 }
 
 func (s *Store) indexOf(sid string) *index {
@@ -594,48 +645,59 @@ func (s *Store) indexDel(sid, ns, name string) {
 	}
 }
 
-// Claim implements store.Store.
+// Claim implements store.Store: ClaimPlacement's session.
 func (s *Store) Claim(ctx context.Context, ns, id, sessionID string) (string, error) {
+	p, err := s.ClaimPlacement(ctx, ns, id, sessionID)
+	return p.Session, err
+}
+
+// ClaimPlacement implements store.Store.
+func (s *Store) ClaimPlacement(ctx context.Context, ns, id, sessionID string) (store.Placement, error) {
 	if sessionID == "" {
-		return "", errors.New("cannot claim: empty session id")
+		return store.Placement{}, errors.New("cannot claim: empty session id")
 	}
 	if err := s.begin(ctx); err != nil {
-		return "", err
+		return store.Placement{}, err
 	}
 	name := wire.PlacementName(ns, id)
-	if h := s.placements[name]; h != "" {
+	if p := s.placements[name]; p.Session != "" {
 		s.mu.Unlock()
-		return h, nil
+		return p, nil
 	}
-	s.placements[name] = sessionID
+	p := s.place(name, sessionID)
 	s.indexAdd(sessionID, ns, name)
 	s.mu.Unlock()
 	s.invalidate(store.Invalidation{Placement: name})
-	return sessionID, nil
+	return p, nil
 }
 
-// Replace implements store.Store.
+// Replace implements store.Store: ReplacePlacement's session.
 func (s *Store) Replace(ctx context.Context, ns, id, old, sessionID string) (string, error) {
+	p, err := s.ReplacePlacement(ctx, ns, id, old, sessionID)
+	return p.Session, err
+}
+
+// ReplacePlacement implements store.Store.
+func (s *Store) ReplacePlacement(ctx context.Context, ns, id, old, sessionID string) (store.Placement, error) {
 	if sessionID == "" || old == "" {
-		return "", errors.New("cannot replace: empty session id")
+		return store.Placement{}, errors.New("cannot replace: empty session id")
 	}
 	if err := s.begin(ctx); err != nil {
-		return "", err
+		return store.Placement{}, err
 	}
 	name := wire.PlacementName(ns, id)
-	h := s.placements[name]
-	if h != old {
+	if p := s.placements[name]; p.Session != old {
 		s.mu.Unlock()
-		return h, nil
+		return p, nil
 	}
-	s.placements[name] = sessionID
+	p := s.place(name, sessionID)
 	s.indexAdd(sessionID, ns, name)
 	if old != sessionID {
 		s.indexDel(old, ns, name)
 	}
 	s.mu.Unlock()
 	s.invalidate(store.Invalidation{Placement: name})
-	return sessionID, nil
+	return p, nil
 }
 
 // Release implements store.Store.
@@ -644,11 +706,11 @@ func (s *Store) Release(ctx context.Context, ns, id, sessionID string) (bool, er
 		return false, err
 	}
 	name := wire.PlacementName(ns, id)
-	if sessionID == "" || s.placements[name] != sessionID {
+	if sessionID == "" || s.placements[name].Session != sessionID {
 		s.mu.Unlock()
 		return false, nil
 	}
-	delete(s.placements, name)
+	s.unplace(name, s.clock.Now())
 	s.indexDel(sessionID, ns, name)
 	s.mu.Unlock()
 	s.invalidate(store.Invalidation{Placement: name})
@@ -688,8 +750,8 @@ func (s *Store) Reap(ctx context.Context, grace time.Duration) (store.ReapStats,
 		}
 		if ix := s.owned[sid]; ix != nil {
 			for name := range ix.names {
-				if s.placements[name] == sid {
-					delete(s.placements, name)
+				if s.placements[name].Session == sid {
+					s.unplace(name, now)
 					freed = append(freed, name)
 				}
 			}
@@ -709,6 +771,11 @@ func (s *Store) Reap(ctx context.Context, grace time.Duration) (store.ReapStats,
 		}
 	}
 	s.pruneNonces(now)
+	for name, e := range s.epochs {
+		if now.Elapsed(e.at, s.epochTTL) {
+			delete(s.epochs, name)
+		}
+	}
 	for tok, m := range s.slots {
 		for id, e := range m {
 			if e.gone(now) {
@@ -737,4 +804,58 @@ func (s *Store) Ping(ctx context.Context) error {
 	}
 	s.mu.Unlock()
 	return nil
+}
+
+// memCursorPrefix starts every cursor memstore hands out: the rest is the
+// last id returned.
+const memCursorPrefix = "m:"
+
+// ListPlacements implements store.PlacementLister. Pages are in id order and
+// the cursor is the last id returned, so every placement present for the
+// whole listing is returned exactly once, whatever changes meanwhile.
+func (s *Store) ListPlacements(ctx context.Context, q store.ListQuery) (store.ListPage, error) {
+	var after string
+	if q.Cursor != "" {
+		var ok bool
+		after, ok = strings.CutPrefix(q.Cursor, memCursorPrefix)
+		if !ok || wire.CheckSegment([]byte(after), 0) != wire.SegmentOK {
+			return store.ListPage{}, store.ErrBadCursor
+		}
+	}
+	if q.Limit < 1 {
+		return store.ListPage{}, errors.New("memstore: ListQuery.Limit must be at least 1")
+	}
+	if err := s.begin(ctx); err != nil {
+		return store.ListPage{}, err
+	}
+	prefix := q.Namespace + "/"
+	var found []store.ListedPlacement
+	keep := func(name, sid string) {
+		if id, ok := strings.CutPrefix(name, prefix); ok && id > after {
+			found = append(found, store.ListedPlacement{ID: id, SessionID: sid})
+		}
+	}
+	if q.Sessions == nil {
+		for name, pl := range s.placements {
+			keep(name, pl.Session)
+		}
+	} else {
+		for _, sid := range q.Sessions {
+			if ix := s.owned[sid]; ix != nil {
+				for name := range ix.names {
+					if s.placements[name].Session == sid {
+						keep(name, sid)
+					}
+				}
+			}
+		}
+	}
+	s.mu.Unlock()
+	slices.SortFunc(found, func(a, b store.ListedPlacement) int { return strings.Compare(a.ID, b.ID) })
+	page := store.ListPage{Placements: found}
+	if len(found) > q.Limit {
+		page.Placements = found[:q.Limit:q.Limit]
+		page.Cursor = memCursorPrefix + found[q.Limit-1].ID
+	}
+	return page, nil
 }

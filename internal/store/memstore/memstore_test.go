@@ -86,3 +86,13 @@ func TestConfigValidation(t *testing.T) {
 		t.Error("New(QueueTTL: -1s) succeeded")
 	}
 }
+
+func TestAlarmConformance(t *testing.T) {
+	storetest.RunAlarms(t, func(t *testing.T, opts store.Options) storetest.Harness {
+		s, err := New(Config{Options: opts})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return storetest.Harness{Store: s, Flush: s.Flush}
+	})
+}

@@ -1,9 +1,12 @@
 // Package redisstore is the Redis implementation of store.Store (and
 // store.Reaper), on rueidis. It works on a single Redis node and on Redis
-// Cluster unchanged: every command and every Lua script touches exactly one
-// key (the layout is documented in internal/wire/keys.go and the registry
-// package doc), so nothing depends on two keys sharing a slot. It needs
-// Redis ≥ 6.2 (RESP3 client tracking, ZADD GT, SET GET).
+// Cluster unchanged (the conformance suite runs on both): every command and
+// every Lua script touches exactly one key, except the placement scripts,
+// whose two keys (the placement and its epoch counter) share a hash tag and
+// so a slot, and the alarm scripts (alarms.go), whose keys all belong to one
+// alarm shard and share its hash tag {<shard>} (the layout is documented in
+// internal/wire/keys.go and the registry package doc). It needs Redis ≥ 6.2
+// (RESP3 client tracking, ZADD GT, SET GET, TIME in scripts).
 //
 // # Operations
 //
@@ -26,6 +29,16 @@
 //     nodes and that ordering is best effort); an index add again after
 //     winning (see the race below); on losing, the index entry is removed
 //     unless the placement turned out to be ours. Two or three round trips.
+//   - Epochs: the claim and replace scripts allocate the new placement's
+//     epoch in the same script, from its counter pinned:e:{<ns>/<id>}:
+//     max(counter + 1, replaced epoch + 1, TIME in µs) (wire.NextEpoch on
+//     Redis's clock), stored back with PX Config.EpochTTL; the placement
+//     value is "<epoch> <since ms> <session>", since on Config.Clock. Release
+//     (and Reap) raises the counter to the released epoch and restarts its
+//     TTL. A lost claim or replace writes neither key. A Redis that lost its
+//     data (restart without persistence) also lost the counters: the time
+//     floor, taken at least RestartFence after the restart, is above every
+//     epoch allocated before it.
 //   - Restart fence (Config.RestartFence > 0): the claim and replace scripts
 //     read the server's uptime (INFO server, inside the script, on the node
 //     that holds the placement) and refuse to write while it is below the
@@ -52,6 +65,19 @@
 //     (NOSCRIPT after a restart or SCRIPT FLUSH) is re-run alone, which
 //     loads it.
 //   - Release and Reap: compare-and-delete script, then unindex.
+//   - ListPlacements (store.PlacementLister, listing.go): SCAN of every node
+//     with MATCH pinned:p:<ns>/* (or, for a worker's sessions, HSCAN of
+//     their pinned:o:<sid> with MATCH <ns>/*), a pipelined GET of each
+//     candidate's placement, and a script on pinned:i:<listing> that keeps
+//     only the names the listing has not returned (SCAN may repeat keys)
+//     and records them. Never KEYS; a page is a few SCAN calls.
+//   - Alarms (store.Alarms): one script per call on the instance's shard:
+//     set (cap check, HSET record, ZADD due, SADD index), delete, list (the
+//     index, then each record and score), claim (ZRANGEBYSCORE due ≤ now,
+//     HMGET the records, one ZADD moving them all to the claim's end, the
+//     earliest score left), finish (compare the record, then remove or
+//     rewrite and reschedule, and add a dead letter, dropping the oldest
+//     beyond the cap); dead letters: one script per shard, pipelined.
 //   - Unindex is always "HDEL, then GET the placement, and index again if it
 //     names this session". Together with "index again after every winning
 //     write" this keeps the invariant "a placement naming session S is in

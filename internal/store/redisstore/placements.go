@@ -16,23 +16,35 @@ import (
 	"github.com/pinned-go/pinned/internal/wire"
 )
 
-// Placement implements store.Store. It reads through the client-side cache,
+// Lookup implements store.Store. It reads through the client-side cache,
 // so Redis tracks the key for this connection and a later change reaches
 // OnInvalidate.
-func (s *Store) Placement(ctx context.Context, ns, id string) (string, error) {
-	h, _, err := s.PlacementUntil(ctx, ns, id)
-	return h, err
+func (s *Store) Lookup(ctx context.Context, ns, id string) (store.Placement, error) {
+	p, _, err := s.LookupUntil(ctx, ns, id)
+	return p, err
 }
 
-// PlacementUntil implements store.CachedPlacements: Placement, and when the
+// Placement implements store.Store: Lookup's session.
+func (s *Store) Placement(ctx context.Context, ns, id string) (string, error) {
+	p, _, err := s.LookupUntil(ctx, ns, id)
+	return p.Session, err
+}
+
+// PlacementUntil implements store.CachedPlacements: LookupUntil's session.
+func (s *Store) PlacementUntil(ctx context.Context, ns, id string) (string, time.Time, error) {
+	p, until, err := s.LookupUntil(ctx, ns, id)
+	return p.Session, until, err
+}
+
+// LookupUntil implements store.CachedLookups: Lookup, and when the
 // client-side cache entry behind the answer expires. A fresh entry lives
 // CacheTTL less a random fifth at most, so that placements read together
 // (a pinboard's first second of traffic) do not all expire, and all get
 // re-read, in the same instant of every later TTL.
-func (s *Store) PlacementUntil(ctx context.Context, ns, id string) (string, time.Time, error) {
+func (s *Store) LookupUntil(ctx context.Context, ns, id string) (store.Placement, time.Time, error) {
 	c, err := s.get(ctx)
 	if err != nil {
-		return "", time.Time{}, err
+		return store.Placement{}, time.Time{}, err
 	}
 	ttl := s.cacheTTL - rand.N(s.cacheTTL/5+1)
 	res := c.DoCache(ctx, c.B().Get().Key(wire.KeyPlacement(ns, id)).Cache(), ttl)
@@ -42,9 +54,25 @@ func (s *Store) PlacementUntil(ctx context.Context, ns, id string) (string, time
 	}
 	v, err := res.ToString()
 	if rueidis.IsRedisNil(err) {
-		return "", until, nil
+		return store.Placement{}, until, nil
 	}
-	return v, until, s.wrap(ctx, "placement", err)
+	if err != nil {
+		return store.Placement{}, until, s.wrap(ctx, "placement", err)
+	}
+	p, err := parsePlacement(v)
+	return p, until, err
+}
+
+// parsePlacement decodes a placement key's value ("" is none).
+func parsePlacement(v string) (store.Placement, error) {
+	if v == "" {
+		return store.Placement{}, nil
+	}
+	epoch, since, sid, ok := wire.ParsePlacement(v)
+	if !ok {
+		return store.Placement{}, fmt.Errorf("redisstore: placement value %q is not \"<epoch> <since> <session>\" (protocol version %d): does a pinboard of another version share this Redis?", v, wire.Version)
+	}
+	return store.Placement{Session: sid, Epoch: epoch, Since: time.UnixMilli(since)}, nil
 }
 
 func (s *Store) indexAdd(ctx context.Context, c rueidis.Client, sid, ns, name string) error {
@@ -59,27 +87,39 @@ func (s *Store) unindex(ctx context.Context, c rueidis.Client, sid, ns, name str
 	if err != nil {
 		return s.wrap(ctx, "unindex", err)
 	}
-	h, err := c.Do(ctx, c.B().Get().Key(wire.KeyPrefixPlacement+name).Build()).ToString()
+	v, err := c.Do(ctx, c.B().Get().Key(wire.KeyPlacementName(name)).Build()).ToString()
 	if rueidis.IsRedisNil(err) {
 		return nil
 	}
 	if err != nil {
 		return s.wrap(ctx, "unindex", err)
 	}
-	if h == sid {
+	if _, _, h, _ := wire.ParsePlacement(v); h == sid {
 		return s.indexAdd(ctx, c, sid, ns, name)
 	}
 	return nil
 }
 
-// Claim implements store.Store.
+// placementKeys are the keys of the placement scripts: the placement and
+// its epoch counter (one hash tag, one cluster slot).
+func placementKeys(name string) []string {
+	return []string{wire.KeyPlacementName(name), wire.KeyEpochName(name)}
+}
+
+// Claim implements store.Store: ClaimPlacement's session.
 func (s *Store) Claim(ctx context.Context, ns, id, sessionID string) (string, error) {
+	p, err := s.ClaimPlacement(ctx, ns, id, sessionID)
+	return p.Session, err
+}
+
+// ClaimPlacement implements store.Store.
+func (s *Store) ClaimPlacement(ctx context.Context, ns, id, sessionID string) (store.Placement, error) {
 	if sessionID == "" {
-		return "", errors.New("cannot claim: empty session id")
+		return store.Placement{}, errors.New("cannot claim: empty session id")
 	}
 	c, err := s.get(ctx)
 	if err != nil {
-		return "", err
+		return store.Placement{}, err
 	}
 	name := wire.PlacementName(ns, id)
 	// Index first, claim second, in one round trip: Redis runs a pipeline
@@ -90,28 +130,38 @@ func (s *Store) Claim(ctx context.Context, ns, id, sessionID string) (string, er
 	}
 	res := pipeline(ctx, c,
 		scriptIndexAdd.with([]string{wire.KeyOwned(sessionID)}, name, wire.OwnedCountPrefix+ns),
-		claim.with([]string{wire.KeyPlacement(ns, id)}, sessionID, s.fenceSeconds))
+		claim.with(placementKeys(name), sessionID, s.fenceSeconds, i64(s.clock.Now().UnixMilli()), s.epochTTL))
 	if err := res[0].Error(); err != nil {
-		return "", s.wrap(ctx, "index", err)
+		return store.Placement{}, s.wrap(ctx, "index", err)
 	}
-	holder, err := res[1].ToString()
+	v, err := res[1].ToString()
 	if err != nil {
-		return "", errors.Join(s.fenced(ctx, "claim", err), s.unindex(ctx, c, sessionID, ns, name))
+		return store.Placement{}, errors.Join(s.fenced(ctx, "claim", err), s.unindex(ctx, c, sessionID, ns, name))
 	}
-	if holder == sessionID {
-		return holder, s.indexAdd(ctx, c, sessionID, ns, name)
+	p, err := parsePlacement(v)
+	if err != nil {
+		return p, err
 	}
-	return holder, s.unindex(ctx, c, sessionID, ns, name)
+	if p.Session == sessionID {
+		return p, s.indexAdd(ctx, c, sessionID, ns, name)
+	}
+	return p, s.unindex(ctx, c, sessionID, ns, name)
 }
 
-// Replace implements store.Store.
+// Replace implements store.Store: ReplacePlacement's session.
 func (s *Store) Replace(ctx context.Context, ns, id, old, sessionID string) (string, error) {
+	p, err := s.ReplacePlacement(ctx, ns, id, old, sessionID)
+	return p.Session, err
+}
+
+// ReplacePlacement implements store.Store.
+func (s *Store) ReplacePlacement(ctx context.Context, ns, id, old, sessionID string) (store.Placement, error) {
 	if sessionID == "" || old == "" {
-		return "", errors.New("cannot replace: empty session id")
+		return store.Placement{}, errors.New("cannot replace: empty session id")
 	}
 	c, err := s.get(ctx)
 	if err != nil {
-		return "", err
+		return store.Placement{}, err
 	}
 	name := wire.PlacementName(ns, id)
 	replace := scriptReplace
@@ -120,24 +170,28 @@ func (s *Store) Replace(ctx context.Context, ns, id, old, sessionID string) (str
 	}
 	res := pipeline(ctx, c,
 		scriptIndexAdd.with([]string{wire.KeyOwned(sessionID)}, name, wire.OwnedCountPrefix+ns),
-		replace.with([]string{wire.KeyPlacement(ns, id)}, old, sessionID, s.fenceSeconds))
+		replace.with(placementKeys(name), old, sessionID, s.fenceSeconds, i64(s.clock.Now().UnixMilli()), s.epochTTL))
 	if err := res[0].Error(); err != nil {
-		return "", s.wrap(ctx, "index", err)
+		return store.Placement{}, s.wrap(ctx, "index", err)
 	}
-	holder, err := res[1].ToString()
+	v, err := res[1].ToString()
 	if err != nil {
-		return "", errors.Join(s.fenced(ctx, "replace", err), s.unindex(ctx, c, sessionID, ns, name))
+		return store.Placement{}, errors.Join(s.fenced(ctx, "replace", err), s.unindex(ctx, c, sessionID, ns, name))
 	}
-	if holder != sessionID {
-		return holder, s.unindex(ctx, c, sessionID, ns, name)
+	p, err := parsePlacement(v)
+	if err != nil {
+		return p, err
+	}
+	if p.Session != sessionID {
+		return p, s.unindex(ctx, c, sessionID, ns, name)
 	}
 	if err := s.indexAdd(ctx, c, sessionID, ns, name); err != nil {
-		return holder, err
+		return p, err
 	}
 	if old != sessionID {
-		return holder, s.unindex(ctx, c, old, ns, name)
+		return p, s.unindex(ctx, c, old, ns, name)
 	}
-	return holder, nil
+	return p, nil
 }
 
 // Release implements store.Store.
@@ -149,7 +203,7 @@ func (s *Store) Release(ctx context.Context, ns, id, sessionID string) (bool, er
 	if err != nil {
 		return false, err
 	}
-	n, err := scriptRelease.Exec(ctx, c, []string{wire.KeyPlacement(ns, id)}, []string{sessionID}).AsInt64()
+	n, err := scriptRelease.Exec(ctx, c, placementKeys(wire.PlacementName(ns, id)), []string{sessionID, s.epochTTL}).AsInt64()
 	if err != nil {
 		return false, s.wrap(ctx, "release", err)
 	}
@@ -240,7 +294,7 @@ func (s *Store) reapSession(ctx context.Context, c rueidis.Client, sid string) (
 				}
 				continue
 			}
-			n, err := scriptRelease.Exec(ctx, c, []string{wire.KeyPrefixPlacement + field}, []string{sid}).AsInt64()
+			n, err := scriptRelease.Exec(ctx, c, placementKeys(field), []string{sid, s.epochTTL}).AsInt64()
 			if err != nil {
 				return freed, s.wrap(ctx, "reap", err)
 			}

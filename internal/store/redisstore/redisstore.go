@@ -18,6 +18,7 @@ import (
 
 	"github.com/pinned-go/pinned/clock"
 	"github.com/pinned-go/pinned/internal/store"
+	"github.com/pinned-go/pinned/internal/wire"
 )
 
 // Defaults for Config fields left zero.
@@ -105,6 +106,12 @@ type Config struct {
 	// following their +switch-master events (a missed event would otherwise
 	// keep it on a demoted primary). Zero means DefaultSentinelRefresh.
 	SentinelRefresh time.Duration
+	// EpochTTL is how long an id's last epoch is kept after the placement it
+	// belongs to was written or released (the pinned:e: key's PEXPIRE).
+	// Epochs of one id increase as long as it is kept, whatever the clocks
+	// do; past it they rest on Redis's clock only (wire.NextEpoch). Zero
+	// means store.DefaultEpochTTL.
+	EpochTTL time.Duration
 }
 
 // Store is a store.Store and store.Reaper on Redis.
@@ -120,8 +127,11 @@ type Store struct {
 	// fenceSeconds is Config.RestartFence in whole seconds (rounded up), as
 	// the placement scripts' argument.
 	fenceSeconds string
-	backoffMin   time.Duration
-	backoffMax   time.Duration
+	// epochTTL is Config.EpochTTL in milliseconds, as the placement
+	// scripts' argument.
+	epochTTL   string
+	backoffMin time.Duration
+	backoffMax time.Duration
 
 	client  atomic.Pointer[conn] // nil until connected
 	circuit *circuit
@@ -138,6 +148,7 @@ type conn struct{ rueidis.Client }
 var _ interface {
 	store.Store
 	store.Reaper
+	store.Alarms
 } = (*Store)(nil)
 
 // New validates cfg and returns a Store that is not connected yet. It does
@@ -155,7 +166,7 @@ func New(cfg Config) (*Store, error) {
 		"MaxQueuedMessages": int64(cfg.MaxQueuedMessages), "QueueTTL": int64(cfg.QueueTTL),
 		"ReapBatch": int64(cfg.ReapBatch), "ConnectBackoffMin": int64(cfg.ConnectBackoffMin),
 		"ConnectBackoffMax": int64(cfg.ConnectBackoffMax), "RestartFence": int64(cfg.RestartFence),
-		"CircuitProbeTimeout": int64(cfg.CircuitProbeTimeout), "SentinelRefresh": int64(cfg.SentinelRefresh),
+		"CircuitProbeTimeout": int64(cfg.CircuitProbeTimeout), "SentinelRefresh": int64(cfg.SentinelRefresh), "EpochTTL": int64(cfg.EpochTTL),
 	} {
 		if v < 0 {
 			return nil, fmt.Errorf("redisstore: Config.%s is negative; use 0 for the default", name)
@@ -176,6 +187,7 @@ func New(cfg Config) (*Store, error) {
 		// Whole seconds, rounded up: the script compares with Redis's
 		// uptime_in_seconds, which is rounded down.
 		fenceSeconds: strconv.FormatInt(int64((cfg.RestartFence+time.Second-1)/time.Second), 10),
+		epochTTL:     ms(max(cmp.Or(cfg.EpochTTL, store.DefaultEpochTTL), time.Millisecond)),
 	}
 	s.set = cfg.Metrics
 	if s.set == nil {
@@ -345,7 +357,7 @@ func (s *Store) onInvalidations(msgs []rueidis.RedisMessage) {
 
 // invalidationFor maps one invalidated key to what a reader may have cached.
 func invalidationFor(key string) (store.Invalidation, bool) {
-	if name, ok := strings.CutPrefix(key, keyPrefixPlacement); ok {
+	if name, ok := wire.PlacementOfKey(key); ok {
 		return store.Invalidation{Placement: name}, true
 	}
 	if sid, ok := strings.CutPrefix(key, keyPrefixSession); ok {

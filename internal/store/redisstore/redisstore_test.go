@@ -11,10 +11,10 @@ import (
 	"github.com/redis/rueidis"
 	"go.uber.org/goleak"
 
-	"github.com/pinned-go/pinned/internal/testkit/leakcheck"
-	"github.com/pinned-go/pinned/internal/testkit/redistest"
 	"github.com/pinned-go/pinned/internal/store"
 	"github.com/pinned-go/pinned/internal/store/storetest"
+	"github.com/pinned-go/pinned/internal/testkit/leakcheck"
+	"github.com/pinned-go/pinned/internal/testkit/redistest"
 	"github.com/pinned-go/pinned/internal/wire"
 )
 
@@ -47,25 +47,37 @@ func open(t *testing.T, cfg Config) *Store {
 
 func TestConformance(t *testing.T) {
 	srv := redistest.Start(t)
-	adm := admin(t, srv)
-	do := func(t *testing.T, args ...string) {
+	conformance(t, srv.URL, srv)
+}
+
+// TestConformanceCluster runs the same suite on a local three-master Redis
+// Cluster: every script, the placement scripts with their hash-tagged epoch
+// counter included, must run where its keys live.
+func TestConformanceCluster(t *testing.T) {
+	cl := redistest.StartCluster(t)
+	conformance(t, cl.URL, cl.Nodes...)
+}
+
+// conformance runs storetest on the Redis at url, made of nodes.
+func conformance(t *testing.T, url string, nodes ...*redistest.Server) {
+	each := func(t *testing.T, args ...string) {
 		t.Helper()
-		if err := adm.Do(context.Background(), adm.B().Arbitrary(args...).Build()).Error(); err != nil {
-			t.Fatalf("%v: %v", args, err)
+		for _, n := range nodes {
+			if _, err := n.Command(args...); err != nil {
+				t.Fatalf("%v on %s: %v", args, n.Addr, err)
+			}
 		}
 	}
 	storetest.Run(t, func(t *testing.T, opts store.Options) storetest.Harness {
-		do(t, "FLUSHALL")
-		s := open(t, Config{Options: opts, URL: srv.URL})
+		each(t, "FLUSHALL")
+		s := open(t, Config{Options: opts, URL: url})
 		const lease = 400 * time.Millisecond
 		return storetest.Harness{
-			Store:  s,
-			Lease:  lease,
-			Elapse: func(d time.Duration) { time.Sleep(d) }, // time must pass on Redis's clock
-			Flush:  func() { do(t, "FLUSHALL") },
-			KillConnections: func() {
-				do(t, "CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes")
-			},
+			Store:           s,
+			Lease:           lease,
+			Elapse:          func(d time.Duration) { time.Sleep(d) }, // time must pass on Redis's clock
+			Flush:           func() { each(t, "FLUSHALL") },
+			KillConnections: func() { each(t, "CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes") },
 		}
 	})
 }
@@ -143,6 +155,42 @@ func TestPlacementUntil(t *testing.T) {
 	// No placement: still an until (rueidis caches the nil too).
 	if h, until, err := s.PlacementUntil(ctx, "/a", "none"); h != "" || err != nil || until.IsZero() {
 		t.Errorf("absent placement = %q, %v, %v; want \"\", a time, nil", h, until, err)
+	}
+}
+
+// LookupUntil is PlacementUntil with the whole placement: the epoch and
+// since the claim returned, from the same cache entry (same until), and the
+// replacement's epoch once the invalidation of the cached entry arrived.
+func TestLookupUntil(t *testing.T) {
+	srv := redistest.Start(t)
+	s := open(t, Config{URL: srv.URL, CacheTTL: 10 * time.Second})
+	defer s.Close()
+	ctx := context.Background()
+	p, err := s.ClaimPlacement(ctx, "/a", "x", "s1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, until, err := s.LookupUntil(ctx, "/a", "x")
+	if err != nil || got.Session != "s1" || got.Epoch != p.Epoch || !got.Since.Equal(p.Since) || until.IsZero() {
+		t.Fatalf("LookupUntil = %+v, %v, %v; want %+v and a time", got, until, err, p)
+	}
+	if h, until2, err := s.PlacementUntil(ctx, "/a", "x"); h != "s1" || err != nil || !until2.Equal(until) {
+		t.Fatalf("PlacementUntil = %q, %v, %v; want s1 from the same entry (%v)", h, until2, err, until)
+	}
+	p2, err := s.ReplacePlacement(ctx, "/a", "x", "s1", "s2")
+	if err != nil || p2.Epoch <= p.Epoch {
+		t.Fatalf("ReplacePlacement = %+v, %v", p2, err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		got, _, err := s.LookupUntil(ctx, "/a", "x")
+		if err == nil && got.Session == "s2" && got.Epoch == p2.Epoch {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("LookupUntil after the replace = %+v, %v; want %+v once invalidated", got, err, p2)
+		}
+		time.Sleep(5 * time.Millisecond) // the invalidation arrives on its own connection
 	}
 }
 
@@ -239,7 +287,7 @@ func TestKeyLayout(t *testing.T) {
 	want := map[string]string{
 		"pinned:s:sid": "hash", "pinned:c:cid": "string", "pinned:a:http://h:1": "string",
 		"pinned:q:cid": "list", "pinned:n:/n": "set", "pinned:w": "zset",
-		"pinned:p:/n/x": "string", "pinned:o:sid": "hash",
+		"pinned:p:{/n/x}": "string", "pinned:e:{/n/x}": "string", "pinned:o:sid": "hash",
 		"pinned:x:" + nonce: "string", "pinned:t:tok": "zset",
 	}
 	keys, err := adm.Do(ctx, adm.B().Keys().Pattern("*").Build()).AsStrSlice()
@@ -256,11 +304,18 @@ func TestKeyLayout(t *testing.T) {
 		}
 	}
 	for k, ttl := range map[string]bool{"pinned:s:sid": true, "pinned:c:cid": true, "pinned:a:http://h:1": true, "pinned:q:cid": true,
-		"pinned:p:/n/x": false, "pinned:o:sid": false, "pinned:x:" + nonce: true, "pinned:t:tok": true} {
+		"pinned:p:{/n/x}": false, "pinned:e:{/n/x}": true, "pinned:o:sid": false, "pinned:x:" + nonce: true, "pinned:t:tok": true} {
 		got, _ := adm.Do(ctx, adm.B().Pttl().Key(k).Build()).AsInt64()
 		if (got > 0) != ttl {
 			t.Errorf("PTTL %s = %d; want a TTL: %v", k, got, ttl)
 		}
+	}
+	p, _ := s.Lookup(ctx, "/n", "x")
+	if v, _ := adm.Do(ctx, adm.B().Get().Key("pinned:p:{/n/x}").Build()).ToString(); v != wire.FormatPlacement(p.Epoch, p.Since.UnixMilli(), "sid") || p.Epoch == 0 {
+		t.Errorf("placement value = %q; want \"<epoch> <since> sid\" for %+v", v, p)
+	}
+	if v, _ := adm.Do(ctx, adm.B().Get().Key("pinned:e:{/n/x}").Build()).ToString(); v != strconv.FormatUint(p.Epoch, 10) {
+		t.Errorf("epoch counter = %q; want the placement's epoch %d", v, p.Epoch)
 	}
 	if v, _ := adm.Do(ctx, adm.B().Get().Key("pinned:x:"+nonce).Build()).ToString(); v != "r:tok:http://h:1" {
 		t.Errorf("nonce record = %q; want the binding r:tok:http://h:1", v)
@@ -331,27 +386,11 @@ func TestRestartFence(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The fence is read from the server's uptime: wait for a young one.
-	up := func() int64 {
-		info, err := adm.Do(ctx, adm.B().Info().Section("server").Build()).ToString()
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, l := range strings.Split(info, "\r\n") {
-			if v, ok := strings.CutPrefix(l, "uptime_in_seconds:"); ok {
-				var n int64
-				for _, c := range v {
-					n = n*10 + int64(c-'0')
-				}
-				return n
-			}
-		}
-		t.Fatal("no uptime_in_seconds")
-		return 0
-	}
+	up := func() int64 { return uptime(t, adm) }
 	if up() >= 2 {
 		t.Skip("redis-server took 2 s to start; cannot observe the fence")
 	}
-	if err := adm.Do(ctx, adm.B().Set().Key(wire.KeyPlacement("/n", "b")).Value("old").Build()).Error(); err != nil {
+	if err := adm.Do(ctx, adm.B().Set().Key(wire.KeyPlacement("/n", "b")).Value(wire.FormatPlacement(1, 0, "old")).Build()).Error(); err != nil {
 		t.Fatal(err)
 	}
 	for _, op := range []func() (string, error){
@@ -368,13 +407,7 @@ func TestRestartFence(t *testing.T) {
 	if c, err := s.PlacementCounts(ctx, "s1"); err != nil || c["/n"] != 0 {
 		t.Fatalf("a fenced claim left an index entry: %v %v", c, err)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for up() < 2 {
-		if time.Now().After(deadline) {
-			t.Fatal("uptime did not reach 2 s")
-		}
-		time.Sleep(50 * time.Millisecond) // waiting for Redis's own clock
-	}
+	waitUptime(t, adm, 2)
 	if h, err := s.Claim(ctx, "/n", "a", "s1"); err != nil || h != "s1" {
 		t.Fatalf("claim after the fence = %q, %v; want s1", h, err)
 	}
@@ -383,4 +416,56 @@ func TestRestartFence(t *testing.T) {
 	if h, err := s.Claim(ctx, "/n", "a", "s1"); !errors.Is(err, ErrRestartFence) {
 		t.Fatalf("claim right after a restart = %q, %v; want the fence", h, err)
 	}
+}
+
+// uptime reads the server's uptime_in_seconds.
+func uptime(t *testing.T, adm rueidis.Client) int64 {
+	t.Helper()
+	// Around a restart of the server a command may fail on a dead
+	// connection while the client reconnects.
+	var info string
+	var err error
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		info, err = adm.Do(context.Background(), adm.B().Info().Section("server").Build()).ToString()
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal(err)
+		}
+	}
+	for _, l := range strings.Split(info, "\r\n") {
+		if v, ok := strings.CutPrefix(l, "uptime_in_seconds:"); ok {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return n
+		}
+	}
+	t.Fatal("no uptime_in_seconds")
+	return 0
+}
+
+// waitUptime waits (bounded) until the server has been up for secs.
+func waitUptime(t *testing.T, adm rueidis.Client, secs int64) {
+	t.Helper()
+	deadline := time.Now().Add(time.Duration(secs+3) * time.Second)
+	for uptime(t, adm) < secs {
+		if time.Now().After(deadline) {
+			t.Fatalf("uptime did not reach %d s", secs)
+		}
+		time.Sleep(50 * time.Millisecond) // waiting for Redis's own clock
+	}
+}
+
+func TestAlarmConformance(t *testing.T) {
+	srv := redistest.Start(t)
+	adm := admin(t, srv)
+	storetest.RunAlarms(t, func(t *testing.T, opts store.Options) storetest.Harness {
+		if err := adm.Do(context.Background(), adm.B().Flushall().Build()).Error(); err != nil {
+			t.Fatal(err)
+		}
+		return storetest.Harness{Store: open(t, Config{Options: opts, URL: srv.URL})}
+	})
 }

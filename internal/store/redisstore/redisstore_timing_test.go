@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pinned-go/pinned/internal/testkit/redistest"
 	"github.com/pinned-go/pinned/internal/store"
+	"github.com/pinned-go/pinned/internal/testkit/redistest"
 )
 
 // The proxy's steady-state reads: a tracked placement or session served

@@ -46,7 +46,9 @@ func pipeline(ctx context.Context, c rueidis.Client, calls ...call) []rueidis.Re
 
 // lua builds a script, substituting the session hash field names from wire
 // (written {cid}, {sup}, ... in the source) so the key schema has one source
-// of truth. Every script touches exactly KEYS[1].
+// of truth. Every script touches exactly KEYS[1], except the placement
+// scripts, which also touch KEYS[2], the placement's epoch counter (same
+// hash tag, same cluster slot).
 func lua(src string) *script {
 	r := strings.NewReplacer(
 		"{cid}", wire.FieldClientID,
@@ -78,6 +80,28 @@ end
 local function fenced(s)
   local f = tonumber(s)
   return f > 0 and uptime() < f
+end
+`
+
+// placementFns is the Lua prelude of the placement scripts: the parts of a
+// placement value (wire.FormatPlacement: "<epoch> <since> <session>") and
+// the epoch allocation of wire.NextEpoch on Redis's clock: max(counter + 1,
+// last + 1, TIME in microseconds), stored back in the counter with the
+// epoch TTL. Lua numbers are doubles, exact for epochs below 2^53 (the
+// microsecond clock reaches that in the year 2255).
+const placementFns = `
+local function holder(v)
+  return string.match(v, '^%d+ %-?%d+ (.+)$')
+end
+local function epochOf(v)
+  return tonumber(string.match(v, '^(%d+) '))
+end
+local function nextEpoch(counter, last, ttl)
+  local c = tonumber(redis.call('GET', counter) or '0')
+  local t = redis.call('TIME')
+  local e = string.format('%.0f', math.max(c + 1, last + 1, tonumber(t[1]) * 1000000 + tonumber(t[2])))
+  redis.call('SET', counter, e, 'PX', ttl)
+  return e
 end
 `
 
@@ -174,42 +198,64 @@ redis.call('LTRIM', KEYS[1], -tonumber(ARGV[2]), -1)
 redis.call('PEXPIRE', KEYS[1], ARGV[3])
 return 1`)
 
-	// KEYS[1] placement; ARGV[1] session id, ARGV[2] restart fence in
-	// seconds (0: none). SET NX that returns the holder; refused with a
+	// KEYS[1] placement, KEYS[2] its epoch counter; ARGV[1] session id,
+	// ARGV[2] restart fence in seconds (0: none), ARGV[3] now (unix ms),
+	// ARGV[4] epoch TTL ms. SET NX under a new epoch that returns the
+	// placement afterwards ("<epoch> <since> <session>"); refused with a
 	// PINNEDFENCE error while the server is younger than the fence.
-	scriptClaim = lua(restartFence + `
-local h = redis.call('GET', KEYS[1])
-if h then return h end
+	scriptClaim = lua(restartFence + placementFns + `
+local v = redis.call('GET', KEYS[1])
+if v then return v end
 if fenced(ARGV[2]) then return redis.error_reply('PINNEDFENCE ' .. uptime()) end
-redis.call('SET', KEYS[1], ARGV[1])
-return ARGV[1]`)
+v = nextEpoch(KEYS[2], 0, ARGV[4]) .. ' ' .. ARGV[3] .. ' ' .. ARGV[1]
+redis.call('SET', KEYS[1], v)
+return v`)
 
-	// KEYS[1] placement; ARGV[1] old, ARGV[2] new, ARGV[3] restart fence
-	// in seconds. Compare-and-set that returns the holder afterwards (""
-	// for none); refused like scriptClaim while the server is too young.
-	scriptReplace = lua(restartFence + `
-local h = redis.call('GET', KEYS[1])
-if h ~= ARGV[1] then return h or '' end
+	// KEYS[1] placement, KEYS[2] its epoch counter; ARGV[1] old, ARGV[2]
+	// new, ARGV[3] restart fence in seconds, ARGV[4] now (unix ms), ARGV[5]
+	// epoch TTL ms. Compare-and-set under a new epoch that returns the
+	// placement afterwards ("" for none); refused like scriptClaim while the
+	// server is too young.
+	scriptReplace = lua(restartFence + placementFns + `
+local v = redis.call('GET', KEYS[1])
+if not v then return '' end
+if holder(v) ~= ARGV[1] then return v end
 if fenced(ARGV[3]) then return redis.error_reply('PINNEDFENCE ' .. uptime()) end
-redis.call('SET', KEYS[1], ARGV[2])
-return ARGV[2]`)
+v = nextEpoch(KEYS[2], epochOf(v), ARGV[5]) .. ' ' .. ARGV[4] .. ' ' .. ARGV[2]
+redis.call('SET', KEYS[1], v)
+return v`)
 
 	// The planted bugs faults.ClaimNoNX and faults.ReplaceNoCompare
 	// (pinned_faults builds only): the placement writes of scriptClaim and
-	// scriptReplace, same arguments and fence, without their check.
-	scriptClaimBlind = lua(restartFence + `
+	// scriptReplace, same keys, arguments, fence and epochs, without their
+	// check (claim without NX, replace without the compare).
+	scriptClaimBlind = lua(restartFence + placementFns + `
 if fenced(ARGV[2]) then return redis.error_reply('PINNEDFENCE ' .. uptime()) end
-redis.call('SET', KEYS[1], ARGV[1])
-return ARGV[1]`)
-	scriptReplaceBlind = lua(restartFence + `
+local v = redis.call('GET', KEYS[1])
+local e = 0
+if v then e = epochOf(v) end
+v = nextEpoch(KEYS[2], e, ARGV[4]) .. ' ' .. ARGV[3] .. ' ' .. ARGV[1]
+redis.call('SET', KEYS[1], v)
+return v`)
+	scriptReplaceBlind = lua(restartFence + placementFns + `
 if fenced(ARGV[3]) then return redis.error_reply('PINNEDFENCE ' .. uptime()) end
-redis.call('SET', KEYS[1], ARGV[2])
-return ARGV[2]`)
+local v = redis.call('GET', KEYS[1])
+local e = 0
+if v then e = epochOf(v) end
+v = nextEpoch(KEYS[2], e, ARGV[5]) .. ' ' .. ARGV[4] .. ' ' .. ARGV[2]
+redis.call('SET', KEYS[1], v)
+return v`)
 
-	// KEYS[1] placement; ARGV[1] session id. Compare-and-delete.
-	scriptRelease = lua(`
-if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) return 1 end
-return 0`)
+	// KEYS[1] placement, KEYS[2] its epoch counter; ARGV[1] session id,
+	// ARGV[2] epoch TTL ms. Compare-and-delete; the counter keeps (at
+	// least) the released epoch for another TTL.
+	scriptRelease = lua(placementFns + `
+local v = redis.call('GET', KEYS[1])
+if not v or holder(v) ~= ARGV[1] then return 0 end
+redis.call('DEL', KEYS[1])
+local c = tonumber(redis.call('GET', KEYS[2]) or '0')
+redis.call('SET', KEYS[2], string.format('%.0f', math.max(c, epochOf(v))), 'PX', ARGV[2])
+return 1`)
 
 	// KEYS[1] index hash; ARGV[1] placement name, ARGV[2] count field.
 	scriptIndexAdd = lua(`

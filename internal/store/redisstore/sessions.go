@@ -17,10 +17,7 @@ import (
 	"github.com/pinned-go/pinned/internal/wire"
 )
 
-const (
-	keyPrefixPlacement = wire.KeyPrefixPlacement
-	keyPrefixSession   = wire.KeyPrefixSession
-)
+const keyPrefixSession = wire.KeyPrefixSession
 
 func b01(b bool) string {
 	if b {

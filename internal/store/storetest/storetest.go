@@ -116,7 +116,15 @@ func Run(t *testing.T, newHarness NewHarness) {
 		{"ClaimConcurrentOneWinner", testClaimConcurrent},
 		{"ReplaceComparesAndSets", testReplace},
 		{"ReleaseComparesAndDeletes", testRelease},
+		{"EpochsStrictlyIncrease", testEpochs},
+		{"EpochsConcurrentClaimsAgree", testEpochsConcurrent},
+		{"EpochsIncreaseAcrossReap", testEpochsReap},
+		{"EpochsIncreaseAcrossFlush", testEpochsFlush},
 		{"PlacementCounts", testPlacementCounts},
+		{"ListPlacementsPagesEveryIDOnce", testListPages},
+		{"ListPlacementsBySession", testListBySession},
+		{"ListPlacementsExactlyOnceUnderChurn", testListChurn},
+		{"ListPlacementsRefusesBadCursor", testListBadCursor},
 		{"ReapCollectsDeadSessions", testReap},
 		{"InvalidatePlacement", testInvalidatePlacement},
 		{"InvalidateSession", testInvalidateSession},
@@ -539,6 +547,131 @@ func testReplace(t *testing.T, h Harness, _ *Invalidations) {
 	}
 }
 
+// mustPlace runs a claim or replace that must win for session and
+// returns its placement, which must be strictly newer than after.
+func mustPlace(t *testing.T, what string, after store.Placement, p store.Placement, err error, session string) store.Placement {
+	t.Helper()
+	if err != nil || p.Session != session {
+		t.Fatalf("%s = %+v, %v; want a placement on %s", what, p, err, session)
+	}
+	if p.Epoch <= after.Epoch {
+		t.Fatalf("%s: epoch %d; want more than the previous %d", what, p.Epoch, after.Epoch)
+	}
+	if p.Since.IsZero() || p.Since.Before(after.Since) {
+		t.Fatalf("%s: since %v; want set, not before the previous %v", what, p.Since, after.Since)
+	}
+	return p
+}
+
+// lookup reads a placement and requires it to equal want.
+func lookup(t *testing.T, h Harness, ns, id string, want store.Placement) {
+	t.Helper()
+	got, err := h.Store.Lookup(bg, ns, id)
+	if err != nil || !got.Since.Equal(want.Since) || got.Session != want.Session || got.Epoch != want.Epoch {
+		t.Fatalf("Lookup(%s, %s) = %+v, %v; want %+v", ns, id, got, err, want)
+	}
+}
+
+// testEpochs: every way a placement ends (release: eviction, idle, drain;
+// replace: failover from a dead session) is followed by a strictly larger
+// epoch, a lost claim or replace allocates none, and Lookup reads exactly
+// what the winning write returned.
+func testEpochs(t *testing.T, h Harness, _ *Invalidations) {
+	lookup(t, h, "/a", "x", store.Placement{})
+	p1, err := h.Store.ClaimPlacement(bg, "/a", "x", "s1")
+	p1 = mustPlace(t, "first ClaimPlacement", store.Placement{}, p1, err, "s1")
+	lookup(t, h, "/a", "x", p1)
+	if p, err := h.Store.ClaimPlacement(bg, "/a", "x", "s2"); err != nil || p != p1 && !(p.Session == p1.Session && p.Epoch == p1.Epoch && p.Since.Equal(p1.Since)) {
+		t.Fatalf("losing ClaimPlacement = %+v, %v; want the winner's placement %+v", p, err, p1)
+	}
+	if p, err := h.Store.ReplacePlacement(bg, "/a", "x", "s9", "s2"); err != nil || p.Session != "s1" || p.Epoch != p1.Epoch {
+		t.Fatalf("ReplacePlacement from the wrong holder = %+v, %v; want %+v unchanged", p, err, p1)
+	}
+	lookup(t, h, "/a", "x", p1)
+	p2, err := h.Store.ReplacePlacement(bg, "/a", "x", "s1", "s2")
+	p2 = mustPlace(t, "ReplacePlacement s1 -> s2 (failover)", p1, p2, err, "s2")
+	lookup(t, h, "/a", "x", p2)
+	if ok, err := h.Store.Release(bg, "/a", "x", "s2"); !ok || err != nil {
+		t.Fatalf("Release = %v, %v", ok, err)
+	}
+	lookup(t, h, "/a", "x", store.Placement{})
+	if p, err := h.Store.ReplacePlacement(bg, "/a", "x", "s2", "s3"); err != nil || p.Session != "" || p.Epoch != 0 {
+		t.Fatalf("ReplacePlacement of a released placement = %+v, %v; want none", p, err)
+	}
+	// The same session claims again after its release (an idle eviction
+	// and a new request): still a new epoch.
+	last := p2
+	for i := range 20 {
+		p, err := h.Store.ClaimPlacement(bg, "/a", "x", "s2")
+		last = mustPlace(t, fmt.Sprintf("ClaimPlacement after release #%d", i+1), last, p, err, "s2")
+		if _, err := h.Store.Release(bg, "/a", "x", "s2"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The holder-only forms agree.
+	if w, err := h.Store.Claim(bg, "/a", "x", "s4"); w != "s4" || err != nil {
+		t.Fatalf("Claim = %q, %v; want s4", w, err)
+	}
+	p, err := h.Store.Lookup(bg, "/a", "x")
+	mustPlace(t, "Claim", last, p, err, "s4")
+	if p, _ := h.Store.Lookup(bg, "/b", "x"); p.Session != "" {
+		t.Fatalf("Lookup(/b, x) = %+v; want none (namespaces are separate)", p)
+	}
+}
+
+func testEpochsConcurrent(t *testing.T, h Harness, _ *Invalidations) {
+	const n = 16
+	got := make([]store.Placement, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			p, err := h.Store.ClaimPlacement(bg, "/a", "race", fmt.Sprintf("s%d", i))
+			if err != nil {
+				t.Error(err)
+			}
+			got[i] = p
+		})
+	}
+	wg.Wait()
+	for _, p := range got {
+		if p.Session == "" || p.Session != got[0].Session || p.Epoch != got[0].Epoch || !p.Since.Equal(got[0].Since) {
+			t.Fatalf("concurrent claims returned %+v; want one winning placement for all", got)
+		}
+	}
+	lookup(t, h, "/a", "race", got[0])
+}
+
+// testEpochsReap: a placement collected with its dead session (Reap, the
+// janitor after a kill -9) is followed by a larger epoch.
+func testEpochsReap(t *testing.T, h Harness, _ *Invalidations) {
+	register(t, h, sess("dead", "c1", "http://h1", "/a"))
+	p1, err := h.Store.ClaimPlacement(bg, "/a", "x", "dead")
+	p1 = mustPlace(t, "ClaimPlacement", store.Placement{}, p1, err, "dead")
+	h.Elapse(h.Lease + h.Lease/5)
+	if st, err := h.Store.(store.Reaper).Reap(bg, 0); err != nil || st.Placements != 1 {
+		t.Fatalf("Reap = %+v, %v; want the dead session's placement", st, err)
+	}
+	lookup(t, h, "/a", "x", store.Placement{})
+	p2, err := h.Store.ClaimPlacement(bg, "/a", "x", "next")
+	mustPlace(t, "ClaimPlacement after Reap", p1, p2, err, "next")
+}
+
+// testEpochsFlush: the store forgets everything (FLUSHALL; a Redis
+// restarted without persistence forgets the same), epoch counters
+// included; the time floor alone keeps the next epoch above the last one.
+func testEpochsFlush(t *testing.T, h Harness, _ *Invalidations) {
+	last := store.Placement{}
+	for i := range 5 { // the counter runs ahead of the microsecond clock
+		p, err := h.Store.ClaimPlacement(bg, "/a", "x", "s1")
+		last = mustPlace(t, fmt.Sprintf("ClaimPlacement #%d", i+1), last, p, err, "s1")
+		h.Store.Release(bg, "/a", "x", "s1")
+	}
+	h.Elapse(10 * time.Millisecond) // a restart takes at least this long
+	h.Flush()
+	p, err := h.Store.ClaimPlacement(bg, "/a", "x", "s2")
+	mustPlace(t, "ClaimPlacement after a flush", last, p, err, "s2")
+}
+
 func testRelease(t *testing.T, h Harness, _ *Invalidations) {
 	h.Store.Claim(bg, "/a", "x", "s1")
 	if ok, err := h.Store.Release(bg, "/a", "x", "s2"); ok || err != nil {
@@ -946,5 +1079,175 @@ func testReserveSlotConcurrent(t *testing.T, h Harness, _ *Invalidations) {
 	wg.Wait()
 	if wins != max {
 		t.Fatalf("%d concurrent reservations with a cap of %d: %d admitted; want exactly %d", n, max, wins, max)
+	}
+}
+
+func lister(t *testing.T, h Harness) store.PlacementLister {
+	t.Helper()
+	l, ok := h.Store.(store.PlacementLister)
+	if !ok {
+		t.Fatalf("%T does not implement store.PlacementLister", h.Store)
+	}
+	return l
+}
+
+// listAll pages through q with limit per page, calling between (if not
+// nil) after every page, and returns every (id, holder) returned, in order.
+// It fails on a page over the limit or a listing that does not end.
+func listAll(t *testing.T, l store.PlacementLister, q store.ListQuery, between func(page int)) []store.ListedPlacement {
+	t.Helper()
+	var out []store.ListedPlacement
+	for page := 0; ; page++ {
+		if page > 10_000 {
+			t.Fatal("the listing did not end after 10000 pages")
+		}
+		p, err := l.ListPlacements(bg, q)
+		if err != nil {
+			t.Fatalf("ListPlacements page %d: %v", page, err)
+		}
+		if len(p.Placements) > q.Limit {
+			t.Fatalf("page %d holds %d placements; limit %d", page, len(p.Placements), q.Limit)
+		}
+		out = append(out, p.Placements...)
+		if p.Cursor == "" {
+			return out
+		}
+		q.Cursor = p.Cursor
+		if between != nil {
+			between(page)
+		}
+	}
+}
+
+// onceEach fails unless every id in want appears exactly once in got, and
+// no id appears twice.
+func onceEach(t *testing.T, got []store.ListedPlacement, want map[string]string) {
+	t.Helper()
+	seen := map[string]int{}
+	for _, p := range got {
+		seen[p.ID]++
+		if seen[p.ID] > 1 {
+			t.Fatalf("id %q listed twice", p.ID)
+		}
+		if h, ok := want[p.ID]; ok && h != p.SessionID {
+			t.Fatalf("id %q listed with holder %q; want %q", p.ID, p.SessionID, h)
+		}
+	}
+	for id := range want {
+		if seen[id] != 1 {
+			t.Fatalf("id %q listed %d times; want once (got %d placements)", id, seen[id], len(got))
+		}
+	}
+}
+
+func testListPages(t *testing.T, h Harness, _ *Invalidations) {
+	l := lister(t, h)
+	want := map[string]string{}
+	for i := range 300 {
+		id, sid := fmt.Sprintf("id-%03d", i), fmt.Sprintf("s%d", i%3)
+		if _, err := h.Store.Claim(bg, "/a", id, sid); err != nil {
+			t.Fatal(err)
+		}
+		want[id] = sid
+	}
+	for i := range 40 { // another namespace, never listed under /a
+		h.Store.Claim(bg, "/ab", fmt.Sprintf("other-%d", i), "s0")
+	}
+	for _, limit := range []int{1, 7, 1000} {
+		got := listAll(t, l, store.ListQuery{Namespace: "/a", Limit: limit}, nil)
+		if len(got) != len(want) {
+			t.Fatalf("limit %d: listed %d placements; want %d", limit, len(got), len(want))
+		}
+		onceEach(t, got, want)
+	}
+	if got := listAll(t, l, store.ListQuery{Namespace: "/none", Limit: 10}, nil); len(got) != 0 {
+		t.Fatalf("a namespace without placements listed %v", got)
+	}
+}
+
+func testListBySession(t *testing.T, h Harness, _ *Invalidations) {
+	l := lister(t, h)
+	want := map[string]string{}
+	for i := range 200 {
+		id, sid := fmt.Sprintf("id-%03d", i), fmt.Sprintf("s%d", i%4)
+		h.Store.Claim(bg, "/a", id, sid)
+		if sid == "s1" || sid == "s3" {
+			want[id] = sid
+		}
+	}
+	h.Store.Claim(bg, "/b", "elsewhere", "s1")
+	// An index entry whose placement moved on is not listed for its old
+	// holder: id-001 now belongs to s2.
+	if w, _ := h.Store.Replace(bg, "/a", "id-001", "s1", "s2"); w != "s2" {
+		t.Fatalf("Replace = %q", w)
+	}
+	delete(want, "id-001")
+	got := listAll(t, l, store.ListQuery{Namespace: "/a", Sessions: []string{"s3", "s1"}, Limit: 9}, nil)
+	if len(got) != len(want) {
+		t.Fatalf("listed %d placements of s1 and s3; want %d", len(got), len(want))
+	}
+	onceEach(t, got, want)
+	if got := listAll(t, l, store.ListQuery{Namespace: "/a", Sessions: []string{}, Limit: 9}, nil); len(got) != 0 {
+		t.Fatalf("an empty session filter listed %v; want nothing", got)
+	}
+}
+
+// Placements that stay put are listed exactly once even while others come
+// and go between pages (many deletions make Redis shrink its tables, the
+// case where SCAN repeats keys); a churned id is listed at most once.
+func testListChurn(t *testing.T, h Harness, _ *Invalidations) {
+	l := lister(t, h)
+	stable := map[string]string{}
+	for i := range 150 {
+		id := fmt.Sprintf("stable-%03d", i)
+		h.Store.Claim(bg, "/a", id, "s1")
+		stable[id] = "s1"
+	}
+	for i := range 600 {
+		h.Store.Claim(bg, "/a", fmt.Sprintf("churn-%03d", i), "s2")
+	}
+	next := 0
+	for _, q := range []store.ListQuery{
+		{Namespace: "/a", Limit: 5},
+		{Namespace: "/a", Sessions: []string{"s1", "s2"}, Limit: 5},
+	} {
+		released := 0
+		got := listAll(t, l, q, func(page int) {
+			// Release many, place a few new ones, for the first pages.
+			for ; page < 40 && released < 15*(page+1); released++ {
+				h.Store.Release(bg, "/a", fmt.Sprintf("churn-%03d", released), "s2")
+			}
+			for range 3 {
+				if page < 40 {
+					h.Store.Claim(bg, "/a", fmt.Sprintf("new-%04d", next), "s2")
+					next++
+				}
+			}
+		})
+		for i := range released { // the next round churns again
+			h.Store.Claim(bg, "/a", fmt.Sprintf("churn-%03d", i), "s2")
+		}
+		onceEach(t, got, stable)
+	}
+}
+
+func testListBadCursor(t *testing.T, h Harness, _ *Invalidations) {
+	l := lister(t, h)
+	for i := range 30 {
+		h.Store.Claim(bg, "/a", fmt.Sprintf("id-%d", i), "s1")
+	}
+	for _, c := range []string{"not a cursor", "bTpub3QtYS1jdXJzb3I", "%%%"} {
+		if _, err := l.ListPlacements(bg, store.ListQuery{Namespace: "/a", Cursor: c, Limit: 5}); !errors.Is(err, store.ErrBadCursor) {
+			t.Fatalf("ListPlacements with cursor %q = %v; want ErrBadCursor", c, err)
+		}
+	}
+	// A finished listing's cursor cannot be reused to resume it, on Redis
+	// because its set is gone; a page's cursor stays valid until then.
+	p, err := l.ListPlacements(bg, store.ListQuery{Namespace: "/a", Limit: 5})
+	if err != nil || p.Cursor == "" {
+		t.Fatalf("first page = %+v, %v; want a cursor", p, err)
+	}
+	if _, err := l.ListPlacements(bg, store.ListQuery{Namespace: "/a", Cursor: p.Cursor, Limit: 5}); err != nil {
+		t.Fatalf("second page: %v", err)
 	}
 }

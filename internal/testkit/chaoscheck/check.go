@@ -17,7 +17,13 @@
 //  3. Every instance is aborted when its lease ends: it is torn down (or its
 //     process is dead) within Config.AbortGrace of the end, or of the end of
 //     a pause of its process across the end.
-//  4. Every client request is classified: 2xx, 4xx, 503 with Retry-After,
+//  4. With a persisting application (KindStored events: the count the
+//     application's store holds per id after the run), no acknowledged
+//     increment is lost and nothing is stored that no request explains
+//     (see checkStored): the stored count equals the acknowledged
+//     increments, up to the task effects and the increments whose outcome
+//     the client could not know.
+//  5. Every client request is classified: 2xx, 4xx, 503 with Retry-After,
 //     502/504 (possibly sent: a request that is not idempotent), 502/504 on
 //     an idempotent request (GET, HEAD, OPTIONS: the proxy should have
 //     retried it or answered 503; a violation with
@@ -26,6 +32,9 @@
 //     without Retry-After other than 502/504; a connection error while the
 //     pinboard was up) is a violation. Report.Gateway counts every 502/504
 //     by method, status and whether it carried Retry-After.
+//
+// Checks 5 to 7 are about alarms (alarms.go): alarm runs under a live lease,
+// no occurrence run twice outside a fault, no alarm set and never run.
 //
 // The end of a session's lease is computed by the checker from raw facts,
 // never from what the worker believed: the registration and every heartbeat
@@ -72,7 +81,7 @@ type Config struct {
 	// lease is counted as the pause race (see the package doc). Default 1 s.
 	EffectGrace time.Duration
 	// AbortGrace bounds how long after its session's lease ended an
-	// instance may still exist (it must be aborted: SPEC §4) before it is a
+	// instance may still exist (the worker's selfAbort must abort it) before it is a
 	// violation, counted from the end of a pause across the lease end.
 	// Default 5 s.
 	AbortGrace time.Duration
@@ -86,6 +95,9 @@ type Config struct {
 	StrictIdempotent bool
 	// MaxExamples bounds the violations kept per kind. Default 10.
 	MaxExamples int
+	// DuplicateWindow and PendingWindow tune the alarm checks (alarms.go).
+	// Defaults DefaultDuplicateWindow and DefaultPendingWindow.
+	DuplicateWindow, PendingWindow time.Duration
 }
 
 // Request classes.
@@ -98,10 +110,10 @@ const (
 	// violation, ClassGatewayIdempotentV, with Config.StrictIdempotent).
 	ClassGatewayIdempotent  = "502/504 on an idempotent request"
 	ClassGatewayIdempotentV = "VIOLATION: 502/504 on an idempotent request"
-	ClassPinboardDown = "connection error, pinboard killed"
-	ClassHang         = "VIOLATION: no answer within the client timeout"
-	Class5xxNoRA      = "VIOLATION: 5xx without Retry-After"
-	ClassConnError    = "VIOLATION: connection error, pinboard up"
+	ClassPinboardDown       = "connection error, pinboard killed"
+	ClassHang               = "VIOLATION: no answer within the client timeout"
+	Class5xxNoRA            = "VIOLATION: 5xx without Retry-After"
+	ClassConnError          = "VIOLATION: connection error, pinboard up"
 )
 
 // Violation kinds.
@@ -140,10 +152,14 @@ type Report struct {
 	// live (0 when never), and OverlapID the id.
 	MaxOverlap time.Duration
 	OverlapID  string
+	// Stored compares the stored counts with the acknowledged increments.
+	Stored Stored
 	// Violations counts every violation by kind; Examples keeps the first
 	// MaxExamples of each.
 	Violations map[string]int
 	Examples   []Violation
+	// Alarms is the alarm checks' summary (alarms.go).
+	Alarms *AlarmReport
 }
 
 // OK reports whether no guarantee was broken.
@@ -158,6 +174,7 @@ func (r *Report) String() string {
 	if r.OverlapID != "" {
 		fmt.Fprintf(&b, " (id %s)", r.OverlapID)
 	}
+	fmt.Fprintf(&b, "\n%s", r.Stored)
 	b.WriteString("\nrequests:")
 	for _, k := range slices.Sorted(maps.Keys(r.Requests)) {
 		fmt.Fprintf(&b, " %s=%d", k, r.Requests[k])
@@ -169,6 +186,9 @@ func (r *Report) String() string {
 	b.WriteString("\n502/504 by method:")
 	for _, k := range slices.Sorted(maps.Keys(r.Gateway)) {
 		fmt.Fprintf(&b, " %q=%d", k, r.Gateway[k])
+	}
+	if r.Alarms != nil {
+		b.WriteString("\n" + r.Alarms.String())
 	}
 	b.WriteString("\nnemeses:")
 	for _, k := range slices.Sorted(maps.Keys(r.Nemeses)) {
@@ -242,6 +262,7 @@ func Check(cfg Config, events []history.Event) *Report {
 	pbDown := map[int][]interval{}
 	instances := map[string]*instance{}
 	var serves, effects, requests []history.Event
+	stored := map[string]int64{}
 
 	for _, e := range ev {
 		switch e.Kind {
@@ -270,6 +291,8 @@ func Check(cfg Config, events []history.Event) *Report {
 			effects = append(effects, e)
 		case history.KindRequest:
 			requests = append(requests, e)
+		case history.KindStored:
+			stored[e.ID] = e.Count
 		case history.KindNemesis:
 			if strings.HasPrefix(e.Cause, "skipped") {
 				r.Nemeses[e.Nemesis+" (skipped)"]++
@@ -421,7 +444,10 @@ func Check(cfg Config, events []history.Event) *Report {
 			e.ID, e.Inst, sessionOf(e), e.Proc, time.Duration(e.T-end))
 	}
 
-	// 4. Client requests.
+	// 4. Stored counts.
+	checkStored(r, stored, requests, effects, violate)
+
+	// 5. Client requests.
 	for _, e := range requests {
 		c := classify(e, pbDown[e.Via], cfg.StrictIdempotent)
 		r.Requests[c]++
@@ -440,6 +466,9 @@ func Check(cfg Config, events []history.Event) *Report {
 				e.Op, e.ID, e.Via, e.T, e.Status, e.Reason, e.RetryAfter, e.Err, time.Duration(e.End-e.T), c)
 		}
 	}
+
+	// 5-7. Alarms.
+	r.Alarms = checkAlarms(cfg, ev, violate, endOf, sessionOf, pauses)
 
 	if r.Served == 0 || len(sessions) == 0 {
 		violate(VEmpty, "%d requests served, %d sessions: the run did not exercise the system", r.Served, len(sessions))

@@ -193,7 +193,7 @@ func TestUnknownSession(t *testing.T) {
 	}
 }
 
-// An instance must be aborted when its lease ends (SPEC §4): one that
+// An instance must be aborted when its lease ends (the worker's selfAbort): one that
 // outlives the end by more than AbortGrace is caught, unless its process
 // died or was paused across the end.
 func TestNotAborted(t *testing.T) {

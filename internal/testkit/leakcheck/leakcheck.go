@@ -28,5 +28,9 @@ func Options() []goleak.Option {
 		// mode, or a dial fails, the abandoned cluster client schedules a
 		// delayed slot refresh that sleeps up to a second, then ends.
 		goleak.IgnoreAnyFunction("github.com/redis/rueidis.(*call).DelayDo.func1"),
+		// rueidis: a cluster client's slot refresh closes the connections
+		// it replaced (after a node dropped them) from a goroutine that
+		// sleeps 5 s first, then ends.
+		goleak.IgnoreAnyFunction("github.com/redis/rueidis.(*clusterClient)._refresh.func2"),
 	}
 }

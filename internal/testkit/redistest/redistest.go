@@ -1,5 +1,6 @@
 // Package redistest starts a real redis-server for tests: a fresh process on
-// a free 127.0.0.1 port with persistence off, stopped when the test ends.
+// a free 127.0.0.1 port with persistence off, stopped when the test ends;
+// or a local three-master Redis Cluster of such processes (StartCluster).
 // Tests never use a Redis they did not start.
 //
 // The binary is looked up as $PINNED_REDIS_SERVER, then redis-server on

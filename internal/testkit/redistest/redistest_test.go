@@ -70,3 +70,31 @@ func TestSentinels(t *testing.T) {
 		t.Fatalf("promoted replica: %v %q; want role:master", err, info)
 	}
 }
+
+func TestCluster(t *testing.T) {
+	start := time.Now()
+	c := StartCluster(t)
+	t.Logf("3-node cluster ready in %v", time.Since(start))
+	// A key lands on the node owning its slot; the others redirect.
+	moved := 0
+	for _, s := range c.Nodes {
+		if _, err := s.Command("SET", "{tag}a", "1"); err != nil {
+			if !strings.Contains(err.Error(), "MOVED") {
+				t.Fatalf("SET on %s: %v; want OK or MOVED", s.Addr, err)
+			}
+			moved++
+		}
+	}
+	if moved != len(c.Nodes)-1 {
+		t.Fatalf("%d of %d nodes redirected a single-slot SET; want all but its owner", moved, len(c.Nodes))
+	}
+	c.Each(t, "FLUSHALL")
+	for _, s := range c.Nodes {
+		if n, err := s.Command("DBSIZE"); err != nil || n != "0" {
+			t.Fatalf("DBSIZE on %s after FLUSHALL = %q, %v", s.Addr, n, err)
+		}
+	}
+	if !strings.HasPrefix(c.URL, "redis://"+c.Nodes[0].Addr+"?addr=") {
+		t.Fatalf("URL = %q", c.URL)
+	}
+}

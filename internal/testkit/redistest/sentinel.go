@@ -2,6 +2,7 @@ package redistest
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -151,12 +152,12 @@ func countEntries(reply string) int {
 // elements joined by spaces, an array of arrays one inner array a line.
 // An error reply is an error.
 func Command(addr string, args ...string) (string, error) {
-	c, err := net.DialTimeout("tcp", addr, time.Second)
+	c, err := net.DialTimeout("tcp", addr, commandTimeout)
 	if err != nil {
 		return "", err
 	}
 	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+	_ = c.SetDeadline(time.Now().Add(commandTimeout))
 	var b strings.Builder
 	fmt.Fprintf(&b, "*%d\r\n", len(args))
 	for _, a := range args {
@@ -187,7 +188,7 @@ func readRESP(r *bufio.Reader) (any, error) {
 	case '+', ':':
 		return line[1:], nil
 	case '-':
-		return nil, fmt.Errorf("redis: %s", line[1:])
+		return nil, errors.New(line[1:])
 	case '$':
 		n, err := strconv.Atoi(line[1:])
 		if err != nil || n < 0 {

@@ -260,7 +260,7 @@ func Requests() []Request {
 		{"last chunk bare LF", chunked("0\n\r\n" + smuggled), bad, "CVE-2025-22871", ClassChunk},
 
 		// Sizes (RFC 6585 §5: 431; RFC 9110 §15.5.14: 413).
-		{"head over 64 KiB", get(bigFields(65 << 10)), tooBig, "reliability §3 goal 6", ClassSize},
+		{"head over 64 KiB", get(bigFields(65 << 10)), tooBig, "pinned: any head beyond the largest limit an operator may set", ClassSize},
 		{"head over limit", get(bigFields(17 << 10)), tooBig, "proxy.Config.MaxHeaderBytes", ClassSize},
 		{"too many fields", get(manyFields(200)), tooBig, "proxy.Config.MaxHeaderFields", ClassSize},
 		{"target over limit", "GET /counter/a/" + strings.Repeat("x", 17<<10) + " HTTP/1.1\r\nHost: h\r\n\r\n", tooBig, "proxy.Config.MaxHeaderBytes", ClassSize},
@@ -280,28 +280,28 @@ func Requests() []Request {
 
 		// The id and the path after it: nothing is decoded, nothing may
 		// climb out of /<ns>/<id> once a backend decodes and normalises.
-		{"id %2F", "GET /counter/a%2Fb HTTP/1.1\r\nHost: h\r\n\r\n", bad, "reliability §3 goal 5", ClassTarget},
-		{"id %2f lower", "GET /counter/a%2fb HTTP/1.1\r\nHost: h\r\n\r\n", bad, "reliability §3 goal 5", ClassTarget},
-		{"id %2e%2e", "GET /counter/%2e%2e/registry HTTP/1.1\r\nHost: h\r\n\r\n", bad, "reliability §3 goal 5", ClassTarget},
-		{"id %2E%2E", "GET /counter/%2E%2E HTTP/1.1\r\nHost: h\r\n\r\n", bad, "reliability §3 goal 5", ClassTarget},
-		{"id %5C", "GET /counter/a%5Cb HTTP/1.1\r\nHost: h\r\n\r\n", bad, "reliability §3 goal 5", ClassTarget},
-		{"id %00", "GET /counter/a%00 HTTP/1.1\r\nHost: h\r\n\r\n", bad, "reliability §3 goal 5", ClassTarget},
+		{"id %2F", "GET /counter/a%2Fb HTTP/1.1\r\nHost: h\r\n\r\n", bad, "pinned's id grammar (wire.CheckSegment, docs/protocol.md)", ClassTarget},
+		{"id %2f lower", "GET /counter/a%2fb HTTP/1.1\r\nHost: h\r\n\r\n", bad, "pinned's id grammar (wire.CheckSegment, docs/protocol.md)", ClassTarget},
+		{"id %2e%2e", "GET /counter/%2e%2e/registry HTTP/1.1\r\nHost: h\r\n\r\n", bad, "pinned's id grammar (wire.CheckSegment, docs/protocol.md)", ClassTarget},
+		{"id %2E%2E", "GET /counter/%2E%2E HTTP/1.1\r\nHost: h\r\n\r\n", bad, "pinned's id grammar (wire.CheckSegment, docs/protocol.md)", ClassTarget},
+		{"id %5C", "GET /counter/a%5Cb HTTP/1.1\r\nHost: h\r\n\r\n", bad, "pinned's id grammar (wire.CheckSegment, docs/protocol.md)", ClassTarget},
+		{"id %00", "GET /counter/a%00 HTTP/1.1\r\nHost: h\r\n\r\n", bad, "pinned's id grammar (wire.CheckSegment, docs/protocol.md)", ClassTarget},
 		{"id %252F", "GET /counter/a%252Fb HTTP/1.1\r\nHost: h\r\n\r\n", bad, "GO-2026-4950 (double encoding)", ClassTarget},
 		{"id %61 (encoded letter)", "GET /counter/%61 HTTP/1.1\r\nHost: h\r\n\r\n", bad, policy + ": no escapes in ids", ClassTarget},
 		{"id semicolon", "GET /counter/a;b HTTP/1.1\r\nHost: h\r\n\r\n", bad, "path parameters (Tomcat/Spring)", ClassTarget},
 		{"id dot-dot", "GET /counter/../registry/workers HTTP/1.1\r\nHost: h\r\n\r\n", bad, rfc9110 + " §4.2.4", ClassTarget},
-		{"id dot", "GET /counter/./a HTTP/1.1\r\nHost: h\r\n\r\n", bad, "reliability §3 goal 5", ClassTarget},
-		{"empty id", "GET /counter//a HTTP/1.1\r\nHost: h\r\n\r\n", bad, "reliability §3 goal 5", ClassTarget},
-		{"empty namespace", "GET //counter/a HTTP/1.1\r\nHost: h\r\n\r\n", bad, "reliability §3 goal 5", ClassTarget},
+		{"id dot", "GET /counter/./a HTTP/1.1\r\nHost: h\r\n\r\n", bad, "pinned's id grammar (wire.CheckSegment, docs/protocol.md)", ClassTarget},
+		{"empty id", "GET /counter//a HTTP/1.1\r\nHost: h\r\n\r\n", bad, "pinned's id grammar (wire.CheckSegment, docs/protocol.md)", ClassTarget},
+		{"empty namespace", "GET //counter/a HTTP/1.1\r\nHost: h\r\n\r\n", bad, "pinned's id grammar (wire.CheckSegment, docs/protocol.md)", ClassTarget},
 		{"id backslash", "GET /counter/a\\..\\b HTTP/1.1\r\nHost: h\r\n\r\n", bad, "IIS-style separators", ClassTarget},
-		{"id non-ASCII", "GET /counter/\xc3\xa9 HTTP/1.1\r\nHost: h\r\n\r\n", bad, "reliability §3 goal 5", ClassTarget},
+		{"id non-ASCII", "GET /counter/\xc3\xa9 HTTP/1.1\r\nHost: h\r\n\r\n", bad, "pinned's id grammar (wire.CheckSegment, docs/protocol.md)", ClassTarget},
 		{"id too long", "GET /counter/" + strings.Repeat("a", 300) + " HTTP/1.1\r\nHost: h\r\n\r\n", bad, "wire.MaxIDLen", ClassTarget},
-		{"rest ..%2F", "GET /counter/a/..%2F..%2Fother/b HTTP/1.1\r\nHost: h\r\n\r\n", bad, "go-libs P1", ClassTarget},
-		{"rest dot-dot", "GET /counter/a/../b HTTP/1.1\r\nHost: h\r\n\r\n", bad, "go-libs P1", ClassTarget},
-		{"rest %2e%2e", "GET /counter/a/%2e%2e/b HTTP/1.1\r\nHost: h\r\n\r\n", bad, "go-libs P1", ClassTarget},
+		{"rest ..%2F", "GET /counter/a/..%2F..%2Fother/b HTTP/1.1\r\nHost: h\r\n\r\n", bad, policy + ": the path is forwarded as sent, so no dot segment may reach a worker that would resolve it", ClassTarget},
+		{"rest dot-dot", "GET /counter/a/../b HTTP/1.1\r\nHost: h\r\n\r\n", bad, policy + ": the path is forwarded as sent, so no dot segment may reach a worker that would resolve it", ClassTarget},
+		{"rest %2e%2e", "GET /counter/a/%2e%2e/b HTTP/1.1\r\nHost: h\r\n\r\n", bad, policy + ": the path is forwarded as sent, so no dot segment may reach a worker that would resolve it", ClassTarget},
 		{"rest %25 double encoding", "GET /counter/a/%252e%252e/b HTTP/1.1\r\nHost: h\r\n\r\n", bad, "GO-2026-4950", ClassTarget},
 		{"rest truncated escape", "GET /counter/a/x% HTTP/1.1\r\nHost: h\r\n\r\n", bad, garden, ClassTarget},
-		{"namespace %2F", "GET /count%2Fer/a HTTP/1.1\r\nHost: h\r\n\r\n", bad, "reliability §3 goal 5", ClassTarget},
+		{"namespace %2F", "GET /count%2Fer/a HTTP/1.1\r\nHost: h\r\n\r\n", bad, "pinned's id grammar (wire.CheckSegment, docs/protocol.md)", ClassTarget},
 	}
 }
 

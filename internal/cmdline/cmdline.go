@@ -1,0 +1,357 @@
+// Package cmdline is the command line of pinned's commands (pinboard,
+// counter, fleet, bench): each setting is declared once with its flag, its
+// environment variable (either may be absent), its type, its default and
+// its usage. -h prints every setting in one format and Parse returns
+// flag.ErrHelp (the command exits 0); Unknown lists the variables with the
+// command's prefix that no setting declares, so a typo in a variable name
+// is reported instead of silently ignored.
+//
+// Why not peterbourgon/ff (v4): it fills declared flags from prefixed
+// variables and prints help, but settings that must not be flags (tokens:
+// argv is visible to every user) and the warning about unknown prefixed
+// variables would still be written here, its help does not name each
+// setting's variable, and its own flag set is getopt-style (--flag) where
+// every command and script here uses -flag. What ff would replace is the
+// environment loop of Parse.
+//
+// Invariants: a flag wins over its variable, a variable over the default;
+// every error names the flag or variable to fix and the value given; a
+// Set keeps no global state (each command builds its own).
+package cmdline
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Set is one command's settings.
+type Set struct {
+	name, prefix string
+	fs           *flag.FlagSet // the flags
+	opts         []*option
+	known        []string
+	intro        string
+	failed       error // the first error a Value reported during Parse
+}
+
+type option struct {
+	flag, env, typ, usage, def string
+	value                      flag.Value
+}
+
+// New returns an empty Set for the command name. prefix (e.g. "PINBOARD_")
+// is the prefix of the command's variables that Unknown checks; intro, if
+// not empty, is printed by -h above the settings.
+func New(name, prefix, intro string) *Set {
+	s := &Set{name: name, prefix: prefix, intro: intro, fs: flag.NewFlagSet(name, flag.ContinueOnError)}
+	s.fs.SetOutput(io.Discard)
+	s.fs.Usage = func() {}
+	return s
+}
+
+// Var declares a setting held by v, whose current value is the default.
+// flagName (without '-') or env may be empty for a setting that is only a
+// variable or only a flag. typ names the kind of value in -h ("duration",
+// "host:port", ...). A setting whose flagName is empty must have an env.
+func (s *Set) Var(v flag.Value, flagName, env, typ, usage string) {
+	if flagName == "" && env == "" {
+		panic("cmdline: a setting needs a flag or a variable")
+	}
+	o := &option{flag: flagName, env: env, typ: typ, usage: usage, def: v.String(), value: v}
+	o.value = &checked{Value: v, s: s, o: o}
+	if flagName != "" {
+		s.fs.Var(o.value, flagName, usage)
+	}
+	s.opts = append(s.opts, o)
+}
+
+// String declares a string setting with default def.
+func (s *Set) String(p *string, flagName, env, typ, def, usage string) {
+	*p = def
+	s.Var(Parsed[string]{P: p, Parse: func(v string) (string, error) { return v, nil }, Format: func(v string) string { return v }},
+		flagName, env, typ, usage)
+}
+
+// Duration declares a duration setting (time.ParseDuration) with default def.
+func (s *Set) Duration(p *time.Duration, flagName, env string, def time.Duration, usage string) {
+	*p = def
+	s.Var(Parsed[time.Duration]{P: p, Parse: func(v string) (time.Duration, error) {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			return 0, errors.New("want a duration such as 500ms, 10s or 1m")
+		}
+		return d, nil
+	}, Format: time.Duration.String}, flagName, env, "duration", usage)
+}
+
+// Int declares an integer setting with default def.
+func (s *Set) Int(p *int, flagName, env string, def int, usage string) {
+	*p = def
+	s.Var(Parsed[int]{P: p, Parse: func(v string) (int, error) {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			return 0, errors.New("want an integer")
+		}
+		return n, nil
+	}, Format: strconv.Itoa}, flagName, env, "int", usage)
+}
+
+// Float declares a floating-point setting with default def.
+func (s *Set) Float(p *float64, flagName, env string, def float64, usage string) {
+	*p = def
+	s.Var(Parsed[float64]{P: p, Parse: func(v string) (float64, error) {
+		f, err := strconv.ParseFloat(v, 64)
+		if err != nil {
+			return 0, errors.New("want a number")
+		}
+		return f, nil
+	}, Format: func(f float64) string { return strconv.FormatFloat(f, 'g', -1, 64) }}, flagName, env, "float", usage)
+}
+
+// Bool declares a boolean setting with default false: "-name" sets it, as
+// does a variable set to a value strconv.ParseBool reads as true.
+func (s *Set) Bool(p *bool, flagName, env, usage string) {
+	*p = false
+	s.Var(boolValue{Parsed[bool]{P: p, Parse: func(v string) (bool, error) {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return false, errors.New("want true or false")
+		}
+		return b, nil
+	}, Format: strconv.FormatBool}}, flagName, env, "bool", usage)
+}
+
+// boolValue is a bool setting: the flag needs no value.
+type boolValue struct{ Parsed[bool] }
+
+func (boolValue) IsBoolFlag() bool { return true }
+
+// Parsed is a flag.Value of any type: Parse reads a value (its error says
+// what is wanted), Format shows one (the default in -h).
+type Parsed[T any] struct {
+	P      *T
+	Parse  func(string) (T, error)
+	Format func(T) string
+}
+
+// Set implements flag.Value.
+func (v Parsed[T]) Set(s string) error {
+	x, err := v.Parse(s)
+	if err != nil {
+		return err
+	}
+	*v.P = x
+	return nil
+}
+
+// String implements flag.Value.
+func (v Parsed[T]) String() string {
+	if v.P == nil || v.Format == nil {
+		return ""
+	}
+	return v.Format(*v.P)
+}
+
+// Known declares variables with the prefix that the command reads outside
+// this Set (so Unknown does not report them).
+func (s *Set) Known(env ...string) { s.known = append(s.known, env...) }
+
+// checked wraps a setting's Value so that a bad value's error names the
+// flag or variable and the value.
+type checked struct {
+	flag.Value
+	s      *Set
+	o      *option
+	viaEnv bool
+}
+
+func (c *checked) Set(v string) error {
+	err := c.Value.Set(v)
+	if err == nil {
+		return nil
+	}
+	var name string
+	switch {
+	case c.viaEnv:
+		name = c.o.env
+	case c.o.env != "":
+		name = "-" + c.o.flag + " (" + c.o.env + ")"
+	default:
+		name = "-" + c.o.flag
+	}
+	err = fmt.Errorf("%s=%q: %w", name, v, err)
+	if c.s.failed == nil {
+		c.s.failed = err
+	}
+	return err
+}
+
+// IsBoolFlag lets a bool setting be given as "-name" alone.
+func (c *checked) IsBoolFlag() bool {
+	b, ok := c.Value.(interface{ IsBoolFlag() bool })
+	return ok && b.IsBoolFlag()
+}
+
+// Parse sets every setting from environ (KEY=VALUE entries, as os.Environ;
+// an empty value counts as unset), then from args (the flags, without the
+// program name). For -h or -help it writes the usage to usage and returns
+// flag.ErrHelp. Arguments that are not flags are an error.
+func (s *Set) Parse(args, environ []string, usage io.Writer) error {
+	s.failed = nil
+	for _, o := range s.opts {
+		if o.env == "" {
+			continue
+		}
+		if v := Lookup(environ, o.env); v != "" {
+			c := o.value.(*checked)
+			c.viaEnv = true
+			err := c.Set(v)
+			c.viaEnv = false
+			if err != nil {
+				return err
+			}
+		}
+	}
+	if err := s.fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			s.PrintUsage(usage)
+			return err
+		}
+		if s.failed != nil {
+			return s.failed
+		}
+		return fmt.Errorf("%v (see %s -h)", err, s.name)
+	}
+	if s.fs.NArg() > 0 {
+		return fmt.Errorf("unexpected argument %q (see %s -h)", s.fs.Arg(0), s.name)
+	}
+	return nil
+}
+
+// Lookup returns the value of the variable name in environ ("" when unset).
+func Lookup(environ []string, name string) string {
+	v := ""
+	for _, kv := range environ {
+		if k, val, ok := strings.Cut(kv, "="); ok && k == name {
+			v = val // the last one wins, as with getenv
+		}
+	}
+	return v
+}
+
+// UnknownVar is a variable with the command's prefix that no setting
+// declares; Near is the closest declared name when one is within two edits
+// (a likely typo), else "".
+type UnknownVar struct{ Name, Near string }
+
+// Unknown returns the variables in environ that start with the Set's
+// prefix but that no setting (nor Known) declares, in environ order.
+func (s *Set) Unknown(environ []string) []UnknownVar {
+	if s.prefix == "" {
+		return nil
+	}
+	var declared []string
+	for _, o := range s.opts {
+		if o.env != "" {
+			declared = append(declared, o.env)
+		}
+	}
+	declared = append(declared, s.known...)
+	var out []UnknownVar
+	for _, kv := range environ {
+		k, _, _ := strings.Cut(kv, "=")
+		if !strings.HasPrefix(k, s.prefix) || slices.Contains(declared, k) ||
+			slices.ContainsFunc(out, func(u UnknownVar) bool { return u.Name == k }) {
+			continue
+		}
+		out = append(out, UnknownVar{Name: k, Near: nearest(k, declared)})
+	}
+	return out
+}
+
+// Warn logs one warning line per unknown variable.
+func Warn(logger *slog.Logger, unknown []UnknownVar) {
+	for _, u := range unknown {
+		if u.Near != "" {
+			logger.Warn("unknown environment variable ignored; a typo?", "name", u.Name, "didYouMean", u.Near)
+		} else {
+			logger.Warn("unknown environment variable ignored", "name", u.Name)
+		}
+	}
+}
+
+// nearest returns the name in names within edit distance 2 of k, or "".
+func nearest(k string, names []string) string {
+	best, bestD := "", 3
+	for _, n := range names {
+		if d := distance(k, n); d < bestD {
+			best, bestD = n, d
+		}
+	}
+	return best
+}
+
+// distance is the Levenshtein distance of a and b.
+func distance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
+}
+
+// PrintUsage writes every setting in declaration order, one format for
+// all:
+//
+//	-name type (env VARIABLE, default value)
+//	    usage
+//
+// with "no variable" for a flag-only setting and "VARIABLE type
+// (environment only, ...)" for a variable-only one; a default that is
+// empty or holds a blank is quoted.
+func (s *Set) PrintUsage(w io.Writer) {
+	fmt.Fprintf(w, "Usage: %s [flags]\n", s.name)
+	if s.intro != "" {
+		fmt.Fprintf(w, "\n%s\n", strings.TrimSpace(s.intro))
+	}
+	if slices.ContainsFunc(s.opts, func(o *option) bool { return o.env != "" }) {
+		fmt.Fprintf(w, "\nA flag wins over its environment variable, a variable over the default.\n")
+	}
+	fmt.Fprintln(w)
+	for _, o := range s.opts {
+		def := o.def
+		if def == "" || strings.ContainsAny(def, " \t\"") {
+			def = fmt.Sprintf("%q", def)
+		}
+		switch {
+		case o.flag == "":
+			fmt.Fprintf(w, "  %s %s (environment only, default %s)\n", o.env, o.typ, def)
+		case o.env == "":
+			fmt.Fprintf(w, "  -%s %s (no variable, default %s)\n", o.flag, o.typ, def)
+		default:
+			fmt.Fprintf(w, "  -%s %s (env %s, default %s)\n", o.flag, o.typ, o.env, def)
+		}
+		for _, line := range strings.Split(o.usage, "\n") {
+			fmt.Fprintf(w, "      %s\n", line)
+		}
+	}
+}

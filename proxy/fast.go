@@ -1,0 +1,560 @@
+package proxy
+
+import (
+	"bytes"
+	"net/http"
+	"net/netip"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/pinned-go/pinned/internal/netloop"
+)
+
+// This file is the loops' client side: accepting, reading requests, deciding
+// whether a loop serves a request or hands its connection over, writing
+// answers. fastx.go is the exchange with a worker, fastpool.go the loops'
+// worker connections.
+
+// loop is one event loop of a Front and everything it owns. Every field is
+// touched only on the loop's goroutine.
+type loop struct {
+	f  *Front
+	p  *Proxy
+	id int
+	nl *netloop.Loop
+	hr *headReader
+
+	scratch  []byte   // read buffer of connections with nothing pending
+	bufs     [][]byte // free connection buffers of bufSize
+	bufSize  int
+	rbufs    [][]byte // free worker-answer buffers of rbufSize
+	rbufSize int
+	outs     [][]byte // free answer buffers
+	xs       []*lx    // free exchanges
+
+	conns   map[*cconn]struct{}
+	workers map[*wconn]struct{}
+
+	// The acceptor's state (loop 0 only).
+	lfd  int
+	ltok netloop.Token
+	next int
+
+	shuttingDown bool
+
+	dateSec int64  // the second dateBuf was formatted for
+	dateBuf []byte // Date of the proxy's own replies
+}
+
+func newLoop(f *Front, id int, nl *netloop.Loop) *loop {
+	p := f.p
+	size := p.cfg.MaxHeaderBytes + max(p.cfg.ReplayBodyMax, 0)
+	return &loop{
+		f:        f,
+		p:        p,
+		id:       id,
+		nl:       nl,
+		hr:       newHeadReader(max(p.cfg.MaxHeaderBytes, p.cfg.MaxResponseHeaderBytes)),
+		scratch:  make([]byte, max(size, 64<<10)),
+		bufSize:  size,
+		rbufSize: max(p.cfg.MaxResponseHeaderBytes+max(p.cfg.BufferedResponseMax, 0), p.cfg.StreamBufferSize),
+		conns:    make(map[*cconn]struct{}),
+		workers:  make(map[*wconn]struct{}),
+		lfd:      -1,
+	}
+}
+
+// getBuf returns a connection buffer.
+func (lp *loop) getBuf() []byte {
+	if n := len(lp.bufs); n > 0 {
+		b := lp.bufs[n-1]
+		lp.bufs = lp.bufs[:n-1]
+		return b
+	}
+	return make([]byte, lp.bufSize)
+}
+
+// putBuf takes a connection buffer back (a few are kept).
+func (lp *loop) putBuf(b []byte) {
+	if len(lp.bufs) < 64 && cap(b) == lp.bufSize {
+		lp.bufs = append(lp.bufs, b[:lp.bufSize])
+	}
+}
+
+// listen starts accepting on lfd (loop 0).
+func (lp *loop) listen(lfd int) {
+	lp.lfd = lfd
+	tok, err := lp.nl.AddListener(lfd, acceptor{lp})
+	if err != nil {
+		lp.p.log.Error("cannot watch the listener", "err", err)
+		return
+	}
+	lp.ltok = tok
+}
+
+// acceptor is the listener's handler on loop 0.
+type acceptor struct{ lp *loop }
+
+// OnEvent accepts every pending connection and deals them out to the loops
+// in turn.
+func (a acceptor) OnEvent(uint32) {
+	lp := a.lp
+	f := lp.f
+	for range 128 { // a batch; the level-triggered listener reports the rest
+		fd, peer, err := netloop.Accept(lp.lfd)
+		if err != nil {
+			if err != unix.EAGAIN && err != unix.ECONNABORTED && lp.p.errLog.Allow() {
+				lp.p.log.Warn("accept failed", "err", err)
+			}
+			return
+		}
+		if f.closing.Load() || f.conns.Load() >= int64(lp.p.cfg.MaxConns) {
+			// Beyond MaxConns (or shutting down): a best-effort answer on
+			// the fresh socket, then close.
+			lp.p.m.overloaded.Inc()
+			lp.p.countResponse(lp.p.replies.connsFull.status)
+			_, _ = netloop.Write(fd, lp.p.replies.connsFull.raw)
+			_ = netloop.Close(fd)
+			continue
+		}
+		_ = netloop.SetNoDelay(fd)
+		f.conns.Add(1)
+		to := f.loops[lp.next%len(f.loops)]
+		lp.next++
+		ad := &adoption{lp: to, fd: fd, peer: peer}
+		if to == lp {
+			ad.RunTask()
+		} else {
+			to.nl.Post(ad)
+		}
+	}
+}
+
+// adoption moves an accepted connection to its loop.
+type adoption struct {
+	lp   *loop
+	fd   int
+	peer netip.AddrPort
+}
+
+func (ad *adoption) RunTask() { ad.lp.adopt(ad.fd, ad.peer) }
+
+// adopt starts serving an accepted connection on lp.
+func (lp *loop) adopt(fd int, peer netip.AddrPort) {
+	if lp.shuttingDown {
+		_ = netloop.Close(fd)
+		lp.f.connDone()
+		return
+	}
+	c := &cconn{lp: lp, fd: fd, peer: peer, trusted: lp.p.trustedAddr(peer.Addr()), rready: true}
+	c.timer.H = c
+	tok, err := lp.nl.Add(fd, c)
+	if err != nil {
+		_ = netloop.Close(fd)
+		lp.f.connDone()
+		return
+	}
+	c.tok = tok
+	lp.conns[c] = struct{}{}
+	c.state = stIdle
+	lp.nl.ArmAfter(&c.timer, lp.p.cfg.HeaderTimeout)
+	c.readRequests()
+}
+
+// forget drops c from the loop's books (it is being closed or handed over).
+func (lp *loop) forget(c *cconn) {
+	delete(lp.conns, c)
+	lp.nl.Disarm(&c.timer)
+	if c.buf != nil {
+		lp.putBuf(c.buf)
+		c.buf, c.n = nil, 0
+	}
+}
+
+// beginShutdown stops accepting (loop 0) and closes every idle connection;
+// busy ones close after their current answer.
+func (lp *loop) beginShutdown() {
+	lp.shuttingDown = true
+	if lp.ltok != 0 {
+		lp.nl.Del(lp.ltok)
+		lp.ltok = 0
+		_ = netloop.Close(lp.lfd)
+		lp.lfd = -1
+	}
+	for c := range lp.conns {
+		if c.state == stIdle && c.n == 0 {
+			c.close()
+		} else {
+			c.closeAfter = true
+		}
+	}
+}
+
+// closeAll closes everything the loop still has (after Run returned).
+func (lp *loop) closeAll() {
+	for c := range lp.conns {
+		c.close()
+	}
+	for w := range lp.workers {
+		w.closeFd()
+	}
+	if lp.lfd >= 0 {
+		_ = netloop.Close(lp.lfd)
+		lp.lfd = -1
+	}
+}
+
+// Client connection states.
+const (
+	stIdle  uint8 = iota // waiting for a request's first byte
+	stHead               // part of a request received
+	stBusy               // an exchange is in progress
+	stWrite              // the answer is being written
+	stDone               // closed or handed over
+)
+
+// cconn is a client connection on a loop.
+type cconn struct {
+	lp      *loop
+	fd      int
+	tok     netloop.Token
+	peer    netip.AddrPort
+	trusted bool
+
+	// buf holds bytes read and not consumed (buf[:n]); nil when none.
+	buf []byte
+	n   int
+
+	rready bool // readable since the last short read
+	hup    bool // the client shut its side down: read on to the end
+	state  uint8
+	timer  netloop.Timer // head, idle or write timeout
+
+	// pend is the answer being written, from pend[wpos:]; owned says it is
+	// a buffer of the loop's, returned once written.
+	pend  []byte
+	wpos  int
+	owned bool
+
+	x          *lx  // the exchange in progress
+	closeAfter bool // close once the current answer is written
+	streaming  bool // x is relaying a body: writes continue it
+}
+
+// OnEvent implements netloop.Handler.
+func (c *cconn) OnEvent(ev uint32) {
+	if ev&(netloop.EventRead|netloop.EventHangup|netloop.EventError) != 0 {
+		c.rready = true
+	}
+	if ev&(netloop.EventHangup|netloop.EventError) != 0 {
+		c.hup = true
+	}
+	if ev&(netloop.EventWrite|netloop.EventError|netloop.EventHangup) != 0 && c.state == stWrite {
+		c.flush()
+	}
+	if c.state == stIdle || c.state == stHead {
+		c.readRequests()
+	}
+}
+
+// OnTimer implements netloop.TimerHandler: the head, idle or write timeout.
+func (c *cconn) OnTimer() {
+	switch c.state {
+	case stHead:
+		// A request head (or its small body) did not arrive in time.
+		c.lp.p.m.rejected.Inc()
+		c.replyAndClose(&c.lp.p.replies.headTimeout)
+	case stIdle:
+		c.close() // keep-alive idle (or a new connection that never spoke)
+	case stWrite:
+		if c.x != nil && c.streaming {
+			c.x.streamTimeout()
+			return
+		}
+		c.close() // the client does not take its answer
+	}
+}
+
+// readRequests reads and starts requests while the connection waits for one.
+func (c *cconn) readRequests() {
+	lp := c.lp
+	for (c.state == stIdle || c.state == stHead) && c.fd >= 0 {
+		if c.n > 0 {
+			switch used := c.tryRequest(c.buf[:c.n], false); {
+			case used > 0:
+				c.n = copy(c.buf, c.buf[used:c.n])
+				if c.n == 0 {
+					lp.putBuf(c.buf)
+					c.buf = nil
+				}
+				continue
+			case used < 0:
+				return // handed over or closed
+			}
+			if c.n == len(c.buf) {
+				// A head that does not fit (or a small body that does not
+				// with it): the fasthttp path answers 431 as usual.
+				lp.f.handOver(c, c.buf[:c.n])
+				c.state = stDone
+				return
+			}
+		}
+		if !c.rready {
+			return
+		}
+		var dst []byte
+		if c.buf == nil {
+			dst = lp.scratch
+		} else {
+			dst = c.buf[c.n:]
+		}
+		m, err := netloop.Read(c.fd, dst)
+		switch {
+		case err == unix.EAGAIN:
+			c.rready = false
+			return
+		case err == unix.EINTR:
+			continue
+		case err != nil || m == 0:
+			// End of stream or reset: a keep-alive connection ends. A
+			// request cut off mid-head gets no answer (nobody to read it).
+			c.close()
+			return
+		}
+		if m < len(dst) && !c.hup {
+			c.rready = false // drained until the next edge
+		}
+		if c.state == stIdle {
+			c.state = stHead
+			lp.nl.ArmAfter(&c.timer, lp.p.cfg.HeaderTimeout)
+		}
+		if c.buf == nil {
+			used := c.tryRequest(lp.scratch[:m], true)
+			if used < 0 {
+				return
+			}
+			if rest := lp.scratch[used:m]; len(rest) > 0 {
+				c.buf = lp.getBuf()
+				c.n = copy(c.buf, rest)
+			}
+			continue
+		}
+		c.n += m
+	}
+}
+
+// tryRequest looks at the bytes of a request that b starts with. It returns
+// the bytes consumed by a request it started (> 0), 0 when more bytes are
+// needed, or -1 when the connection was handed over or closed. fromScratch
+// says b is the loop's scratch buffer (handed over as is).
+func (c *cconn) tryRequest(b []byte, fromScratch bool) int {
+	lp := c.lp
+	p := lp.p
+	headLen, ok := headEnd(b)
+	if !ok {
+		// Bytes a loop does not serve (a bare LF, an empty line before the
+		// request line): the fasthttp path reads them as it always did.
+		lp.f.handOver(c, b)
+		c.state = stDone
+		return -1
+	}
+	if headLen == 0 {
+		if len(b) >= p.cfg.MaxHeaderBytes {
+			lp.f.handOver(c, b)
+			c.state = stDone
+			return -1
+		}
+		return 0
+	}
+	x := lp.getExchange()
+	x.c = c
+	need, fast := x.parse(b[:headLen])
+	if !fast {
+		lp.putExchange(x)
+		lp.f.handOver(c, b)
+		c.state = stDone
+		return -1
+	}
+	if len(b) < headLen+need {
+		lp.putExchange(x) // parsed again once the body is in
+		return 0
+	}
+	x.body = append(x.body[:0], b[headLen:headLen+need]...)
+	x.recvNs = lp.nl.Now()
+	c.x = x
+	c.state = stBusy
+	lp.nl.Disarm(&c.timer)
+	x.start()
+	return headLen + need
+}
+
+// headEnd returns the length of the request head at the start of b (through
+// its blank line), 0 when the head is not complete yet. ok is false when the
+// bytes use a line end other than CRLF or start with an empty line: a loop
+// leaves those to the fasthttp path.
+func headEnd(b []byte) (n int, ok bool) {
+	if len(b) > 0 && (b[0] == '\r' || b[0] == '\n') {
+		return 0, false
+	}
+	off := 0
+	for {
+		i := bytes.IndexByte(b[off:], '\n')
+		if i < 0 {
+			return 0, true
+		}
+		i += off // ≥ 1: b[0] is not '\n'
+		if b[i-1] != '\r' {
+			return 0, false
+		}
+		switch {
+		case i+1 == len(b):
+			return 0, true
+		case b[i+1] != '\r':
+			off = i + 1
+			continue
+		case i+2 == len(b):
+			return 0, true
+		case b[i+2] == '\n':
+			return i + 3, true
+		default:
+			return 0, false // a line that starts with a bare CR
+		}
+	}
+}
+
+// answerOwned starts writing out, a buffer from the loop's pool that goes
+// back once written, as the connection's answer (or the next piece of a
+// streamed one).
+func (c *cconn) answerOwned(out []byte) {
+	c.pend, c.wpos, c.owned = out, 0, true
+	c.state = stWrite
+	c.flush()
+}
+
+// answerBorrowed is answerOwned for bytes the connection does not own (a
+// prebuilt reply, or a streamed piece in the exchange's read buffer).
+func (c *cconn) answerBorrowed(out []byte) {
+	c.pend, c.wpos, c.owned = out, 0, false
+	c.state = stWrite
+	c.flush()
+}
+
+// flush writes what is pending; when all of it is written it ends the answer
+// (or lets a streaming exchange continue).
+func (c *cconn) flush() {
+	lp := c.lp
+	for c.wpos < len(c.pend) {
+		m, err := netloop.Write(c.fd, c.pend[c.wpos:])
+		if err == unix.EAGAIN {
+			if !c.timer.Armed() || c.streaming {
+				lp.nl.ArmAfter(&c.timer, c.writeTimeout())
+			}
+			return
+		}
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			c.close()
+			return
+		}
+		c.wpos += m
+	}
+	lp.nl.Disarm(&c.timer)
+	if c.streaming {
+		c.x.clientDrained()
+		return
+	}
+	c.releasePend()
+	c.answerDone()
+}
+
+// releasePend forgets the bytes written, returning an owned buffer.
+func (c *cconn) releasePend() {
+	if c.owned {
+		c.lp.putOut(c.pend)
+	}
+	c.pend, c.wpos, c.owned = nil, 0, false
+}
+
+// answerDone goes on after an answer: close, or wait for the next request.
+func (c *cconn) answerDone() {
+	lp := c.lp
+	if c.fd < 0 {
+		return
+	}
+	if c.closeAfter || lp.f.closing.Load() {
+		c.close()
+		return
+	}
+	c.state = stIdle
+	if c.n == 0 {
+		lp.nl.ArmAfter(&c.timer, lp.p.cfg.IdleTimeout)
+	}
+	c.readRequests()
+}
+
+func (c *cconn) writeTimeout() time.Duration {
+	if c.streaming {
+		return c.lp.p.cfg.StreamIdleTimeout
+	}
+	return c.lp.p.cfg.WriteTimeout
+}
+
+// replyAndClose answers with one of the proxy's replies and closes.
+func (c *cconn) replyAndClose(rp *reply) {
+	c.closeAfter = true
+	c.lp.p.countResponse(rp.status)
+	c.answerReply(rp)
+}
+
+// answerReply answers with one of the proxy's own replies, dated (an
+// origin of a response with a clock sends Date, RFC 9110 §6.6.1).
+// The connection closes after it when the reply says so or closeAfter is
+// set already (the client asked to close): then it says Connection: close.
+func (c *cconn) answerReply(rp *reply) {
+	lp := c.lp
+	if rp.close {
+		c.closeAfter = true
+	}
+	out := lp.getOut()
+	i := bytes.IndexByte(rp.raw, '\n') + 1
+	out = append(out, rp.raw[:i]...)
+	out = append(out, "Date: "...)
+	out = append(out, lp.date()...)
+	out = append(out, '\r', '\n')
+	if c.closeAfter && !rp.close {
+		out = append(out, "Connection: close\r\n"...)
+	}
+	out = append(out, rp.raw[i:]...)
+	c.answerOwned(out)
+}
+
+// date returns the current time as an HTTP date, formatted once a second.
+func (lp *loop) date() []byte {
+	if sec := lp.nl.Now() / int64(time.Second); sec != lp.dateSec || lp.dateBuf == nil {
+		lp.dateSec = sec
+		lp.dateBuf = netloop.Time(lp.nl.Now()).UTC().AppendFormat(lp.dateBuf[:0], http.TimeFormat)
+	}
+	return lp.dateBuf
+}
+
+// close closes the connection and ends its exchange, if any.
+func (c *cconn) close() {
+	if c.fd < 0 {
+		return
+	}
+	lp := c.lp
+	if x := c.x; x != nil {
+		c.x = nil
+		x.abandon()
+	}
+	lp.nl.Del(c.tok)
+	lp.forget(c)
+	c.releasePend()
+	_ = netloop.Close(c.fd)
+	c.fd = -1
+	c.state = stDone
+	lp.f.connDone()
+}

@@ -1,0 +1,940 @@
+package proxy
+
+import (
+	"bytes"
+	"errors"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/valyala/fasthttp"
+	"golang.org/x/sys/unix"
+
+	"github.com/pinned-go/pinned/internal/netloop"
+	"github.com/pinned-go/pinned/internal/wire"
+)
+
+// lx is one request a loop serves, from its parsed head to the end of its
+// answer. Exchanges are pooled per loop. Everything runs on the loop's
+// goroutine, except a resolve or a dial, during which a goroutine of the
+// Front owns the exchange until it posts it back (RunTask).
+type lx struct {
+	lp *loop
+	c  *cconn
+
+	req  fasthttp.RequestHeader
+	resp fasthttp.ResponseHeader
+	scan headScan // the request head as it arrived
+	rsc  headScan // the worker's response head
+
+	tgt     []byte // the target, copied: name and target point into it
+	name    []byte
+	target  []byte
+	uri     []byte // scratch for a rewritten request URI
+	body    []byte
+	scratch [64]byte
+
+	isHead      bool
+	idempotent  bool
+	clientClose bool
+	epHeaders   bool // the endpoint's fields were added once
+	resentOnce  bool // sent again after an attempt that got no answer
+
+	route   Route
+	ep      *endpoint
+	wc      *wconn
+	attempt int
+	reused  bool // wc served a request before this one
+	out     []byte
+	sent    int
+	startNs int64 // when the current attempt took its worker connection
+	recvNs  int64 // when the request was read whole
+	stripe  uint8
+
+	// The worker's answer: rbuf[:rn] read so far, headLen of it the head.
+	rbuf       []byte
+	rn         int
+	gotBytes   bool // some byte of an answer (an interim one too) arrived
+	headLen    int
+	need       int // buffered body: total bytes (head + body) to have
+	closeAfter bool
+
+	// Streaming state (stream.go).
+	st streamState
+
+	timer netloop.Timer
+	tkind uint8 // what timer stands for
+
+	// An asynchronous step in flight: its kind and results.
+	pending  uint8
+	rres     Route
+	rerr     error
+	dfd      int
+	derr     error
+	moveFrom *Session
+
+	// Queue links (loopPool.waiters).
+	qnext, qprev *lx
+	queued       bool
+
+	abandoned bool
+}
+
+// Timer kinds.
+const (
+	tNone uint8 = iota
+	tQueue
+	tResponse
+	tStream
+)
+
+// Asynchronous steps.
+const (
+	pendNone uint8 = iota
+	pendResolve
+	pendMoved
+	pendDial
+)
+
+func (lp *loop) getExchange() *lx {
+	if n := len(lp.xs); n > 0 {
+		x := lp.xs[n-1]
+		lp.xs = lp.xs[:n-1]
+		return x
+	}
+	x := &lx{lp: lp, stripe: uint8(lp.p.stripes.Add(1) % histStripes)}
+	x.timer.H = x
+	return x
+}
+
+func (lp *loop) putExchange(x *lx) {
+	x.c, x.ep, x.wc = nil, nil, nil
+	x.route = Route{}
+	x.name, x.target = nil, nil
+	x.body = x.body[:0]
+	x.attempt, x.sent, x.rn, x.headLen, x.need = 0, 0, 0, 0, 0
+	x.closeAfter, x.abandoned, x.reused, x.epHeaders, x.resentOnce = false, false, false, false, false
+	x.pending, x.rerr, x.derr, x.dfd, x.moveFrom = pendNone, nil, nil, -1, nil
+	x.rres = Route{}
+	x.st = streamState{}
+	if x.rbuf != nil {
+		lp.putRespBuf(x.rbuf)
+		x.rbuf = nil
+	}
+	lp.nl.Disarm(&x.timer)
+	if len(lp.xs) < 1024 {
+		lp.xs = append(lp.xs, x)
+	}
+}
+
+// parse reads a request head held whole in head and decides whether a loop
+// serves it. It returns the length of the body that follows the head (0 or
+// a Content-Length of at most ReplayBodyMax) and true, or false: the
+// connection goes to the fasthttp path, which answers whatever it is
+// (including every refusal) as it always did.
+func (x *lx) parse(head []byte) (int, bool) {
+	c := x.c
+	p := x.lp.p
+	// The request line: "<method> <origin-form target> HTTP/1.1".
+	eol := bytes.IndexByte(head, '\r')
+	if eol < 0 || eol+1 >= len(head) || head[eol+1] != '\n' {
+		return 0, false
+	}
+	line := head[:eol]
+	const version = " HTTP/1.1"
+	if !bytes.HasSuffix(line, []byte(version)) {
+		return 0, false
+	}
+	sp := bytes.IndexByte(line, ' ')
+	if sp <= 0 || sp+1 > len(line)-len(version) {
+		return 0, false
+	}
+	target := line[sp+1 : len(line)-len(version)]
+	if len(target) == 0 || target[0] != '/' || bytes.IndexByte(target, ' ') >= 0 || x.lp.f.cfg.Local(target) {
+		return 0, false
+	}
+	h := &x.req
+	h.Reset()
+	if err := h.Read(x.lp.hr.reset(head)); err != nil {
+		return 0, false
+	}
+	if !plainHost(h.Host()) {
+		return 0, false
+	}
+	s := &x.scan
+	s.reset()
+	mode := dropPinned
+	if !c.trusted {
+		mode |= dropForwarded
+	}
+	scanFields(h.RawHeaders(), s, mode)
+	if p.screenReply(s) != nil || s.upgrades > 0 || s.transferEncodings > 0 || s.expect {
+		return 0, false
+	}
+	cl := h.ContentLength()
+	switch {
+	case cl == -1:
+		return 0, false // chunked
+	case cl < 0:
+		cl = 0
+	case cl > p.cfg.ReplayBodyMax || p.cfg.MaxRequestBodySize >= 0 && int64(cl) > p.cfg.MaxRequestBodySize:
+		return 0, false
+	}
+	rt, rerr := parseRoute(target, p.cfg.MaxIDLen)
+	if rerr != routeOK {
+		return 0, false
+	}
+	x.tgt = append(x.tgt[:0], target...)
+	x.target = x.tgt
+	x.name = x.tgt[:len(rt.name)]
+	x.isHead = h.IsHead()
+	x.idempotent = isIdempotent(h.Method())
+	x.clientClose = h.ConnectionClose() || s.connClose
+	return cl, true
+}
+
+// plainHost reports whether a Host value is a plain host[:port] (letters,
+// digits, '.', '-', '_', ':' and an IPv6 literal's brackets): a loop serves
+// only those, fasthttp's parser judges the rest (it refuses some, which the
+// fasthttp path then answers).
+func plainHost(h []byte) bool {
+	if len(h) == 0 {
+		return false
+	}
+	for _, c := range h {
+		switch {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
+		case c == '.' || c == '-' || c == '_' || c == ':' || c == '[' || c == ']':
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// isIdempotent reports whether a method is idempotent (RFC 9110 §9.2.2).
+func isIdempotent(m []byte) bool {
+	switch string(m) {
+	case fasthttp.MethodGet, fasthttp.MethodHead, fasthttp.MethodOptions, fasthttp.MethodTrace,
+		fasthttp.MethodPut, fasthttp.MethodDelete:
+		return true
+	}
+	return false
+}
+
+// start forwards a request the loop accepted.
+func (x *lx) start() {
+	p := x.lp.p
+	p.sanitizeHeader(&x.req, &x.scan, x.c.peer.Addr(), false, x.c.trusted, x.scratch[:0])
+	x.attempt = 1
+	x.lookup()
+}
+
+// lookup routes the request: from the resolver's cache on the loop, or
+// through a resolve on a goroutine.
+func (x *lx) lookup() {
+	p := x.lp.p
+	if r, ok := p.resolver.Lookup(x.name, netloop.Time(x.lp.nl.Now())); ok {
+		x.dispatch(r)
+		return
+	}
+	x.resolveAsync(pendResolve)
+}
+
+// resolveAsync resolves x.name on a goroutine of the Front and posts x back.
+func (x *lx) resolveAsync(kind uint8) {
+	f := x.lp.f
+	x.pending = kind
+	f.wg.Go(func() {
+		x.rres, x.rerr = f.p.resolver.Resolve(f.ctx, x.name)
+		x.lp.nl.Post(x)
+	})
+}
+
+// RunTask implements netloop.Task: an asynchronous step came back.
+func (x *lx) RunTask() {
+	kind := x.pending
+	x.pending = pendNone
+	switch kind {
+	case pendResolve, pendMoved:
+		r, err := x.rres, x.rerr
+		x.rres, x.rerr = Route{}, nil
+		if x.abandoned {
+			x.lp.putExchange(x)
+			return
+		}
+		if kind == pendMoved {
+			if err != nil || r.Session == nil || r.Session == x.moveFrom {
+				x.moveFrom = nil
+				x.lp.p.m.unreachable.Inc()
+				x.fail(&x.lp.p.replies.unreachable)
+				return
+			}
+			x.moveFrom = nil
+			x.lp.p.m.reresolves.Inc()
+			x.attempt++
+			x.dispatch(r)
+			return
+		}
+		if err != nil {
+			x.resolveFailed(err)
+			return
+		}
+		x.dispatch(r)
+	case pendDial:
+		x.dialed()
+	}
+}
+
+func (x *lx) resolveFailed(err error) {
+	p := x.lp.p
+	if errors.Is(err, ErrNoWorker) {
+		x.fail(&p.replies.noWorker)
+		return
+	}
+	if p.errLog.Allow() {
+		p.log.Warn("cannot resolve placement", "name", string(x.name), "err", err)
+	}
+	x.fail(&p.replies.store)
+}
+
+// dispatch sends the request to the session of r.
+func (x *lx) dispatch(r Route) {
+	p := x.lp.p
+	if r.Session == nil {
+		x.fail(&p.replies.noWorker)
+		return
+	}
+	ep, ok, err := p.admit(r.Session)
+	if err != nil {
+		// An advertise URL the proxy cannot use.
+		p.resolver.Refused(x.name, r)
+		p.m.unreachable.Inc()
+		x.fail(&p.replies.unreachable)
+		return
+	}
+	if !ok {
+		p.m.overloaded.Inc()
+		x.fail(&p.replies.overloaded)
+		return
+	}
+	if x.attempt == 1 {
+		ep.earn()
+	}
+	x.route, x.ep = r, ep
+	x.acquire()
+}
+
+// acquire takes a worker connection of the loop's pool for x.ep: an idle
+// one, a new one (dialled on a goroutine), or a place in the queue.
+func (x *lx) acquire() {
+	lp := x.lp
+	pool := x.ep.loopPool(lp.id)
+	if w := pool.popIdle(lp); w != nil {
+		x.send(w, true)
+		return
+	}
+	if pool.open < x.ep.loopMax {
+		pool.open++
+		x.dial()
+		return
+	}
+	pool.enqueue(x)
+	x.arm(tQueue, x.ep.queueTimeout)
+}
+
+// dial connects to the worker on a goroutine (the endpoint's dialer applies
+// the registry's address policy) and posts x back with the descriptor.
+func (x *lx) dial() {
+	f := x.lp.f
+	ep := x.ep
+	x.pending = pendDial
+	f.wg.Go(func() {
+		fd, err := -1, error(nil)
+		conn, err := ep.dial(ep.addr, ep.dialTimeout)
+		if err == nil {
+			if sc, ok := conn.(syscall.Conn); ok {
+				fd, err = netloop.Dup(sc)
+			} else {
+				err = errors.New("worker connection has no file descriptor")
+			}
+			_ = conn.Close()
+		}
+		x.dfd, x.derr = fd, err
+		x.lp.nl.Post(x)
+	})
+}
+
+// dialed handles the dial's result on the loop.
+func (x *lx) dialed() {
+	lp, p, ep := x.lp, x.lp.p, x.ep
+	pool := ep.loopPool(lp.id)
+	fd, err := x.dfd, x.derr
+	x.dfd, x.derr = -1, nil
+	var w *wconn
+	if err == nil {
+		_ = netloop.SetNoDelay(fd)
+		w, err = lp.newWconn(ep, fd)
+	}
+	if err != nil {
+		pool.open--
+		pool.dialFor(lp) // the slot is free for whoever waits
+		if x.abandoned {
+			ep.leave()
+			lp.putExchange(x)
+			return
+		}
+		ep.leave()
+		if p.errLog.Allow() {
+			p.log.Warn("cannot reach worker", "session", ep.id, "addr", ep.addr, "err", err)
+		}
+		x.unreachable()
+		return
+	}
+	if x.abandoned {
+		ep.leave()
+		pool.putIdle(lp, w)
+		lp.putExchange(x)
+		return
+	}
+	x.send(w, false)
+}
+
+// send writes the request on w.
+func (x *lx) send(w *wconn, reused bool) {
+	lp, p := x.lp, x.lp.p
+	x.wc, w.x = w, x
+	x.reused = reused
+	x.startNs = lp.nl.Now()
+	x.setEndpointHeaders()
+	x.out = x.req.AppendBytes(x.out[:0])
+	x.out = append(x.out, x.body...)
+	x.sent = 0
+	x.rn, x.headLen, x.need, x.gotBytes = 0, 0, 0, false
+	if x.rbuf == nil {
+		x.rbuf = lp.getRespBuf()
+	}
+	x.arm(tResponse, p.cfg.ResponseHeaderTimeout)
+	x.write()
+}
+
+// setEndpointHeaders sets what depends on the route: the proxy secret, the
+// session, the placement's epoch, and the path prefix of the advertise URL.
+func (x *lx) setEndpointHeaders() {
+	h := &x.req
+	ep := x.ep
+	setRouteFields(h, ep, x.route.Epoch, !x.epHeaders, x.scratch[:0])
+	x.epHeaders = true
+	if len(ep.prefix) > 0 {
+		x.uri = append(append(x.uri[:0], ep.prefix...), x.target...)
+		h.SetRequestURIBytes(x.uri)
+	} else if x.attempt > 1 {
+		h.SetRequestURIBytes(x.target)
+	}
+}
+
+// write writes the rest of the request; it continues on w's write events.
+func (x *lx) write() {
+	w := x.wc
+	for x.sent < len(x.out) {
+		n, err := netloop.Write(w.fd, x.out[x.sent:])
+		if err == unix.EAGAIN {
+			return // w's next write event continues
+		}
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			x.sendFailed(err)
+			return
+		}
+		x.sent += n
+	}
+	if w.rready {
+		x.readResponse()
+	}
+}
+
+// sendFailed handles a write error on the worker connection.
+func (x *lx) sendFailed(err error) {
+	p := x.lp.p
+	sent := x.sent
+	x.dropConn()
+	if sent == 0 {
+		// Nothing left the proxy: the worker has not seen it. A reused
+		// connection was stale; a fresh one failing means the worker is
+		// going away.
+		if x.reused && x.retry() {
+			p.m.retries.Inc()
+			x.attempt++
+			x.dispatch(x.route)
+			return
+		}
+		x.unreachable()
+		return
+	}
+	if p.errLog.Allow() {
+		p.log.Warn("cannot send to worker", "session", x.ep.id, "addr", x.ep.addr, "err", err)
+	}
+	x.noAnswer()
+}
+
+// noAnswer handles a request that may have reached the worker but got no
+// byte of an answer: an idempotent one is sent again once (a worker that
+// died is then found unreachable and the client gets 503 + Retry-After);
+// any other gets 502, since it may have been processed.
+func (x *lx) noAnswer() {
+	p := x.lp.p
+	if x.idempotent && !x.resentOnce && x.retry() {
+		x.resentOnce = true
+		p.m.retries.Inc()
+		x.attempt++
+		x.dispatch(x.route)
+		return
+	}
+	if x.idempotent {
+		p.m.unreachable.Inc()
+		x.fail(&p.replies.unreachable)
+		return
+	}
+	p.m.badGateway.Inc()
+	x.fail(&p.replies.badGateway)
+}
+
+// retry takes one retry from the endpoint's budget if attempts are left.
+func (x *lx) retry() bool {
+	p := x.lp.p
+	if x.attempt >= p.cfg.MaxAttempts {
+		return false
+	}
+	if !x.ep.spend() {
+		p.m.budgetExhausted.Inc()
+		return false
+	}
+	return true
+}
+
+// unreachable handles a worker that provably did not get the request: the
+// placement is re-checked (the resolver learns the worker failed), and the
+// request goes to the new holder if it moved.
+func (x *lx) unreachable() {
+	p := x.lp.p
+	p.resolver.Refused(x.name, x.route)
+	if x.attempt >= p.cfg.MaxAttempts {
+		p.m.unreachable.Inc()
+		x.fail(&p.replies.unreachable)
+		return
+	}
+	x.moveFrom = x.route.Session
+	x.resolveAsync(pendMoved)
+}
+
+// readResponse reads the worker's answer as far as it has come.
+func (x *lx) readResponse() {
+	w := x.wc
+	for w != nil && x.wc == w && !x.st.on {
+		if x.rn == len(x.rbuf) {
+			if x.headLen == 0 {
+				x.badGateway("response head larger than the read buffer", nil)
+			}
+			return
+		}
+		avail := len(x.rbuf) - x.rn
+		n, err := netloop.Read(w.fd, x.rbuf[x.rn:])
+		if err == unix.EAGAIN {
+			w.rready = false
+			return
+		}
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil || n == 0 {
+			x.readFailed(err)
+			return
+		}
+		if n < avail && !w.hup {
+			w.rready = false
+		}
+		x.rn += n
+		x.gotBytes = true
+		if !x.progress() {
+			return
+		}
+		if !w.rready {
+			return
+		}
+	}
+}
+
+// readFailed: the worker connection ended or failed while x waited for (or
+// read) its answer.
+func (x *lx) readFailed(err error) {
+	p := x.lp.p
+	if !x.gotBytes {
+		// Nothing of an answer arrived.
+		reused := x.reused
+		x.dropConn()
+		if reused && x.idempotent && x.retry() {
+			// The worker closed a pooled connection as we sent on it.
+			p.m.retries.Inc()
+			x.attempt++
+			x.dispatch(x.route)
+			return
+		}
+		if p.errLog.Allow() {
+			p.log.Warn("no response from worker", "session", x.ep.id, "addr", x.ep.addr, "err", errString(err))
+		}
+		x.noAnswer()
+		return
+	}
+	if x.need == 0 && x.headLen == 0 {
+		x.badGateway("response cut off", err)
+		return
+	}
+	x.badGateway("response body cut off", err)
+}
+
+func errString(err error) string {
+	if err == nil {
+		return "connection closed"
+	}
+	return err.Error()
+}
+
+// progress acts on what has been read. It reports whether reading should go
+// on.
+func (x *lx) progress() bool {
+	if x.headLen == 0 {
+		return x.onHead()
+	}
+	if x.rn >= x.need {
+		x.finishBuffered()
+		return false
+	}
+	return true
+}
+
+// onHead parses the response head once it is complete.
+func (x *lx) onHead() bool {
+	p := x.lp.p
+	for {
+		b := x.rbuf[:x.rn]
+		i := bytes.Index(b, crlfcrlf)
+		if i < 0 {
+			if x.rn >= p.cfg.MaxResponseHeaderBytes {
+				x.badGateway("response head larger than the limit", nil)
+				return false
+			}
+			return true
+		}
+		head := b[:i+len(crlfcrlf)]
+		s := &x.rsc
+		s.reset()
+		scanFields(skipLine(head), s, 0)
+		rh := &x.resp
+		rh.Reset()
+		if err := rh.Read(x.lp.hr.reset(head)); err != nil {
+			x.badGateway("bad response head from worker", err)
+			return false
+		}
+		if s.responseFault() {
+			x.badGateway("ambiguous response framing from worker", nil)
+			return false
+		}
+		code := rh.StatusCode()
+		if code >= 200 || code < 100 {
+			x.headLen = len(head)
+			return x.onFinalHead()
+		}
+		if code == fasthttp.StatusSwitchingProtocols {
+			x.badGateway("101 to a plain request", nil)
+			return false
+		}
+		// An interim answer: dropped (the client's Expect never reaches a
+		// loop). The next head follows.
+		x.rn = copy(x.rbuf, b[len(head):])
+	}
+}
+
+// onFinalHead acts on the final response head.
+func (x *lx) onFinalHead() bool {
+	p := x.lp.p
+	rh := &x.resp
+	p.m.upstream.observe(x.stripe, time.Duration(x.lp.nl.Now()-x.startNs))
+	x.closeAfter = rh.ConnectionClose() || x.rsc.connClose
+	switch rh.StatusCode() {
+	case fasthttp.StatusServiceUnavailable:
+		switch string(rh.Peek(wire.HeaderReason)) {
+		case wire.ReasonClosing, wire.ReasonDraining, wire.ReasonLease, wire.ReasonStale:
+			// The host refused the request before any application code
+			// ran: drop the placement and try the new holder.
+			p.resolver.Refused(x.name, x.route)
+			if x.retry() {
+				x.discardAndReresolve()
+				return false
+			}
+		}
+	case fasthttp.StatusForbidden:
+		if string(rh.Peek(wire.HeaderReason)) == wire.ReasonForbidden {
+			// Another process at the session's address: nothing ran.
+			x.dropConn()
+			x.unreachable()
+			return false
+		}
+	}
+	return x.respond()
+}
+
+// discardAndReresolve drops a host's 503 (keeping the connection when its
+// body is small and complete) and resolves the name again.
+func (x *lx) discardAndReresolve() {
+	p := x.lp.p
+	cl := x.resp.ContentLength()
+	if !x.closeAfter && cl >= 0 && x.rn == x.headLen+cl {
+		x.releaseConn()
+	} else {
+		x.dropConn()
+	}
+	p.m.reresolves.Inc()
+	x.attempt++
+	x.lookup()
+}
+
+// respond turns the worker's final head into the client's answer: a small
+// body is read whole first, anything else streams.
+func (x *lx) respond() bool {
+	p := x.lp.p
+	c := x.c
+	rh := &x.resp
+	if x.clientClose || x.lp.f.closing.Load() {
+		c.closeAfter = true
+	}
+	code := rh.StatusCode()
+	if x.isHead || noBody(code) {
+		if x.rn > x.headLen {
+			x.closeAfter = true // bytes after a bodiless answer
+		}
+		out := x.appendHead(x.lp.getOut(), false)
+		x.releaseConn()
+		p.countResponse(code)
+		x.record(code, knownReason(rh.Peek(wire.HeaderReason)), 0)
+		x.finish(out)
+		return false
+	}
+	cl := rh.ContentLength()
+	if cl >= 0 && cl <= p.cfg.BufferedResponseMax {
+		x.need = x.headLen + cl
+		if x.rn >= x.need {
+			x.finishBuffered()
+			return false
+		}
+		return true
+	}
+	x.startStream(cl)
+	return false
+}
+
+// appendHead appends the worker's response head (x.rbuf[:x.headLen]) as the
+// client gets it: its status line as HTTP/1.1 and its fields as they came,
+// less the hop-by-hop ones the scan found (RFC 9110 §7.6.1: Connection and
+// the fields it names, Keep-Alive, Upgrade, ...); Connection: close when the
+// client connection closes after it (the client asked, or the Front is
+// shutting down), and chunked framing when rechunk (a body the worker
+// delimits by closing). Nothing is added that the worker did not send: no
+// Server, Date or Content-Type of the proxy's.
+func (x *lx) appendHead(out []byte, rechunk bool) []byte {
+	head := x.rbuf[:x.headLen]
+	i := bytes.IndexByte(head, '\n')
+	line := head[:i-1] // CR checked by the scan and the parse
+	out = append(out, "HTTP/1.1"...)
+	if sp := bytes.IndexByte(line, ' '); sp >= 0 {
+		out = append(out, line[sp:]...)
+	}
+	out = append(out, '\r', '\n')
+	dels := x.rsc.deletes()
+	for rest := head[i+1:]; ; {
+		j := bytes.IndexByte(rest, '\n')
+		if j <= 1 {
+			break // the empty line
+		}
+		line, rest = rest[:j+1], rest[j+1:]
+		colon := bytes.IndexByte(line, ':')
+		if colon > 0 && dropped(line[:colon], dels) {
+			continue
+		}
+		out = append(out, line...)
+	}
+	if rechunk {
+		out = append(out, "Transfer-Encoding: chunked\r\n"...)
+	}
+	if x.c.closeAfter {
+		out = append(out, "Connection: close\r\n"...)
+	}
+	return append(out, '\r', '\n')
+}
+
+// dropped reports whether the field named name (a slice of the scanned head)
+// is one of dels: the same field line, or a name a Connection field listed.
+func dropped(name []byte, dels []fieldRef) bool {
+	for _, d := range dels {
+		if len(d.name) == 0 {
+			continue
+		}
+		if d.kind == hkListed {
+			if len(d.name) == len(name) && bytes.EqualFold(d.name, name) {
+				return true
+			}
+			continue
+		}
+		if &d.name[0] == &name[0] {
+			return true
+		}
+	}
+	return false
+}
+
+// finishBuffered answers with a body read whole.
+func (x *lx) finishBuffered() {
+	p := x.lp.p
+	if x.rn > x.need {
+		x.closeAfter = true // the worker sent more than it announced
+	}
+	out := x.appendHead(x.lp.getOut(), false)
+	out = append(out, x.rbuf[x.headLen:x.need]...)
+	x.releaseConn()
+	code := x.resp.StatusCode()
+	p.countResponse(code)
+	x.record(code, knownReason(x.resp.Peek(wire.HeaderReason)), int64(x.need-x.headLen))
+	x.finish(out)
+}
+
+// record tells the Recorder about x, once its answer's head is decided:
+// status and reason of the answer, bytes of the bodies as far as known.
+func (x *lx) record(status int, reason string, bytes int64) {
+	rec := x.lp.p.cfg.Recorder
+	if rec == nil {
+		return
+	}
+	holder := ""
+	if x.ep != nil {
+		holder = x.ep.id
+	}
+	rec.Record(x.name, holder, status, reason, int64(len(x.body))+max(bytes, 0),
+		time.Duration(x.lp.nl.Now()-x.recvNs), netloop.Time(x.recvNs))
+}
+
+// finish hands the answer to the client connection and retires x.
+func (x *lx) finish(out []byte) {
+	c := x.c
+	x.lp.nl.Disarm(&x.timer)
+	c.x = nil
+	x.lp.putExchange(x)
+	c.answerOwned(out)
+}
+
+// fail answers with one of the proxy's own replies.
+func (x *lx) fail(rp *reply) {
+	c := x.c
+	if x.wc != nil {
+		x.dropConn()
+	}
+	x.lp.p.countResponse(rp.status)
+	x.record(rp.status, rp.reason, 0)
+	if x.clientClose || x.lp.f.closing.Load() {
+		c.closeAfter = true
+	}
+	x.lp.nl.Disarm(&x.timer)
+	c.x = nil
+	x.lp.putExchange(x)
+	c.answerReply(rp)
+}
+
+// badGateway answers 502: the worker's answer cannot be relayed.
+func (x *lx) badGateway(what string, err error) {
+	p := x.lp.p
+	if p.errLog.Allow() {
+		if err != nil {
+			p.log.Warn(what, "session", x.ep.id, "err", err)
+		} else {
+			p.log.Warn(what, "session", x.ep.id)
+		}
+	}
+	p.m.badGateway.Inc()
+	x.fail(&p.replies.badGateway)
+}
+
+// releaseConn returns the worker connection to the pool, or closes it when
+// the worker asked for that or left bytes after its answer.
+func (x *lx) releaseConn() {
+	w := x.wc
+	if w == nil {
+		return
+	}
+	if x.closeAfter {
+		x.dropConn()
+		return
+	}
+	x.wc, w.x = nil, nil
+	x.ep.leave()
+	x.ep.loopPool(x.lp.id).putIdle(x.lp, w)
+}
+
+// dropConn closes the worker connection.
+func (x *lx) dropConn() {
+	w := x.wc
+	if w == nil {
+		return
+	}
+	x.wc, w.x = nil, nil
+	x.ep.leave()
+	w.close()
+}
+
+// arm sets x's timer.
+func (x *lx) arm(kind uint8, d time.Duration) {
+	x.tkind = kind
+	x.lp.nl.ArmAfter(&x.timer, d)
+}
+
+// OnTimer implements netloop.TimerHandler.
+func (x *lx) OnTimer() {
+	p := x.lp.p
+	switch x.tkind {
+	case tQueue:
+		x.ep.loopPool(x.lp.id).dequeue(x)
+		x.ep.leave()
+		p.m.overloaded.Inc()
+		x.fail(&p.replies.overloaded)
+	case tResponse:
+		if x.headLen > 0 {
+			// A buffered body that stopped arriving.
+			x.badGateway("response body timed out", nil)
+			return
+		}
+		p.m.timeouts.Inc()
+		x.fail(&p.replies.timeout)
+	case tStream:
+		x.streamTimeout()
+	}
+}
+
+// abandon ends x because its client connection closed.
+func (x *lx) abandon() {
+	lp := x.lp
+	x.abandoned = true
+	lp.nl.Disarm(&x.timer)
+	if x.queued {
+		x.ep.loopPool(lp.id).dequeue(x)
+		x.ep.leave()
+	}
+	if x.wc != nil {
+		x.dropConn()
+	}
+	if x.pending == pendNone {
+		lp.putExchange(x)
+	}
+	// Otherwise RunTask sees abandoned and retires x.
+}
+
+// strconvAppendHex appends n in hex.
+func strconvAppendHex(b []byte, n int) []byte { return strconv.AppendInt(b, int64(n), 16) }

@@ -1,0 +1,304 @@
+package proxy_test
+
+import (
+	"bufio"
+	"context"
+	"io"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/pinned-go/pinned/proxy"
+	"github.com/pinned-go/pinned/proxy/proxytest"
+)
+
+// These tests are about the event loops (proxy.Front) as such; the rest of
+// the package's tests run through them too (testLoops).
+
+func needLoops(t *testing.T) {
+	t.Helper()
+	if testLoops() == 0 {
+		t.Skip("PINNED_TEST_LOOPS=0: the fasthttp server alone")
+	}
+}
+
+// A client's Connection: close holds for the proxy's own replies too: the
+// reply says so and the connection closes after it.
+func TestCloseAfterOwnReply(t *testing.T) {
+	f := startProxy(t, proxytest.NewStatic(), nil) // nothing placed: 503 no_worker
+	c, err := net.Dial("tcp", f.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	resp := rawResponse(t, c, bufio.NewReader(c), "GET /counter/a HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n")
+	if resp.StatusCode() != 503 || !resp.ConnectionClose() || len(resp.Header.Peek("Date")) == 0 {
+		t.Errorf("reply %d, Connection: close %v, Date %q; want 503, close and a Date", resp.StatusCode(), resp.ConnectionClose(), resp.Header.Peek("Date"))
+	}
+	if !closedAfter(c, 2*time.Second) {
+		t.Error("the connection stayed open after a reply to Connection: close")
+	}
+}
+
+// Requests pipelined in one write are answered in order, each by the worker.
+func TestPipelinedRequests(t *testing.T) {
+	w, f, _, _ := setup(t, func(ctx *fasthttp.RequestCtx) { ctx.SetBody(ctx.Path()) })
+	c, err := net.Dial("tcp", f.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	var b strings.Builder
+	for i := range 5 {
+		b.WriteString("GET /counter/a/" + strconv.Itoa(i) + " HTTP/1.1\r\nHost: h\r\n\r\n")
+	}
+	if _, err := io.WriteString(c, b.String()); err != nil {
+		t.Fatal(err)
+	}
+	br := bufio.NewReader(c)
+	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	for i := range 5 {
+		var resp fasthttp.Response
+		if err := resp.Read(br); err != nil {
+			t.Fatalf("response %d: %v", i, err)
+		}
+		if want := "/counter/a/" + strconv.Itoa(i); string(resp.Body()) != want {
+			t.Errorf("response %d: %q; want %q (in order)", i, resp.Body(), want)
+		}
+	}
+	if n := len(w.requests()); n != 5 {
+		t.Errorf("worker saw %d requests; want 5", n)
+	}
+}
+
+// A connection a loop served goes on, after a request the loops leave to the
+// fasthttp path (a chunked upload), on that path with nothing lost: the
+// bytes already read included.
+func TestHandoverKeepsBytes(t *testing.T) {
+	needLoops(t)
+	w, f, _, _ := setup(t, func(ctx *fasthttp.RequestCtx) {
+		body := ctx.Request.Body()
+		if s := ctx.RequestBodyStream(); s != nil {
+			body, _ = io.ReadAll(s)
+		}
+		ctx.SetBody(append([]byte(ctx.Path()), body...))
+	})
+	c, err := net.Dial("tcp", f.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	br := bufio.NewReader(c)
+	if r := rawResponse(t, c, br, "GET /counter/a/first HTTP/1.1\r\nHost: h\r\n\r\n"); string(r.Body()) != "/counter/a/first" {
+		t.Fatalf("first: %q", r.Body())
+	}
+	// A chunked upload and a GET behind it, in one write.
+	two := "POST /counter/a/up HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n" +
+		"GET /counter/a/after HTTP/1.1\r\nHost: h\r\n\r\n"
+	r := rawResponse(t, c, br, two)
+	if string(r.Body()) != "/counter/a/upabc" {
+		t.Errorf("chunked upload: %q", r.Body())
+	}
+	// A chunked request closes its connection (the smuggling policy):
+	// the GET behind it is never read.
+	if !r.ConnectionClose() || !closedAfter(c, 2*time.Second) {
+		t.Errorf("connection after a chunked request: close %v", r.ConnectionClose())
+	}
+	if n := len(w.requests()); n != 2 {
+		t.Errorf("worker saw %d requests; want 2", n)
+	}
+	if got := metricValue(t, f, "pinned_proxy_handovers_total"); got != 1 {
+		t.Errorf("handovers = %v; want 1", got)
+	}
+}
+
+// Bodies a loop does not buffer stream through it: a long one with its
+// Content-Length, a chunked one re-chunked with its trailers, and one the
+// worker ends by closing, sent chunked.
+func TestLoopStreams(t *testing.T) {
+	needLoops(t)
+	big := strings.Repeat("x", 1<<20)
+	for _, tc := range []struct {
+		name, answer, body string
+		chunked            bool
+	}{
+		{"content-length", "HTTP/1.1 200 OK\r\nContent-Length: " + strconv.Itoa(len(big)) + "\r\n\r\n" + big, big, false},
+		{"chunked", "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5;ext=1\r\nhello\r\n6\r\n world\r\n0\r\nX-Sum: 1\r\n\r\n", "hello world", true},
+		{"close-delimited", "HTTP/1.1 200 OK\r\n\r\n" + big, big, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			addr, _ := rawWorker(t, tc.answer)
+			f := proxyTo(t, addr, nil)
+			c, err := net.Dial("tcp", f.addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			resp := rawResponse(t, c, bufio.NewReader(c), "GET /counter/a HTTP/1.1\r\nHost: h\r\n\r\n")
+			if string(resp.Body()) != tc.body {
+				t.Errorf("body of %d bytes; want %d", len(resp.Body()), len(tc.body))
+			}
+			if got := resp.Header.ContentLength() == -1; got != tc.chunked {
+				t.Errorf("chunked to the client: %v; want %v", got, tc.chunked)
+			}
+			if tc.name == "chunked" && string(resp.Header.Peek("X-Sum")) != "1" {
+				t.Errorf("trailer lost: %q", resp.Header.String())
+			}
+		})
+	}
+}
+
+// A worker that breaks its chunked framing: before the head went out to the
+// client, the client gets the proxy's 502; after, the client connection
+// closes (nothing else can say the body is cut).
+func TestLoopStreamBroken(t *testing.T) {
+	needLoops(t)
+	addr, _ := rawWorker(t, "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\nzz\r\n")
+	f := proxyTo(t, addr, nil)
+	if r := raw(t, f.addr, "GET /counter/a HTTP/1.1\r\nHost: h\r\n\r\n"); !strings.HasPrefix(r, "HTTP/1.1 502") {
+		t.Errorf("broken in the first read: %q; want 502", r)
+	}
+
+	// The break comes after the head and a chunk went out.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		br := bufio.NewReader(c)
+		var req fasthttp.Request
+		if req.Read(br) != nil {
+			return
+		}
+		_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n")
+		time.Sleep(100 * time.Millisecond) // the proxy relays what came
+		_, _ = io.WriteString(c, "zz\r\n")
+		time.Sleep(time.Second)
+	}()
+	defer func() { _ = ln.Close(); <-served }()
+	f = proxyTo(t, ln.Addr().String(), nil)
+	c, err := net.Dial("tcp", f.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_, _ = io.WriteString(c, "GET /counter/a HTTP/1.1\r\nHost: h\r\n\r\n")
+	got := readAllQuiet(c, 2*time.Second)
+	if !strings.HasPrefix(got, "HTTP/1.1 200") || strings.HasSuffix(got, "0\r\n\r\n") {
+		t.Errorf("client got %q; want the head and a cut body", got)
+	}
+	if !closedAfter(c, time.Second) {
+		t.Error("connection left open after a broken stream")
+	}
+}
+
+// Shutdown lets an exchange in progress finish (its answer says
+// Connection: close), closes idle connections at once, and returns.
+func TestFrontShutdownDrains(t *testing.T) {
+	needLoops(t)
+	release := make(chan struct{})
+	entered := make(chan struct{}, 1)
+	w := startWorker(t, func(ctx *fasthttp.RequestCtx) {
+		entered <- struct{}{}
+		<-release
+		ctx.SetBodyString("done")
+	})
+	res := proxytest.NewStatic()
+	res.PlaceNamespace("/counter", w.session("s", "k"))
+	f := startProxy(t, res, nil)
+
+	idle, err := net.Dial("tcp", f.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer idle.Close()
+	busy, err := net.Dial("tcp", f.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	_, _ = io.WriteString(busy, "GET /counter/a HTTP/1.1\r\nHost: h\r\n\r\n")
+	<-entered
+
+	done := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		done <- f.fr.Shutdown(ctx)
+	}()
+	if !closedAfter(idle, 2*time.Second) {
+		t.Error("an idle connection stayed open during Shutdown")
+	}
+	close(release)
+	var resp fasthttp.Response
+	_ = busy.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if err := resp.Read(bufio.NewReader(busy)); err != nil || string(resp.Body()) != "done" || !resp.ConnectionClose() {
+		t.Errorf("busy connection: %q close %v, %v; want its answer with Connection: close", resp.Body(), resp.ConnectionClose(), err)
+	}
+	if err := <-done; err != nil {
+		t.Errorf("Shutdown: %v", err)
+	}
+}
+
+// Connections are dealt out to every loop, and each loop's requests reach
+// the worker.
+func TestSeveralLoops(t *testing.T) {
+	needLoops(t)
+	w := startWorker(t, nil)
+	res := proxytest.NewStatic()
+	res.PlaceNamespace("/counter", w.session("s", "k"))
+	p, err := proxy.New(proxy.Config{Resolver: res})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fr, err := p.NewFront(proxy.FrontConfig{Loops: 3, Fallback: p.NewServer()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan struct{})
+	go func() { defer close(served); _ = fr.Serve(ln) }()
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = fr.Shutdown(ctx)
+		<-served
+		_ = ln.Close()
+		_ = p.Close()
+	}()
+	var wg sync.WaitGroup
+	for range 12 {
+		wg.Go(func() {
+			for range 20 {
+				if r := raw(t, ln.Addr().String(), "GET /counter/a HTTP/1.1\r\nHost: h\r\n\r\n"); !strings.HasPrefix(r, "HTTP/1.1 200") {
+					t.Errorf("response %q", r)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if n := len(w.requests()); n != 240 {
+		t.Errorf("worker saw %d requests; want 240", n)
+	}
+	// Three loops, each with its own pool: the worker sees a connection
+	// from each (at least two, should the dealing be uneven).
+	if n := w.accepted.Load(); n < 2 {
+		t.Errorf("worker accepted %d connections; want one per loop", n)
+	}
+}

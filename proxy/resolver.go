@@ -1,0 +1,73 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"time"
+)
+
+// Session is one worker session as the proxy reaches it. The resolver makes
+// one per session and returns the same pointer for every placement on that
+// session; the proxy attaches its connection pool (endpoint) to it on first
+// use. Treat it as read-only once returned.
+type Session struct {
+	ID           string // sent as X-Pinned-Session
+	Secret       string // sent as X-Pinned-Proxy-Secret
+	AdvertiseURL string // http://host:port[/path]; its path prefixes every forwarded path
+
+	ep atomic.Pointer[endpoint] // the proxy's; made on first use
+}
+
+// Route is where a placement lives: the session holding it and the
+// placement's activation epoch (0 = unknown).
+type Route struct {
+	Session *Session
+	Epoch   uint64
+}
+
+// Resolver maps a placement name to the session that holds it. The
+// placement resolver (internal/placement) implements it; tests use a static
+// map (package proxytest).
+type Resolver interface {
+	// Lookup returns the cached route of name at now, if any, without
+	// blocking, allocating or doing I/O (the event loop calls it). name is
+	// "/<ns>/<id>", only valid during the call.
+	Lookup(name []byte, now time.Time) (Route, bool)
+	// Resolve returns the route of name, reading the store and placing the
+	// instance on a miss (may block, bounded). Errors wrapping ErrNoWorker
+	// → 503 no_worker, others → 503 store. name is only valid during the
+	// call.
+	Resolve(ctx context.Context, name []byte) (Route, error)
+	// Refused tells the resolver that the session of r refused the request
+	// for name (503 closing/draining/lease), could not be reached, or
+	// answered 403 forbidden: drop the cached route of name if it is still r
+	// (compare Session pointers) and pass the session over for new
+	// placements for a while. No I/O.
+	Refused(name []byte, r Route)
+}
+
+// TunnelWatcher may be implemented by a Resolver: the proxy calls Watch when
+// a WebSocket tunnel for name opens and Unwatch when it closes (exactly once
+// each, Watch first), so that the resolver can report placements of watched
+// names that move (the pinboard then calls Proxy.CloseTunnels).
+type TunnelWatcher interface {
+	Watch(name string)
+	Unwatch(name string)
+}
+
+// ErrNoWorker is what a Resolver wraps when no live, undrained worker serves
+// the namespace; the proxy answers 503 no_worker with Retry-After. Start a
+// worker for the namespace, or wait for one to register.
+var ErrNoWorker = errors.New("proxy: no worker serves the namespace")
+
+// Recorder hears of every request the proxy routed, on the request's path:
+// it must be fast, safe for concurrent use, and must not allocate or block.
+// name is the placement name "/<ns>/<id>" (valid only during the call),
+// holder the worker session it went to ("" when none was reached), status
+// the client's status and reason its X-Pinned-Reason (a wire constant or
+// ""), bytes the request and response bodies as far as known, latency from
+// receiving the request to its answer's head, at the request's time.
+type Recorder interface {
+	Record(name []byte, holder string, status int, reason string, bytes int64, latency time.Duration, at time.Time)
+}
