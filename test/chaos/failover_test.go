@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"regexp"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -22,24 +21,17 @@ import (
 // default 10 s lease; docs/redis.md).
 const failoverLease = 15 * time.Second
 
-// placements reads the holder of every id from the Redis at addr.
+// placements reads the placement of every id ("<epoch> <since> <session>")
+// from the Redis at addr.
 func placements(t *testing.T, addr string, ids []string) map[string]string {
 	t.Helper()
-	args := []string{"MGET"}
-	for _, id := range ids {
-		args = append(args, wire.KeyPlacement("/counter", id))
-	}
-	out, err := redistest.Command(addr, args...)
-	if err != nil {
-		t.Fatalf("MGET placements from %s: %v", addr, err)
-	}
-	vals := strings.Split(out, " ")
-	if len(vals) != len(ids) {
-		t.Fatalf("MGET of %d placements gave %d values", len(ids), len(vals))
-	}
 	m := map[string]string{}
-	for i, id := range ids {
-		m[id] = vals[i]
+	for _, id := range ids {
+		v, err := redistest.Command(addr, "GET", wire.KeyPlacement("/counter", id))
+		if err != nil {
+			t.Fatalf("GET the placement of %s from %s: %v", id, addr, err)
+		}
+		m[id] = v
 	}
 	return m
 }
