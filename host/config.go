@@ -227,12 +227,6 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("host: Shards is %d: want a power of two up to %d, or 0 for %d", c.Shards, MaxShards, DefaultShards)
 	}
 	switch {
-	case c.MaxRequestBodySize == 0:
-		c.MaxRequestBodySize = DefaultMaxRequestBodySize
-	case c.MaxRequestBodySize < 0:
-		return c, fmt.Errorf("host: MaxRequestBodySize is %d: want a positive number of bytes, or 0 for %d", c.MaxRequestBodySize, DefaultMaxRequestBodySize)
-	}
-	switch {
 	case c.MaxBodyDrain == 0:
 		c.MaxBodyDrain = DefaultMaxBodyDrain
 	case c.MaxBodyDrain < 0:
@@ -243,6 +237,7 @@ func (c Config) withDefaults() (Config, error) {
 		v    *int
 		def  int
 	}{
+		{"MaxRequestBodySize", &c.MaxRequestBodySize, DefaultMaxRequestBodySize},
 		{"MaxAlarmsPerInstance", &c.MaxAlarmsPerInstance, wire.DefaultMaxAlarmsPerInstance},
 		{"AlarmConcurrency", &c.AlarmConcurrency, DefaultAlarmConcurrency},
 		{"MaxDeadAlarms", &c.MaxDeadAlarms, DefaultMaxDeadAlarms},

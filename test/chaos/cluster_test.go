@@ -3,7 +3,6 @@ package chaos
 import (
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -85,16 +84,6 @@ type workerProc struct {
 	proc     string // history name "w<n>.<inc>"
 }
 
-func freeAddr(t testing.TB) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
-
 func startCluster(t testing.TB, cfg clusterConfig) *cluster {
 	t.Helper()
 	c := &cluster{t: t, cfg: cfg, dir: t.TempDir()}
@@ -115,13 +104,13 @@ func startCluster(t testing.TB, cfg clusterConfig) *cluster {
 		}
 	}
 	for n := 1; n <= 2; n++ {
-		c.pbs = append(c.pbs, c.startPinboard(n, freeAddr(t)))
+		c.pbs = append(c.pbs, c.startPinboard(n, proctest.FreeAddr(t)))
 	}
 	for n := 1; n <= 3; n++ {
 		pb := c.pbs[(n-1)%2]
 		px := newCtlProxy(t, pb.addr)
 		c.proxys = append(c.proxys, px)
-		c.ws = append(c.ws, c.startWorker(n, 1, freeAddr(t)))
+		c.ws = append(c.ws, c.startWorker(n, 1, proctest.FreeAddr(t)))
 	}
 	return c
 }

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"maps"
 	"math/rand/v2"
-	"net"
 	"os"
 	"regexp"
 	"slices"
@@ -162,16 +161,6 @@ type worker struct {
 	*proctest.Proc
 	addr string
 	inc  int
-}
-
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
 }
 
 func startWorker(t *testing.T, n, inc int, addr, pinboard string) *worker {
@@ -382,7 +371,7 @@ func TestSoak(t *testing.T) {
 	}
 	var ws []*worker
 	for n := 1; n <= 3; n++ {
-		w := startWorker(t, n, 1, freeAddr(t), public)
+		w := startWorker(t, n, 1, proctest.FreeAddr(t), public)
 		ws = append(ws, w)
 		procs = append(procs, &proc{name: w.Spec.Name, pid: w.Pid, metrics: "http://" + w.addr + "/metrics"})
 	}

@@ -12,6 +12,7 @@ package proctest
 
 import (
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"testing"
@@ -85,4 +86,17 @@ func FromModuleRoot(path string) (string, error) {
 		}
 		dir = up
 	}
+}
+
+// FreeAddr returns a 127.0.0.1 address whose port was free a moment ago,
+// for a process that must be told its address before it starts (an
+// advertise URL names it).
+func FreeAddr(tb testing.TB) string {
+	tb.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
 }
