@@ -89,7 +89,9 @@
 //     any byte is sent. Bodies up to ReplayBodyMax are read whole, so the
 //     request can be sent again; longer ones stream with their
 //     Content-Length, chunked ones stream re-chunked with their trailers and
-//     are cut off (413, connection closed) past the limit.
+//     are cut off (413, connection closed) past the limit. The worker's own
+//     limit (Session.MaxBodyBytes, which it registered) is applied the same
+//     way once the route is known: 413 naming it, nothing sent.
 //  5. Field hygiene (RFC 9110 §7.6.1): Connection and every field it names,
 //     Keep-Alive, Proxy-Connection, Proxy-Authorization, Proxy-Authenticate,
 //     TE, Upgrade, Expect and HTTP2-Settings are removed; so are the client's
@@ -154,7 +156,16 @@
 //   - 413 + close: a Content-Length over MaxRequestBodySize, at once, before
 //     any byte of the body is read (the loops refuse it on the head; the
 //     fasthttp path cuts its body prefetch short: HeaderReceived), or a
-//     chunked body growing past it.
+//     chunked body growing past it; likewise past the holder's
+//     Session.MaxBodyBytes.
+//   - Lingering close: a connection that closes after one of these refusals
+//     while the request's body may be unread writes the refusal, shuts its
+//     sending side down and discards input until the client closes or
+//     LingerTimeout passes (linger.go, cconn.startLinger). Closing at once
+//     would reset the connection, and the reset makes the client's kernel
+//     drop the refusal before a client that sends its whole body first
+//     reads it. (A refusal of fasthttp's own parser on a proxy served by
+//     NewServer alone cannot linger: fasthttp writes it and closes.)
 //   - 408 + close: a head not received within HeaderTimeout (slowloris).
 //   - 505 + close: a version other than HTTP/1.x (RFC 9112 §2.3; HTTP/1.x
 //     minor versions are served as 1.1).

@@ -170,6 +170,27 @@ func (r *replies) render(rp *reply) []byte {
 	return out
 }
 
+// bodyOverWorker returns the 413 for a body longer than the worker of s
+// accepts (s.MaxBodyBytes > 0), built once per session. It closes the
+// connection: the refused body is never read to its end.
+func (p *Proxy) bodyOverWorker(s *Session) *reply {
+	if rp := s.tooLarge.Load(); rp != nil {
+		return rp
+	}
+	b, _ := json.Marshal(wire.Error{Error: "request body larger than the worker accepts (" +
+		strconv.FormatInt(s.MaxBodyBytes, 10) + " bytes)", Field: "body"})
+	rp := &reply{status: fasthttp.StatusRequestEntityTooLarge, body: b, close: true}
+	rp.raw = p.replies.render(rp)
+	s.tooLarge.CompareAndSwap(nil, rp)
+	return s.tooLarge.Load()
+}
+
+// overWorker reports whether a body of n bytes is longer than the worker
+// of s accepts.
+func overWorker(s *Session, n int64) bool {
+	return s.MaxBodyBytes > 0 && n > s.MaxBodyBytes
+}
+
 // route returns the reply for a refused target.
 func (r *replies) route(e routeError, seg wire.SegmentError) *reply {
 	switch e {

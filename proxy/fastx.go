@@ -347,6 +347,12 @@ func (x *lx) dispatch(r Route) {
 		x.fail(&p.replies.noWorker)
 		return
 	}
+	if overWorker(r.Session, int64(len(x.body))) {
+		// Refused before a byte goes out: the worker's server would.
+		p.m.rejected.Inc()
+		x.fail(p.bodyOverWorker(r.Session))
+		return
+	}
 	if x.ws {
 		// A handshake takes no place in the in-flight cap and no pooled
 		// connection: it goes on one of its own.

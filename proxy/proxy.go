@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/netip"
 	"sync"
 	"sync/atomic"
@@ -60,6 +61,11 @@ type Proxy struct {
 	// tooLarge marks the request heads HeaderReceived cut short, for
 	// ServerError (keyed by the header's address: one per connection).
 	tooLarge sync.Map
+
+	// lingering holds the fasthttp path's connections lingering after a
+	// refusal (linger.go), for Close.
+	lingerMu  sync.Mutex
+	lingering map[net.Conn]struct{}
 }
 
 // New makes a Proxy. It validates cfg and does no I/O.
@@ -74,6 +80,8 @@ func New(cfg Config) (*Proxy, error) {
 		errLog:   logthrottle.Every{Interval: time.Second},
 		tunnels:  make(map[string]map[tunnelEnd]struct{}),
 		eps:      make(map[*endpoint]*Session),
+
+		lingering: make(map[net.Conn]struct{}),
 	}
 	p.watcher, _ = cfg.Resolver.(TunnelWatcher)
 	p.replies.build(&p.cfg)
@@ -115,6 +123,9 @@ func (p *Proxy) Handler(ctx *fasthttp.RequestCtx) {
 		ctx.SetConnectionClose()
 	}
 	if !handed {
+		if ctx.Response.ConnectionClose() && x.bodyUnread() && p.cfg.LingerTimeout > 0 {
+			p.lingerClose(ctx)
+		}
 		p.putExchange(x)
 	}
 }
@@ -124,7 +135,7 @@ func (p *Proxy) putExchange(x *exchange) {
 	x.route = Route{}
 	x.cw.Conn = nil
 	x.name, x.target = nil, nil
-	x.stable, x.http10, x.bodyKind, x.resentOnce, x.internal = false, false, bodyNone, false, false
+	x.stable, x.http10, x.bodyKind, x.resentOnce, x.internal, x.bodyRead = false, false, bodyNone, false, false, false
 	x.body = x.body[:0]
 	x.br.Reset(nil)
 	x.bw.Reset(nil)
@@ -292,6 +303,7 @@ func (x *exchange) readReplayBody(n int) bool {
 			return false
 		}
 	}
+	x.bodyRead = true
 	return true
 }
 
@@ -541,6 +553,7 @@ func (p *Proxy) Close() error {
 		t.close()
 	}
 	p.tunnelWG.Wait()
+	p.endLingering()
 	p.epMu.Lock()
 	eps := make([]*endpoint, 0, len(p.eps))
 	for e := range p.eps {

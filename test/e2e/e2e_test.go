@@ -287,8 +287,9 @@ func bodyPost(t *testing.T, url string, n int) (int, wire.Error, error) {
 // The worker's body limit agrees end to end: the counter's server accepts
 // exactly what its host does, the worker registers that limit (the
 // pinboard keeps it on the session), and a body over it gets 413 with a
-// JSON error, through the pinboard or straight to the worker, never a
-// 502 or a connection reset; a body under it is served.
+// JSON error, through the pinboard (which refuses it before forwarding)
+// or straight to the worker, never a 502 or a connection reset; a body
+// under it is served.
 func TestBodyLimitEndToEnd(t *testing.T) {
 	rs := redistest.Start(t)
 	pb := startPinboard(t, rs.URL)
@@ -313,6 +314,10 @@ func TestBodyLimitEndToEnd(t *testing.T) {
 			}
 			if code != 413 || !strings.Contains(e.Error, "larger than") {
 				t.Fatalf("a 5 MB POST to %s = %d %+v; want 413 with a JSON error naming the limit", url, code, e)
+			}
+			// The pinboard refuses it itself, before sending a byte.
+			if url == via && !strings.Contains(e.Error, fmt.Sprintf("worker accepts (%d bytes)", limit)) {
+				t.Fatalf("a 5 MB POST through the pinboard = %+v; want the pinboard's 413 naming the worker's limit", e)
 			}
 		}
 	}
