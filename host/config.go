@@ -41,6 +41,15 @@ const (
 	DefaultShards = 64
 	// MaxShards is the largest shard count accepted.
 	MaxShards = 4096
+	// DefaultMaxRequestBodySize bounds a request body: fasthttp's own
+	// default (fasthttp.DefaultMaxRequestBodySize, 4 MiB), so a host on a
+	// default fasthttp.Server agrees with it.
+	DefaultMaxRequestBodySize = 4 << 20
+	// DefaultMaxBodyDrain bounds how much of a refused body is read and
+	// discarded so that its client gets the 413 (see Config.MaxBodyDrain):
+	// the pinboard's default body limit, so that whatever a pinboard
+	// forwards can be drained.
+	DefaultMaxBodyDrain = 64 << 20
 	// DefaultAlarmTimeout bounds each call SetAlarm, DeleteAlarm and Alarms
 	// make to the worker (fleet mode).
 	DefaultAlarmTimeout = 5 * time.Second
@@ -99,6 +108,26 @@ type Config struct {
 	// WebSocketWriteTimeout bounds each WebSocket.WriteMessage. Zero means
 	// DefaultWebSocketWriteTimeout.
 	WebSocketWriteTimeout time.Duration
+
+	// MaxRequestBodySize bounds a request body in bytes: a request for the
+	// namespace whose body is larger (by Content-Length, or a chunked body
+	// the server read whole) gets 413 with a JSON wire.Error. The fasthttp
+	// server the host is mounted on must accept at least this much, or it
+	// refuses larger bodies itself before the host sees them (fasthttp's
+	// default answer is a bare 400 and a closed connection): call
+	// ConfigureServer, which sets and checks the server's limit. In fleet
+	// mode the worker tells the pinboard this limit at registration, so the
+	// pinboard refuses a larger body with 413 before forwarding a byte of
+	// it. Zero means DefaultMaxRequestBodySize.
+	MaxRequestBodySize int
+
+	// MaxBodyDrain bounds how much of a body over the server's limit the
+	// server ConfigureServer set up reads and discards before it answers
+	// 413: a client that sends its whole body before reading the answer (as
+	// most do) then gets the 413 instead of a connection reset. A larger
+	// body is refused without draining (the client may see a reset). Zero
+	// means DefaultMaxBodyDrain; negative means never drain.
+	MaxBodyDrain int64
 
 	// Upgrader upgrades websocket routes. Its zero value is usable (and
 	// refuses cross-origin upgrades); when Error is nil the host answers
@@ -197,11 +226,18 @@ func (c Config) withDefaults() (Config, error) {
 	case c.Shards < 0 || c.Shards > MaxShards || c.Shards&(c.Shards-1) != 0:
 		return c, fmt.Errorf("host: Shards is %d: want a power of two up to %d, or 0 for %d", c.Shards, MaxShards, DefaultShards)
 	}
+	switch {
+	case c.MaxBodyDrain == 0:
+		c.MaxBodyDrain = DefaultMaxBodyDrain
+	case c.MaxBodyDrain < 0:
+		c.MaxBodyDrain = 0
+	}
 	for _, f := range []struct {
 		name string
 		v    *int
 		def  int
 	}{
+		{"MaxRequestBodySize", &c.MaxRequestBodySize, DefaultMaxRequestBodySize},
 		{"MaxAlarmsPerInstance", &c.MaxAlarmsPerInstance, wire.DefaultMaxAlarmsPerInstance},
 		{"AlarmConcurrency", &c.AlarmConcurrency, DefaultAlarmConcurrency},
 		{"MaxDeadAlarms", &c.MaxDeadAlarms, DefaultMaxDeadAlarms},

@@ -2,7 +2,6 @@ package host
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -52,6 +51,11 @@ func (h *Host) serve(rc *fasthttp.RequestCtx, rest []byte) {
 	if e := wire.CheckSegment(idb, h.maxIDLen); e != wire.SegmentOK {
 		h.met.reject(rejectInvalidID)
 		h.writeError(rc, fasthttp.StatusBadRequest, "invalid id: "+e.Error(), "id")
+		return
+	}
+	if h.bodyTooLarge(rc) {
+		h.met.reject(rejectBodyTooLarge)
+		h.writeError(rc, fasthttp.StatusRequestEntityTooLarge, h.tooLargeMsg, "")
 		return
 	}
 	if lease != nil && isAlarmDelivery(rc, rest) {
@@ -492,11 +496,7 @@ func (h *Host) reject(rc *fasthttp.RequestCtx, reason string) {
 // a 503 (the host's own, or an *Error of the application) carries
 // Retry-After.
 func (h *Host) writeError(rc *fasthttp.RequestCtx, status int, msg, field string) {
-	rc.Response.ResetBody()
-	rc.SetStatusCode(status)
-	rc.SetContentType("application/json")
-	b, _ := json.Marshal(wire.Error{Error: msg, Field: field})
-	rc.SetBody(b)
+	jsonError(rc, status, msg, field)
 	if status == fasthttp.StatusServiceUnavailable {
 		rc.Response.Header.Set(wire.HeaderRetryAfter, h.retryAfter)
 	}

@@ -27,6 +27,7 @@
 //	})
 //	h.Start()                                    // the idle sweeper
 //	server := &fasthttp.Server{Handler: h.Wrap(appRouter.Handler)}
+//	err = h.ConfigureServer(server)              // the server's body limit agrees with the host's
 //	...
 //	h.Close(ctx)                                 // on shutdown
 //
@@ -151,6 +152,9 @@
 //
 //	400                 invalid id (field "id"); invalid x-pinned-epoch (fleet
 //	                    mode, field "X-Pinned-Epoch")
+//	413                 body over Config.MaxRequestBodySize (the host's
+//	                    check, or the server ConfigureServer set up, which
+//	                    drains the body first so its client reads the 413)
 //	403 forbidden       wrong or missing proxy secret (fleet mode)
 //	404, 405, 426       no route; route without this method; websocket route without upgrade
 //	500                 setup failed, handler error, handler panic
@@ -207,6 +211,20 @@
 // clock, increasing across its ids and, through the clock floor, across
 // restarts of the process. An application that finds itself stale in its
 // own store returns ErrStale (see there).
+//
+// # Request bodies
+//
+// Config.MaxRequestBodySize (default 4 MiB, fasthttp's default) is the
+// largest body the host accepts; it is what the worker tells the pinboard
+// at registration (Attached.MaxRequestBodySize), so that the pinboard
+// refuses a larger body before forwarding it. The fasthttp server must
+// agree: ConfigureServer sets its MaxRequestBodySize (or refuses a server
+// whose limit is smaller, or that streams bodies, which fasthttp then does
+// not bound) and an ErrorHandler that answers a body over the limit with
+// 413 and a JSON error after reading and discarding it (at most
+// Config.MaxBodyDrain), instead of fasthttp's bare 400 on a connection it
+// closes with the body unread (which a client still sending sees as a
+// reset).
 //
 // # Invariants
 //

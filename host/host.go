@@ -70,8 +70,9 @@ type Host struct {
 	shards   []shard
 	upgrader websocket.FastHTTPUpgrader
 
-	retryAfter string // Retry-After header value
-	maxIDLen   int
+	retryAfter  string // Retry-After header value
+	maxIDLen    int
+	tooLargeMsg string // the 413's error message
 
 	live      atomic.Int64  // instances in the directory (activating, active, closing)
 	lastEpoch atomic.Uint64 // the last local-mode epoch allocated (nextEpoch)
@@ -109,21 +110,22 @@ func New[T any](cfg Config, typ Type[T]) (*Host, error) {
 		return nil, err
 	}
 	h := &Host{
-		cfg:        cfg,
-		ns:         cfg.Namespace,
-		nsSlash:    cfg.Namespace + "/",
-		w:          cfg.Worker,
-		table:      tbl,
-		clock:      cfg.Clock,
-		log:        cfg.Logger.With("logger", "pinned.host", "namespace", cfg.Namespace),
-		met:        newHostMetrics(cfg.Metrics, cfg.Namespace),
-		throttle:   throttle{clock: cfg.Clock},
-		seed:       maphash.MakeSeed(),
-		shards:     make([]shard, cfg.Shards),
-		upgrader:   cfg.Upgrader,
-		retryAfter: strconv.FormatInt(int64((cfg.RetryAfter+time.Second-1)/time.Second), 10),
-		maxIDLen:   cfg.MaxIDLen,
-		closedDone: make(chan struct{}),
+		cfg:         cfg,
+		ns:          cfg.Namespace,
+		nsSlash:     cfg.Namespace + "/",
+		w:           cfg.Worker,
+		table:       tbl,
+		clock:       cfg.Clock,
+		log:         cfg.Logger.With("logger", "pinned.host", "namespace", cfg.Namespace),
+		met:         newHostMetrics(cfg.Metrics, cfg.Namespace),
+		throttle:    throttle{clock: cfg.Clock},
+		seed:        maphash.MakeSeed(),
+		shards:      make([]shard, cfg.Shards),
+		upgrader:    cfg.Upgrader,
+		retryAfter:  strconv.FormatInt(int64((cfg.RetryAfter+time.Second-1)/time.Second), 10),
+		maxIDLen:    cfg.MaxIDLen,
+		closedDone:  make(chan struct{}),
+		tooLargeMsg: "request body larger than " + strconv.Itoa(cfg.MaxRequestBodySize) + " bytes",
 	}
 	newFn := typ.New
 	h.newObj = func(inst *Instance) (any, error) { return newFn(inst) }
@@ -291,6 +293,10 @@ func (h *Host) Namespace() string { return h.ns }
 // Len returns the number of live instances (activating and closing ones
 // included).
 func (h *Host) Len() int { return int(h.live.Load()) }
+
+// MaxRequestBodySize returns the largest request body the host accepts
+// (Config.MaxRequestBodySize).
+func (h *Host) MaxRequestBodySize() int { return h.cfg.MaxRequestBodySize }
 
 // Headroom returns how many more instances the host can activate now:
 // MaxInstances minus Len, never negative.

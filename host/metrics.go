@@ -35,15 +35,16 @@ func evictIndex(reason string) int {
 
 // rejection reasons label pinned_rejections_total: the wire reasons of the
 // 503/403 answers the host makes, plus invalid_id and invalid_epoch for
-// 400s.
+// 400s and body_too_large for 413s.
 const (
 	rejectInvalidID    = "invalid_id"
 	rejectInvalidEpoch = "invalid_epoch"
+	rejectBodyTooLarge = "body_too_large"
 )
 
 var rejectReasons = [...]string{
 	wire.ReasonCapacity, wire.ReasonDraining, wire.ReasonClosing, wire.ReasonLease,
-	wire.ReasonForbidden, wire.ReasonAborted, wire.ReasonStale, rejectInvalidID, rejectInvalidEpoch, wire.ReasonStore,
+	wire.ReasonForbidden, wire.ReasonAborted, wire.ReasonStale, rejectInvalidID, rejectInvalidEpoch, wire.ReasonStore, rejectBodyTooLarge,
 }
 
 func rejectIndex(reason string) int {

@@ -64,6 +64,11 @@ type Attached interface {
 	Headroom() int
 	// Len is the number of live instances (activating and closing included).
 	Len() int
+	// MaxRequestBodySize is the largest request body the host accepts
+	// (Config.MaxRequestBodySize), fixed when the host is created. The
+	// worker tells the pinboard the smallest of its hosts' limits when it
+	// registers, so the pinboard refuses a larger body before forwarding it.
+	MaxRequestBodySize() int
 	// AbortAll force-ends every instance (abort semantics: contexts
 	// cancelled, teardown once) with the given eviction reason, without
 	// waiting for teardowns to finish. It never calls back into the Worker

@@ -22,7 +22,7 @@ const (
 	// ReadBufferSize): larger heads get 431.
 	DefaultMaxHeaderBytes = 16 << 10
 	// DefaultMaxHeaderFields bounds the field lines of a request head: more
-	// get 431 (Envoy's and reliability §3's bound; browsers send about 20).
+	// get 431 (Envoy's bound; browsers send about 20).
 	DefaultMaxHeaderFields = 100
 	// DefaultMaxResponseHeaderBytes bounds a worker's response head; larger
 	// heads get 502.
@@ -54,6 +54,11 @@ const (
 	// DefaultStreamIdleTimeout bounds the time a streamed body (either way)
 	// makes no progress; streams that keep moving are never cut.
 	DefaultStreamIdleTimeout = 60 * time.Second
+	// DefaultLingerTimeout bounds how long a connection the proxy closes
+	// after refusing a request keeps reading, and throwing away, what the
+	// client still sends (the body it refused), so that the client reads the
+	// refusal instead of a connection reset.
+	DefaultLingerTimeout = 5 * time.Second
 
 	// DefaultMaxTunnels caps open WebSocket tunnels (503 beyond).
 	DefaultMaxTunnels = 10_000
@@ -135,6 +140,13 @@ type Config struct {
 	ResponseHeaderTimeout time.Duration
 	// StreamIdleTimeout: DefaultStreamIdleTimeout.
 	StreamIdleTimeout time.Duration
+	// LingerTimeout: DefaultLingerTimeout. A client connection that closes
+	// after one of the proxy's refusals (413, 400, ...) while the request's
+	// body may be unread sends the refusal, shuts its side down and
+	// discards input until the client closes or this much time passed;
+	// closing at once would reset the connection, and a reset makes the
+	// client's kernel drop the refusal unread. Negative: close at once.
+	LingerTimeout time.Duration
 
 	// MaxTunnels: DefaultMaxTunnels.
 	MaxTunnels int
@@ -186,6 +198,7 @@ func (c *Config) setDefaults() error {
 	defD(&c.WriteTimeout, DefaultWriteTimeout)
 	defD(&c.ResponseHeaderTimeout, DefaultResponseHeaderTimeout)
 	defD(&c.StreamIdleTimeout, DefaultStreamIdleTimeout)
+	defD(&c.LingerTimeout, DefaultLingerTimeout)
 	def(&c.MaxTunnels, DefaultMaxTunnels)
 	defD(&c.TunnelIdleTimeout, DefaultTunnelIdleTimeout)
 	defD(&c.TunnelHandshakeTimeout, DefaultTunnelHandshakeTimeout)

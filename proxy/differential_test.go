@@ -20,7 +20,7 @@ import (
 	"github.com/pinned-go/pinned/proxy"
 )
 
-// FuzzProxyDifferential is reliability §3 goal 2: raw bytes go to the proxy
+// FuzzProxyDifferential: raw bytes go to the proxy
 // (fasthttp) in front of a capturing backend parsed by Go's net/http, and
 // the same bytes are parsed by net/http.ReadRequest as the reference.
 // Properties, per input:

@@ -1,15 +1,51 @@
-// Package proxy is the pinboard's data plane: a fasthttp request handler that
-// routes every request "/<namespace>/<id><rest>" to the worker process that
-// holds the instance (namespace, id), and relays the answer.
+// Package proxy is the pinboard's data plane: it routes every request
+// "/<namespace>/<id><rest>" to the worker process that holds the instance
+// (namespace, id), and relays the answer.
 //
 // # Using it
 //
 //	p, err := proxy.New(proxy.Config{Resolver: placements}) // no I/O
-//	srv := p.NewServer()                                     // configured for the proxy
-//	go srv.Serve(ln)
+//	srv := p.NewServer()                                     // the fasthttp path, configured for the proxy
+//	f, err := p.NewFront(proxy.FrontConfig{Fallback: srv})   // event loops in front of it
+//	go f.Serve(ln)
 //	go p.Run(ctx)                                            // the endpoint janitor
 //	...
-//	srv.Shutdown(); p.Close()
+//	f.Shutdown(ctx); p.Close()
+//
+// # Two ways in
+//
+// A Front (front.go, fast.go, fastx.go, fastpool.go, stream.go, fastws.go)
+// serves the listener with event loops (internal/netloop), one per CPU by
+// default: each client connection belongs to one loop, which reads its
+// requests, forwards them on worker connections the same loop owns, and
+// writes the answers, with no goroutine, channel or lock per request and no
+// read that finds nothing (a short read means drained until the next
+// epoll edge). The loops take the common case: HTTP/1.1, origin-form, no
+// body or a Content-Length body of at most ReplayBodyMax, WebSocket
+// handshakes and their tunnels, answers of any length (buffered up to
+// BufferedResponseMax, streamed with backpressure beyond). A request they
+// do not take (HTTP/1.0, a chunked or longer body, Expect, absolute-form, a
+// target the embedder serves itself, a head with anything fasthttp's
+// parser or the rules below would refuse) makes its loop hand the
+// connection, with the bytes it read, to the fasthttp path for the rest of
+// its life (pinned_proxy_handovers_total): Handler on the fasthttp.Server
+// NewServer makes, a goroutine per connection. Both paths apply the same
+// rules with the same code (screen, route, field hygiene, replies, retries,
+// the Resolver, the endpoints), so a client cannot tell them apart except
+// by speed. Without a Front the fasthttp path serves everything.
+//
+// A loop's worker connections are its own: each endpoint keeps a pool per
+// loop (MaxConns shared out among the loops, at least one each, so the
+// loops together may hold a few more than MaxConns; the in-flight cap,
+// MaxConns + MaxQueue, is shared exactly); a request waiting for a
+// connection queues on its loop, bounded by QueueTimeout. A worker
+// connection the worker closed while pooled is seen closing and dropped
+// before any request is sent on it.
+//
+// Deliver sends a request of the pinboard's own (an alarm delivery) on the
+// fasthttp path's code without a client: routed, placed and retried like
+// any, keeping its own X-Pinned-* fields, which the proxy strips from every
+// client request.
 //
 // A Resolver maps the placement name "/<ns>/<id>" to a Route: the *Session
 // holding it (session id, secret, advertise URL) and the placement's epoch.
@@ -53,7 +89,9 @@
 //     any byte is sent. Bodies up to ReplayBodyMax are read whole, so the
 //     request can be sent again; longer ones stream with their
 //     Content-Length, chunked ones stream re-chunked with their trailers and
-//     are cut off (413, connection closed) past the limit.
+//     are cut off (413, connection closed) past the limit. The worker's own
+//     limit (Session.MaxBodyBytes, which it registered) is applied the same
+//     way once the route is known: 413 naming it, nothing sent.
 //  5. Field hygiene (RFC 9110 §7.6.1): Connection and every field it names,
 //     Keep-Alive, Proxy-Connection, Proxy-Authorization, Proxy-Authenticate,
 //     TE, Upgrade, Expect and HTTP2-Settings are removed; so are the client's
@@ -62,7 +100,9 @@
 //     X-Pinned-Proxy-Secret and X-Pinned-Session: after the removals, so no
 //     Connection option can strip them (golang/go#50580). Framing is
 //     regenerated on each leg; the client's Connection: close does not close
-//     the worker connection, nor the worker's the client's (P3). No
+//     the worker connection, nor the worker's the client's (RFC 9112 §9.6:
+//     it is about its own connection). X-Pinned-Epoch carries the route's
+//     epoch, which the worker's host checks (503 stale for an older one). No
 //     User-Agent, Content-Type, Server or Date is invented.
 //  6. The route: Resolver.Lookup at the request's time (RequestCtx.Time),
 //     else Resolve; then the session's endpoint. The request goes out on a
@@ -83,7 +123,8 @@
 //     before the client is written to; any other body streams: the exchange
 //     becomes the response's body stream and gives the connection back when
 //     the server has written it. Trailers follow the last chunk. An
-//     HTTP/1.0 client never gets chunked framing (P9): a body of unknown
+//     HTTP/1.0 client never gets chunked framing (RFC 9112 §7.1: a 1.0
+//     recipient cannot read it): a body of unknown
 //     length is delimited by closing the connection.
 //
 // # Smuggling policy
@@ -112,13 +153,25 @@
 //     Upgrade fields, websocket without Connection: Upgrade, on a POST or
 //     on HTTP/1.0). Every other 400 closes too.
 //   - 431 + close: a head over MaxHeaderBytes or over MaxHeaderFields.
-//   - 413 + close: a Content-Length over MaxRequestBodySize (at once with
-//     Expect: 100-continue, otherwise after fasthttp's prefetch of
-//     min(Content-Length, 8 KiB)), or a chunked body growing past it.
+//   - 413 + close: a Content-Length over MaxRequestBodySize, at once, before
+//     any byte of the body is read (the loops refuse it on the head; the
+//     fasthttp path cuts its body prefetch short: HeaderReceived), or a
+//     chunked body growing past it; likewise past the holder's
+//     Session.MaxBodyBytes.
+//   - Lingering close: a connection that closes after one of these refusals
+//     while the request's body may be unread writes the refusal, shuts its
+//     sending side down and discards input until the client closes or
+//     LingerTimeout passes (linger.go, cconn.startLinger). Closing at once
+//     would reset the connection, and the reset makes the client's kernel
+//     drop the refusal before a client that sends its whole body first
+//     reads it. (A refusal of fasthttp's own parser on a proxy served by
+//     NewServer alone cannot linger: fasthttp writes it and closes.)
 //   - 408 + close: a head not received within HeaderTimeout (slowloris).
-//   - 501 and 505 are not used: "gzip, chunked" (RFC 9112 §6.1 suggests
-//     501) and unknown versions (505) are refused by fasthttp's parser
-//     before the handler, and one status per class keeps the table simple.
+//   - 505 + close: a version other than HTTP/1.x (RFC 9112 §2.3; HTTP/1.x
+//     minor versions are served as 1.1).
+//   - 501 is not used: "gzip, chunked" (RFC 9112 §6.1 suggests 501) is
+//     refused with 400 like every other coding than chunked, and one status
+//     per class keeps the table simple.
 //   - A request with a chunked body closes its connection after the
 //     answer, whatever the answer: fasthttp decodes where the body ends
 //     (it takes a bare LF as the end of the trailer section) and the proxy
@@ -160,13 +213,18 @@
 //     request goes to the new holder, otherwise the answer is 503
 //     unreachable. The request provably did not leave, so nothing is
 //     ambiguous.
-//   - The request may have reached the worker but no usable answer came
-//     back: 502; no response head within ResponseHeaderTimeout: 504. Nothing
-//     waits without a deadline.
-//   - A worker 503 with X-Pinned-Reason closing, draining or lease (the host
-//     made it, not the application) is reported (Refused); the request is
-//     re-resolved and sent again when its body is held (or absent). Otherwise
-//     the 503 and its Retry-After reach the client.
+//   - The request reached the worker (or may have) and not one byte of an
+//     answer came back (the worker closed or reset the connection): an
+//     idempotent request (RFC 9110 §9.2.2) whose body is held is sent once
+//     more, and when that gets no answer either, the answer is 503
+//     unreachable + Retry-After; any other request may
+//     have been processed: 502 + Retry-After, never sent again. A broken
+//     or unparsable answer is 502; no response head within
+//     ResponseHeaderTimeout: 504. Nothing waits without a deadline.
+//   - A worker 503 with X-Pinned-Reason closing, draining, lease or stale
+//     (the host made it, not the application) is reported (Refused); the
+//     request is re-resolved and sent again when its body is held (or
+//     absent). Otherwise the 503 and its Retry-After reach the client.
 //   - A worker 403 with X-Pinned-Reason forbidden means the process at the
 //     session's address does not know the session's secret: the worker was
 //     restarted there (or another process took its port). The host refused
@@ -185,7 +243,8 @@
 //
 // # Deadlines
 //
-// No deadline bounds a whole stream (P5). The server's ReadTimeout
+// No deadline bounds a whole stream: a long download or upload that keeps
+// moving is never cut. The server's ReadTimeout
 // (HeaderTimeout) bounds a request head and small bodies; long request
 // bodies and streamed responses move their deadlines with progress and fail
 // only after StreamIdleTimeout without any. WriteTimeout bounds writing a

@@ -22,8 +22,12 @@ const (
 	// so the requests in flight to it.
 	DefaultMaxConnsPerWorker = 512
 	// DefaultMaxQueuePerWorker caps requests waiting for a connection to
-	// one worker once MaxConns are busy (503 overloaded beyond).
-	DefaultMaxQueuePerWorker = 512
+	// one worker once MaxConns are busy (503 overloaded beyond). Queueing,
+	// as HAProxy does beyond its maxconn, keeps a crowd of clients from
+	// turning into a storm of refusals that costs as much as serving: a
+	// queued request costs nothing until a connection frees, and
+	// QueueTimeout bounds its wait.
+	DefaultMaxQueuePerWorker = 4096
 	// DefaultQueueTimeout bounds that wait (503 overloaded after it).
 	DefaultQueueTimeout = time.Second
 	// DefaultIdleConnTimeout closes pooled worker connections idle this long.

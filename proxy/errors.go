@@ -40,6 +40,9 @@ type replies struct {
 	// Refused by fasthttp's parser (ServerError); fasthttp closes.
 	malformed, headTooLarge, headTimeout reply // 400, 431, 408
 
+	// Version.
+	version reply // 505, close: a major version other than 1
+
 	// Body.
 	tooLarge reply // 413, close
 	badBody  reply // 400, close: the client's body broke off or was malformed
@@ -102,6 +105,7 @@ func (r *replies) build(cfg *Config) {
 		"request head larger than "+strconv.Itoa(cfg.MaxHeaderBytes)+" bytes"))
 	r.headTimeout = closing(mk(fasthttp.StatusRequestTimeout, "", "request head not received in time"))
 
+	r.version = closing(mk(fasthttp.StatusHTTPVersionNotSupported, "version", "HTTP version not supported: only HTTP/1.x"))
 	r.tooLarge = closing(mk(fasthttp.StatusRequestEntityTooLarge, "body",
 		"request body larger than "+strconv.FormatInt(cfg.MaxRequestBodySize, 10)+" bytes"))
 	r.badBody = closing(mk(fasthttp.StatusBadRequest, "body", "request body incomplete or malformed"))
@@ -124,7 +128,7 @@ func (r *replies) build(cfg *Config) {
 
 	for _, rp := range []*reply{&r.notObject, &r.notOrigin, &r.fragment, &r.dotSegment, &r.escape, &r.backslash,
 		&r.hostMismatch, &r.framing, &r.transferEncoding, &r.contentLength, &r.fieldName, &r.obsFold, &r.bareLF,
-		&r.tooManyFields, &r.tooManyHeaderFields, &r.malformed, &r.headTooLarge, &r.headTimeout, &r.tooLarge,
+		&r.tooManyFields, &r.tooManyHeaderFields, &r.malformed, &r.headTooLarge, &r.headTimeout, &r.version, &r.tooLarge,
 		&r.badBody, &r.upgradeToken, &r.upgradeHandshake, &r.noWorker, &r.store, &r.unreachable, &r.overloaded,
 		&r.tunnelsFull, &r.connsFull, &r.badGateway, &r.timeout} {
 		rp.raw = r.render(rp)
@@ -164,6 +168,27 @@ func (r *replies) render(rp *reply) []byte {
 		out = append(out[:i+2], out[i+2+j+2:]...)
 	}
 	return out
+}
+
+// bodyOverWorker returns the 413 for a body longer than the worker of s
+// accepts (s.MaxBodyBytes > 0), built once per session. It closes the
+// connection: the refused body is never read to its end.
+func (p *Proxy) bodyOverWorker(s *Session) *reply {
+	if rp := s.tooLarge.Load(); rp != nil {
+		return rp
+	}
+	b, _ := json.Marshal(wire.Error{Error: "request body larger than the worker accepts (" +
+		strconv.FormatInt(s.MaxBodyBytes, 10) + " bytes)", Field: "body"})
+	rp := &reply{status: fasthttp.StatusRequestEntityTooLarge, body: b, close: true}
+	rp.raw = p.replies.render(rp)
+	s.tooLarge.CompareAndSwap(nil, rp)
+	return s.tooLarge.Load()
+}
+
+// overWorker reports whether a body of n bytes is longer than the worker
+// of s accepts.
+func overWorker(s *Session, n int64) bool {
+	return s.MaxBodyBytes > 0 && n > s.MaxBodyBytes
 }
 
 // route returns the reply for a refused target.

@@ -186,7 +186,7 @@ func (lp *loop) beginShutdown() {
 		switch {
 		case c.tun != nil:
 			c.tun.end() // tunnels end with the proxy's listener, as Proxy.Close ends the fasthttp path's
-		case c.state == stIdle && c.n == 0:
+		case c.state == stIdle && c.n == 0, c.state == stLinger:
 			c.close()
 		default:
 			c.closeAfter = true
@@ -215,6 +215,7 @@ const (
 	stBusy                // an exchange is in progress
 	stWrite               // the answer is being written
 	stTunnel              // a WebSocket tunnel (fastws.go)
+	stLinger              // refused and shut down for writing: discarding input until the client closes
 	stDone                // closed or handed over
 )
 
@@ -244,6 +245,7 @@ type cconn struct {
 	x          *lx   // the exchange in progress
 	tun        *ltun // the tunnel the connection became
 	closeAfter bool  // close once the current answer is written
+	linger     bool  // the answer is a refusal: linger after it (startLinger)
 	streaming  bool  // x is relaying a body: writes continue it
 }
 
@@ -257,6 +259,10 @@ func (c *cconn) OnEvent(ev uint32) {
 	}
 	if c.tun != nil {
 		c.tun.pump()
+		return
+	}
+	if c.state == stLinger {
+		c.discard()
 		return
 	}
 	if ev&(netloop.EventWrite|netloop.EventError|netloop.EventHangup) != 0 && c.state == stWrite {
@@ -276,6 +282,8 @@ func (c *cconn) OnTimer() {
 		c.replyAndClose(&c.lp.p.replies.headTimeout)
 	case stIdle:
 		c.close() // keep-alive idle (or a new connection that never spoke)
+	case stLinger:
+		c.close() // LingerTimeout: the client keeps sending
 	case stWrite:
 		if c.x != nil && c.streaming {
 			c.x.streamTimeout()
@@ -379,6 +387,14 @@ func (c *cconn) tryRequest(b []byte, fromScratch bool) int {
 	x := lp.getExchange()
 	x.c = c
 	need, fast := x.parse(b[:headLen])
+	if rp := x.refuse; rp != nil {
+		lp.putExchange(x)
+		p.m.rejected.Inc()
+		lp.nl.Disarm(&c.timer)
+		c.state = stBusy
+		c.replyAndClose(rp)
+		return -1
+	}
 	if !fast {
 		lp.putExchange(x)
 		lp.f.handOver(c, b)
@@ -494,6 +510,10 @@ func (c *cconn) answerDone() {
 		return
 	}
 	if c.closeAfter || lp.f.closing.Load() {
+		if c.linger && !c.hup && !lp.shuttingDown && lp.p.cfg.LingerTimeout > 0 {
+			c.startLinger()
+			return
+		}
 		c.close()
 		return
 	}
@@ -526,6 +546,7 @@ func (c *cconn) answerReply(rp *reply) {
 	lp := c.lp
 	if rp.close {
 		c.closeAfter = true
+		c.linger = true
 	}
 	out := lp.getOut()
 	i := bytes.IndexByte(rp.raw, '\n') + 1
@@ -547,6 +568,45 @@ func (lp *loop) date() []byte {
 		lp.dateBuf = netloop.Time(lp.nl.Now()).UTC().AppendFormat(lp.dateBuf[:0], http.TimeFormat)
 	}
 	return lp.dateBuf
+}
+
+// startLinger closes the connection gracefully after a refusal whose
+// request may still be arriving (a body nobody reads): closing at once with
+// unread input makes the kernel reset the connection, and the reset makes
+// the client's kernel drop the refusal before the client reads it. The
+// sending side is shut down (the client reads the refusal, then end of
+// stream) and input is discarded until the client closes or LingerTimeout
+// passes.
+func (c *cconn) startLinger() {
+	lp := c.lp
+	if err := netloop.ShutdownWrite(c.fd); err != nil {
+		c.close()
+		return
+	}
+	if c.buf != nil {
+		lp.putBuf(c.buf)
+		c.buf, c.n = nil, 0
+	}
+	c.state = stLinger
+	lp.nl.ArmAfter(&c.timer, lp.p.cfg.LingerTimeout)
+	c.discard()
+}
+
+// discard reads and drops what a lingering connection receives; it closes
+// the connection at end of stream.
+func (c *cconn) discard() {
+	for c.rready && c.fd >= 0 {
+		m, err := netloop.Read(c.fd, c.lp.scratch)
+		switch {
+		case err == unix.EAGAIN:
+			c.rready = false
+		case err == unix.EINTR:
+		case err != nil || m == 0:
+			c.close()
+		case m < len(c.lp.scratch) && !c.hup:
+			c.rready = false
+		}
+	}
 }
 
 // close closes the connection and ends its exchange, if any.

@@ -39,6 +39,9 @@ type lx struct {
 	clientClose bool
 	epHeaders   bool // the endpoint's fields were added once
 	resentOnce  bool // sent again after an attempt that got no answer
+	// refuse: parse refused the request with this reply (it is answered
+	// without reading further).
+	refuse *reply
 	// ws: a WebSocket handshake (fastws.go); tunnelCounted: it holds a
 	// place in MaxTunnels, given back when x ends without a tunnel.
 	ws, tunnelCounted bool
@@ -121,7 +124,7 @@ func (lp *loop) putExchange(x *lx) {
 	if x.tunnelCounted {
 		lp.p.tunnelsOpen.Add(-1)
 	}
-	x.ws, x.tunnelCounted = false, false
+	x.ws, x.tunnelCounted, x.refuse = false, false, nil
 	x.pending, x.rerr, x.derr, x.dfd, x.moveFrom = pendNone, nil, nil, -1, nil
 	x.rres = Route{}
 	x.st = streamState{}
@@ -193,7 +196,12 @@ func (x *lx) parse(head []byte) (int, bool) {
 		return 0, false // chunked
 	case cl < 0:
 		cl = 0
-	case cl > p.cfg.ReplayBodyMax || p.cfg.MaxRequestBodySize >= 0 && int64(cl) > p.cfg.MaxRequestBodySize:
+	case p.cfg.MaxRequestBodySize >= 0 && int64(cl) > p.cfg.MaxRequestBodySize:
+		// Refused at once, before any byte of the body is read: the
+		// fasthttp path would wait for the first 8 KiB of it.
+		x.refuse = &p.replies.tooLarge
+		return 0, true
+	case cl > p.cfg.ReplayBodyMax:
 		return 0, false
 	}
 	rt, rerr := parseRoute(target, p.cfg.MaxIDLen)
@@ -337,6 +345,12 @@ func (x *lx) dispatch(r Route) {
 	p := x.lp.p
 	if r.Session == nil {
 		x.fail(&p.replies.noWorker)
+		return
+	}
+	if overWorker(r.Session, int64(len(x.body))) {
+		// Refused before a byte goes out: the worker's server would.
+		p.m.rejected.Inc()
+		x.fail(p.bodyOverWorker(r.Session))
 		return
 	}
 	if x.ws {

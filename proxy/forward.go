@@ -41,6 +41,8 @@ type exchange struct {
 	// internal: a request of the pinboard's own (Deliver), which may be
 	// sent again like an idempotent one.
 	internal bool
+	// bodyRead: the request body was read to its end (bodyUnread).
+	bodyRead bool
 	bodyKind bodyKind
 	body     []byte // a replayable request body
 	scratch  [64]byte
@@ -110,12 +112,14 @@ const (
 	outTimeout                    // sent; no response head in time
 	outClientBody                 // the client's body failed (truncated, bad chunk)
 	outTooLarge                   // the client's chunked body passed MaxRequestBodySize
+	outOverWorker                 // the client's chunked body passed the worker's limit
 )
 
 // Errors of the request body copy, told apart from worker write errors.
 var (
 	errClientBody   = errors.New("client request body")
 	errBodyTooLarge = errors.New("request body too large")
+	errOverWorker   = errors.New("request body larger than the worker accepts")
 )
 
 // forward sends the prepared request to the worker holding x.name, retrying
@@ -136,6 +140,11 @@ func (x *exchange) forward() bool {
 			return false
 		}
 		x.route = rt
+		if overWorker(rt.Session, x.announcedBody()) {
+			// Refused before a byte goes out: the worker's server would.
+			p.reject(ctx, p.bodyOverWorker(rt.Session))
+			return false
+		}
 		ep, ok, err := p.admit(rt.Session)
 		if err != nil {
 			p.unusable(x, err)
@@ -181,6 +190,9 @@ func (x *exchange) forward() bool {
 		case outTooLarge:
 			p.m.rejected.Inc()
 			p.reply(ctx, &p.replies.tooLarge)
+		case outOverWorker:
+			p.m.rejected.Inc()
+			p.reply(ctx, p.bodyOverWorker(rt.Session))
 		}
 		return false
 	}
@@ -244,6 +256,18 @@ func (x *exchange) moved(attempt int) Route {
 	return next
 }
 
+// announcedBody is the length of the request body as known before it is
+// sent: the bytes held, or Content-Length; 0 for a chunked body.
+func (x *exchange) announcedBody() int64 {
+	switch x.bodyKind {
+	case bodyReplay:
+		return int64(len(x.body))
+	case bodyLength:
+		return int64(x.ctx.Request.Header.ContentLength())
+	}
+	return 0
+}
+
 // replayable reports whether the request can be sent again: it has no body,
 // or its body is held whole.
 func (x *exchange) replayable() bool {
@@ -298,6 +322,8 @@ func (x *exchange) roundTrip(attempt int) outcome {
 		switch {
 		case errors.Is(err, errBodyTooLarge):
 			return outTooLarge
+		case errors.Is(err, errOverWorker):
+			return outOverWorker
 		case errors.Is(err, errClientBody):
 			return outClientBody
 		case sent == 0:
@@ -604,6 +630,9 @@ func (x *exchange) copyRequestBody() error {
 			if p.cfg.MaxRequestBodySize >= 0 && total > p.cfg.MaxRequestBodySize {
 				return errBodyTooLarge
 			}
+			if overWorker(x.route.Session, total) {
+				return errOverWorker
+			}
 			if chunked {
 				hex := strconv.AppendInt(x.scratch[:0], int64(n), 16)
 				hex = append(hex, '\r', '\n')
@@ -627,6 +656,7 @@ func (x *exchange) copyRequestBody() error {
 			}
 		}
 		if err == io.EOF {
+			x.bodyRead = true
 			if !chunked {
 				if remaining != 0 {
 					return errClientBody
@@ -748,7 +778,7 @@ func noBody(code int) bool {
 }
 
 // respondHTTP10 answers an HTTP/1.0 client whose response has no known
-// length. fasthttp would send it chunked, which HTTP/1.0 cannot read (P9),
+// length. fasthttp would send it chunked, which HTTP/1.0 cannot read (RFC 9112 §7.1),
 // so the proxy takes the connection over and frames the body by closing it.
 func (x *exchange) respondHTTP10() bool {
 	rh := &x.ctx.Response.Header

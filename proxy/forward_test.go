@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"net/netip"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -419,4 +420,50 @@ func (r *trailing) Read(p []byte) (int, error) {
 	n := copy(p, r.parts[0])
 	r.parts = r.parts[1:]
 	return n, nil
+}
+
+// A body longer than the worker accepts (Session.MaxBodyBytes) gets 413
+// naming the limit, without reaching the worker when its length is
+// announced (buffered or streamed), and cut off when a chunked body passes
+// it; a body within the limit is forwarded.
+func TestBodyOverWorkerLimit(t *testing.T) {
+	w := startWorker(t, func(ctx *fasthttp.RequestCtx) {
+		_, _ = io.Copy(io.Discard, ctx.RequestBodyStream())
+	})
+	res := proxytest.NewStatic()
+	s := w.session("s", "k")
+	s.MaxBodyBytes = 100
+	res.PlaceNamespace("/counter", s)
+	f := startProxy(t, res, func(c *proxy.Config) { c.ReplayBodyMax = 150 })
+
+	if resp := raw(t, f.addr, "POST /counter/a HTTP/1.1\r\nHost: h\r\nContent-Length: 100\r\n\r\n"+strings.Repeat("x", 100)); !strings.HasPrefix(resp, "HTTP/1.1 200") {
+		t.Fatalf("100 bytes (the limit): %q; want 200", resp)
+	}
+	for _, n := range []int{101, 1000} { // buffered, streamed
+		c, err := net.Dial("tcp", f.addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp := rawResponse(t, c, bufio.NewReader(c), "POST /counter/a HTTP/1.1\r\nHost: h\r\nContent-Length: "+strconv.Itoa(n)+"\r\n\r\n"+strings.Repeat("x", n))
+		if resp.StatusCode() != 413 || !resp.ConnectionClose() || !strings.Contains(string(resp.Body()), "worker accepts (100 bytes)") {
+			t.Errorf("%d bytes: %d close %v %s; want 413 naming 100 bytes, and close", n, resp.StatusCode(), resp.ConnectionClose(), resp.Body())
+		}
+		c.Close()
+	}
+	if n := len(w.requests()); n != 1 {
+		t.Errorf("worker saw %d requests; want 1 (the refused ones never sent)", n)
+	}
+
+	// A chunked body is refused once it passes the limit (the client's last
+	// chunk is not sent: the proxy closes after the 413).
+	c, err := net.Dial("tcp", f.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	resp := rawResponse(t, c, bufio.NewReader(c), "POST /counter/a HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n"+
+		"c8\r\n"+strings.Repeat("y", 200)+"\r\n")
+	if resp.StatusCode() != 413 || !strings.Contains(string(resp.Body()), "worker accepts (100 bytes)") {
+		t.Errorf("chunked 200 bytes: %d %s; want 413 naming 100 bytes", resp.StatusCode(), resp.Body())
+	}
 }

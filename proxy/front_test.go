@@ -338,3 +338,46 @@ func TestLoopTunnel(t *testing.T) {
 	waitFor(t, func() bool { return f.p.OpenTunnels() == 0 })
 	f.p.CloseTunnels("/counter/a", "") // nothing left to close: no effect
 }
+
+// RFC 9112 §2.3: a major version other than 1 gets 505 and a closed
+// connection, the worker sees nothing; a 1.x minor version is served.
+func TestVersionNotSupported(t *testing.T) {
+	w, f, _, _ := setup(t, nil)
+	c, err := net.Dial("tcp", f.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	resp := rawResponse(t, c, bufio.NewReader(c), "GET /counter/a HTTP/3.1\r\nHost: h\r\n\r\n")
+	if resp.StatusCode() != 505 || !resp.ConnectionClose() {
+		t.Errorf("HTTP/3.1: %d close %v; want 505 and close", resp.StatusCode(), resp.ConnectionClose())
+	}
+	if n := len(w.requests()); n != 0 {
+		t.Errorf("worker saw %d requests", n)
+	}
+	if r := raw(t, f.addr, "GET /counter/a HTTP/1.2\r\nHost: h\r\n\r\n"); !strings.HasPrefix(r, "HTTP/1.1 200") {
+		t.Errorf("HTTP/1.2: %q; want it served as 1.1", r)
+	}
+}
+
+// A head announcing a body over MaxRequestBodySize gets 413 at once, before
+// any byte of the body is sent.
+func TestAnnouncedTooLargeAtOnce(t *testing.T) {
+	w, f, _, _ := setupWith(t, nil, func(c *proxy.Config) { c.MaxRequestBodySize = 1 << 20 })
+	c, err := net.Dial("tcp", f.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	start := time.Now()
+	resp := rawResponse(t, c, bufio.NewReader(c), "POST /counter/a HTTP/1.1\r\nHost: h\r\nContent-Length: 2097152\r\n\r\n")
+	if resp.StatusCode() != 413 || !resp.ConnectionClose() {
+		t.Errorf("announced 2 MiB: %d close %v; want 413 and close", resp.StatusCode(), resp.ConnectionClose())
+	}
+	if el := time.Since(start); el > time.Second {
+		t.Errorf("413 after %v; want at once", el)
+	}
+	if n := len(w.requests()); n != 0 {
+		t.Errorf("worker saw %d requests", n)
+	}
+}

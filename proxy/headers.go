@@ -79,6 +79,9 @@ type headScan struct {
 	// expect: an Expect field (removed as hop-by-hop; the server answered
 	// it before the handler ran).
 	expect bool
+	// badVersion: the request line's version is not HTTP/1.x (set by the
+	// caller, which has the parsed protocol).
+	badVersion bool
 	// fields counts the field lines.
 	fields int
 	// tooMany: more than maxDeletes fields to remove.
@@ -92,7 +95,7 @@ type headScan struct {
 func (s *headScan) reset() {
 	s.contentLengths, s.transferEncodings, s.hosts, s.upgrades, s.ndel, s.fields = 0, 0, 0, 0, 0, 0
 	s.teNotChunked, s.connUpgrade, s.connClose, s.badName, s.tooMany = false, false, false, false, false
-	s.obsFold, s.bareLF, s.badLength, s.expect = false, false, false, false
+	s.obsFold, s.bareLF, s.badLength, s.expect, s.badVersion = false, false, false, false, false
 	s.host, s.upgrade = nil, nil
 }
 

@@ -20,7 +20,7 @@ import (
 )
 
 // overloadDuration is how long TestOverloadTenTimesCapacity offers ten
-// times the worker's capacity: a few seconds in CI; reliability §5 asks for
+// times the worker's capacity: a few seconds in CI; the long run is
 // 60 s: go test ./proxy -run TestOverloadTenTimesCapacity -overload-duration 60s -v
 var overloadDuration = flag.Duration("overload-duration", 3*time.Second, "how long TestOverloadTenTimesCapacity runs at 10× capacity")
 
@@ -313,7 +313,7 @@ func TestSlowlorisClosedAtHeaderTimeout(t *testing.T) {
 			t.Errorf("slow connection %d closed after %v; want HeaderTimeout %v ± 1s", i, r.closedAfter, headerTimeout)
 		}
 	}
-	// 100 ms is reliability §5's bound; under the race detector, with other
+	// 100 ms is the bound a quiet machine meets; under the race detector, with other
 	// packages' tests sharing the CPUs, only a stall is caught (a server
 	// that slowloris blocks would hold normal requests for HeaderTimeout).
 	p99, bound := percentile(lat, 99), 100*time.Millisecond

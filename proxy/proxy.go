@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/netip"
 	"sync"
 	"sync/atomic"
@@ -56,6 +57,15 @@ type Proxy struct {
 	// request.
 	front *Front
 	loops int
+
+	// tooLarge marks the request heads HeaderReceived cut short, for
+	// ServerError (keyed by the header's address: one per connection).
+	tooLarge sync.Map
+
+	// lingering holds the fasthttp path's connections lingering after a
+	// refusal (linger.go), for Close.
+	lingerMu  sync.Mutex
+	lingering map[net.Conn]struct{}
 }
 
 // New makes a Proxy. It validates cfg and does no I/O.
@@ -70,6 +80,8 @@ func New(cfg Config) (*Proxy, error) {
 		errLog:   logthrottle.Every{Interval: time.Second},
 		tunnels:  make(map[string]map[tunnelEnd]struct{}),
 		eps:      make(map[*endpoint]*Session),
+
+		lingering: make(map[net.Conn]struct{}),
 	}
 	p.watcher, _ = cfg.Resolver.(TunnelWatcher)
 	p.replies.build(&p.cfg)
@@ -111,6 +123,9 @@ func (p *Proxy) Handler(ctx *fasthttp.RequestCtx) {
 		ctx.SetConnectionClose()
 	}
 	if !handed {
+		if ctx.Response.ConnectionClose() && x.bodyUnread() && p.cfg.LingerTimeout > 0 {
+			p.lingerClose(ctx)
+		}
 		p.putExchange(x)
 	}
 }
@@ -120,7 +135,7 @@ func (p *Proxy) putExchange(x *exchange) {
 	x.route = Route{}
 	x.cw.Conn = nil
 	x.name, x.target = nil, nil
-	x.stable, x.http10, x.bodyKind, x.resentOnce, x.internal = false, false, bodyNone, false, false
+	x.stable, x.http10, x.bodyKind, x.resentOnce, x.internal, x.bodyRead = false, false, bodyNone, false, false, false
 	x.body = x.body[:0]
 	x.br.Reset(nil)
 	x.bw.Reset(nil)
@@ -143,6 +158,10 @@ func (p *Proxy) screen(ctx *fasthttp.RequestCtx, s *headScan) bool {
 func (p *Proxy) screenReply(s *headScan) *reply {
 	var rp *reply
 	switch {
+	case s.badVersion:
+		// RFC 9112 §2.3: a major version other than 1 is not HTTP/1.x;
+		// 1.x minor versions are served as 1.1.
+		rp = &p.replies.version
 	case s.fields > p.cfg.MaxHeaderFields:
 		rp = &p.replies.tooManyHeaderFields
 	case s.contentLengths > 0 && s.transferEncodings > 0:
@@ -183,8 +202,10 @@ func (p *Proxy) Guard(h fasthttp.RequestHandler) fasthttp.RequestHandler {
 		s := &x.reqScan
 		s.reset()
 		scanFields(ctx.Request.Header.RawHeaders(), s, 0)
+		s.badVersion = !http1(ctx.Request.Header.Protocol())
 		ok := p.screen(ctx, s)
 		p.exchanges.Put(x)
+		p.tooLarge.Delete(&ctx.Request.Header) // served: whatever h decides
 		if ok {
 			h(ctx)
 		}
@@ -210,6 +231,7 @@ func (p *Proxy) serve(x *exchange) bool {
 		mode |= dropForwarded
 	}
 	scanFields(h.RawHeaders(), s, mode)
+	s.badVersion = !http1(h.Protocol())
 	if !p.screen(ctx, s) {
 		return false
 	}
@@ -244,6 +266,7 @@ func (p *Proxy) serve(x *exchange) bool {
 	// goes anywhere.
 	cl := h.ContentLength()
 	if max := p.cfg.MaxRequestBodySize; max >= 0 && int64(cl) > max {
+		p.tooLarge.Delete(h) // HeaderReceived marked it; the body was there
 		p.reject(ctx, &p.replies.tooLarge)
 		return false
 	}
@@ -280,6 +303,7 @@ func (x *exchange) readReplayBody(n int) bool {
 			return false
 		}
 	}
+	x.bodyRead = true
 	return true
 }
 
@@ -407,6 +431,12 @@ func knownReason(b []byte) string {
 	return ""
 }
 
+// http1 reports whether a request's protocol is HTTP/1.x: "HTTP/1." and one
+// digit (fasthttp takes the version as it stands).
+func http1(v []byte) bool {
+	return len(v) == 8 && string(v[:7]) == "HTTP/1." && v[7] >= '0' && v[7] <= '9'
+}
+
 // countResponse counts a response the client gets by its status class.
 func (p *Proxy) countResponse(code int) {
 	c := code / 100
@@ -434,7 +464,11 @@ func (p *Proxy) ExpectHandler(ctx *fasthttp.RequestCtx) int {
 // the proxy's own refusals, and fasthttp closes the connection after it.
 func (p *Proxy) ServerError(ctx *fasthttp.RequestCtx, err error) {
 	var small *fasthttp.ErrSmallBuffer
+	_, tooLarge := p.tooLarge.LoadAndDelete(&ctx.Request.Header)
 	switch {
+	case tooLarge:
+		// HeaderReceived cut the body's wait short (see there).
+		p.reject(ctx, &p.replies.tooLarge)
 	case errors.As(err, &small):
 		p.reject(ctx, &p.replies.headTooLarge)
 	case isTimeout(err):
@@ -442,6 +476,22 @@ func (p *Proxy) ServerError(ctx *fasthttp.RequestCtx, err error) {
 	default:
 		p.reject(ctx, &p.replies.malformed)
 	}
+}
+
+// HeaderReceived answers a head whose Content-Length exceeds
+// MaxRequestBodySize at once; set it as the server's HeaderReceived
+// (NewServer does). With StreamRequestBody, fasthttp reads the first bytes
+// of a body (up to 8 KiB) before the handler runs, so a client that
+// announces a large body and sends none would wait for HeaderTimeout: here
+// the body's read deadline is set to now, the read fails at once unless the
+// bytes are there already, and ServerError, which finds the head marked,
+// answers 413 (the handler does when the bytes were there).
+func (p *Proxy) HeaderReceived(h *fasthttp.RequestHeader) fasthttp.RequestConfig {
+	if max := p.cfg.MaxRequestBodySize; max >= 0 && int64(h.ContentLength()) > max {
+		p.tooLarge.Store(h, struct{}{})
+		return fasthttp.RequestConfig{ReadTimeout: time.Nanosecond}
+	}
+	return fasthttp.RequestConfig{}
 }
 
 // NewServer returns a fasthttp.Server that serves the proxy, configured as
@@ -456,7 +506,9 @@ func (p *Proxy) ServerError(ctx *fasthttp.RequestCtx, err error) {
 //     every client connection holds), ReadTimeout =
 //     HeaderTimeout (slowloris), IdleTimeout, WriteTimeout for buffered
 //     responses (streams move their own deadline), Concurrency = MaxConns;
-//   - ExpectHandler = p.ExpectHandler, ErrorHandler = p.ServerError.
+//   - ExpectHandler = p.ExpectHandler, ErrorHandler = p.ServerError,
+//     HeaderReceived = p.HeaderReceived (413 at once for an announced
+//     oversize body).
 //
 // Header names are normalised (fasthttp's default), so that fields the proxy
 // manages are found whatever their case.
@@ -465,6 +517,7 @@ func (p *Proxy) NewServer() *fasthttp.Server {
 		Handler:                      p.Handler,
 		ExpectHandler:                p.ExpectHandler,
 		ErrorHandler:                 p.ServerError,
+		HeaderReceived:               p.HeaderReceived,
 		StreamRequestBody:            true,
 		DisablePreParseMultipartForm: true,
 		NoDefaultServerHeader:        true,
@@ -500,6 +553,7 @@ func (p *Proxy) Close() error {
 		t.close()
 	}
 	p.tunnelWG.Wait()
+	p.endLingering()
 	p.epMu.Lock()
 	eps := make([]*endpoint, 0, len(p.eps))
 	for e := range p.eps {

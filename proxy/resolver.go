@@ -15,8 +15,13 @@ type Session struct {
 	ID           string // sent as X-Pinned-Session
 	Secret       string // sent as X-Pinned-Proxy-Secret
 	AdvertiseURL string // http://host:port[/path]; its path prefixes every forwarded path
+	// MaxBodyBytes is the largest request body the worker accepts (0: not
+	// said). A request announcing a longer body gets 413 without being
+	// sent; a chunked one is cut off with 413 when it passes the limit.
+	MaxBodyBytes int64
 
-	ep atomic.Pointer[endpoint] // the proxy's; made on first use
+	ep       atomic.Pointer[endpoint] // the proxy's; made on first use
+	tooLarge atomic.Pointer[reply]    // the 413 naming MaxBodyBytes; made on first use
 }
 
 // Route is where a placement lives: the session holding it and the

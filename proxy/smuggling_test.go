@@ -14,7 +14,7 @@ import (
 	"github.com/pinned-go/pinned/internal/testkit/smuggle"
 )
 
-// The smuggling and framing table (internal/testkit/smuggle, reliability §3 goal 1):
+// The smuggling and framing table (internal/testkit/smuggle):
 // every ambiguous or malformed request gets its status (400, or 413/431),
 // exactly one response and a closed connection, and the worker receives
 // not one byte. Some cases fasthttp refuses before the handler runs, the

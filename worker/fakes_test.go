@@ -46,10 +46,11 @@ var t0Wall = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 // fakeHost implements host.Attached with counters instead of instances:
 // busy instances have work in flight, idle ones can be closed by CloseIdle.
 type fakeHost struct {
-	ns  string
-	cap int
-	w   *Worker
-	clk clock.Clock
+	ns      string
+	cap     int
+	maxBody int // MaxRequestBodySize; 0: host.DefaultMaxRequestBodySize
+	w       *Worker
+	clk     clock.Clock
 
 	mu        sync.Mutex
 	busy      int
@@ -72,6 +73,12 @@ type abortRec struct {
 var _ host.Attached = (*fakeHost)(nil)
 
 func (h *fakeHost) Namespace() string { return h.ns }
+func (h *fakeHost) MaxRequestBodySize() int {
+	if h.maxBody == 0 {
+		return host.DefaultMaxRequestBodySize
+	}
+	return h.maxBody
+}
 func (h *fakeHost) Headroom() int {
 	h.mu.Lock()
 	defer h.mu.Unlock()

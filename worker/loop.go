@@ -58,6 +58,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	l := &loop{
 		w:       w,
 		ns:      namespaces(hosts),
+		maxBody: maxBody(hosts),
 		log:     w.log,
 		results: make(chan result),
 		quit:    make(chan struct{}),
@@ -100,6 +101,7 @@ type result struct {
 type loop struct {
 	w       *Worker
 	ns      []string
+	maxBody int64        // the smallest of the hosts' body limits, sent at registration
 	log     *slog.Logger // w.log plus the session attr while registered
 	results chan result
 	quit    chan struct{} // closed when the loop has stopped reading results
@@ -282,6 +284,7 @@ func (l *loop) sendRegister(now clock.Instant) {
 		Draining:       w.Draining(),
 		Challenge:      pair.challenge,
 		ChallengeValue: pair.value,
+		MaxBodyBytes:   l.maxBody,
 	}, pair)
 }
 

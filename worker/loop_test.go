@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/pinned-go/pinned/clock"
+	"github.com/pinned-go/pinned/host"
 	"github.com/pinned-go/pinned/internal/wire"
 )
 
@@ -19,7 +20,8 @@ func TestRegistrationBody(t *testing.T) {
 	regs := h.pb.registerList()
 	r := regs[0].req
 	if r.ClientID != h.w.ClientID() || r.Secret != string(h.w.secret) || r.AdvertiseURL != h.w.AdvertiseURL() ||
-		len(r.Namespaces) != 1 || r.Namespaces[0] != "/counter" || r.Headroom != 95 || r.Draining {
+		len(r.Namespaces) != 1 || r.Namespaces[0] != "/counter" || r.Headroom != 95 || r.Draining ||
+		r.MaxBodyBytes != host.DefaultMaxRequestBodySize {
 		t.Fatalf("registration body = %+v", r)
 	}
 	if len(r.Challenge) < 26 || len(r.ChallengeValue) < 26 || r.Challenge == r.ChallengeValue {
@@ -43,6 +45,19 @@ func TestRegistrationBody(t *testing.T) {
 		t.Fatalf("heartbeats = %+v; want one for s1 with headroom 95 and a challenge pair", hb)
 	}
 	h.expectLogged("INFO", "registered", "logger", "pinned.worker", "client", h.w.ClientID(), "session", "s1")
+}
+
+// The registration carries the smallest body limit of the worker's hosts:
+// a body one of them refuses may reach the worker through any namespace.
+func TestRegistrationBodyLimit(t *testing.T) {
+	h := newHarness(t)
+	if _, err := h.w.Attach(&fakeHost{ns: "/small", cap: 10, maxBody: 1000, w: h.w, clk: h.clk}); err != nil {
+		t.Fatal(err)
+	}
+	h.register()
+	if r := h.pb.registerList()[0].req; r.MaxBodyBytes != 1000 || len(r.Namespaces) != 2 {
+		t.Fatalf("registration body = %+v; want maxBodyBytes 1000 (the smaller host's) for both namespaces", r)
+	}
 }
 
 // reregister NACK: abort local instances, register fresh with a new session.

@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/pinned-go/pinned/clock"
 	"github.com/pinned-go/pinned/internal/wire"
 )
 
@@ -30,8 +33,12 @@ var ErrReleaseRefused = errors.New("the pinboard refused the release")
 // pinboard answered 200 (whether or not a placement was freed: the pinboard
 // frees it only when it belongs to this client's current session).
 // Transport errors, 5xx, 408 and 429 are retried; other answers are not.
+// A give-up is logged once for every release that overlapped it (giveUpLog).
 // Release is safe for concurrent use and works with or without Run.
-func (w *Worker) Release(ctx context.Context, namespace, id string) error {
+func (w *Worker) Release(ctx context.Context, namespace, id string) (err error) {
+	w.giveUps.begin()
+	var gaveUp string // the reason, when this call gives up
+	defer func() { w.giveUps.end(w.clock.Now(), namespace, id, gaveUp, w.log, w.cfg.ReleaseAttempts) }()
 	sid, ok := SessionOf(ctx)
 	if !ok {
 		sid = w.releaseSession()
@@ -75,9 +82,57 @@ func (w *Worker) Release(ctx context.Context, namespace, id string) error {
 		wait *= 2
 	}
 	w.m.releases[resultGaveUp].Inc()
-	w.log.Warn("release gave up; the placement is freed when the session expires",
-		"namespace", namespace, "instance", id, "attempts", w.cfg.ReleaseAttempts, "reason", last.describe())
+	gaveUp = last.describe() // logged by giveUps, one line for every overlapping give-up
 	return fmt.Errorf("cannot release %s after %d attempts: %s", wire.PlacementName(namespace, id), w.cfg.ReleaseAttempts, last.describe())
+}
+
+// giveUpMaxDelay bounds how long a give-up waits for overlapping releases
+// to end before it is logged.
+const giveUpMaxDelay = 10 * time.Second
+
+// giveUpLog aggregates the "release gave up" warnings. When a pinboard
+// stops, every instance closing meanwhile gives up its release at about the
+// same time: one line per instance would flood the log (thousands). So a
+// give-up is logged only when no other release is in flight (or when the
+// oldest unlogged one is giveUpMaxDelay old), as one WARN with the count
+// and the first instance: a burst of overlapping releases that all give up
+// is one line. It is safe for concurrent use and starts no goroutine.
+type giveUpLog struct {
+	mu       sync.Mutex
+	inflight int // Release calls running
+	n        int // give-ups not logged yet
+	ns, id   string
+	reason   string
+	since    clock.Instant // when the first of them gave up
+}
+
+// begin counts a Release call in.
+func (g *giveUpLog) begin() {
+	g.mu.Lock()
+	g.inflight++
+	g.mu.Unlock()
+}
+
+// end counts a Release call out; reason is non-empty when it gave up. It
+// writes the aggregated warning when it is due.
+func (g *giveUpLog) end(now clock.Instant, ns, id, reason string, log *slog.Logger, attempts int) {
+	g.mu.Lock()
+	g.inflight--
+	if reason != "" {
+		if g.n == 0 {
+			g.ns, g.id, g.reason, g.since = ns, id, reason, now
+		}
+		g.n++
+	}
+	if g.n == 0 || g.inflight > 0 && now.Sub(g.since) < giveUpMaxDelay {
+		g.mu.Unlock()
+		return
+	}
+	n, fns, fid, freason := g.n, g.ns, g.id, g.reason
+	g.n = 0
+	g.mu.Unlock()
+	log.Warn("release gave up; the placement is freed when the session expires",
+		"instances", n, "namespace", fns, "instance", fid, "attempts", attempts, "reason", freason)
 }
 
 // releaseSession is the session a release names: the current one, else the

@@ -3,8 +3,10 @@ package worker
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -190,4 +192,54 @@ func TestReleaseNamesTheInstancesSession(t *testing.T) {
 	if len(got) != 2 || got[0].SessionID != "older-session" || got[1].SessionID != first {
 		t.Fatalf("releases = %+v; want sessionIds older-session, %s", got, first)
 	}
+}
+
+// A pinboard that stops makes every overlapping release give up together:
+// one WARN with the count, not one per instance. Releases that do not
+// overlap are logged one by one.
+func TestReleaseGiveUpsAggregated(t *testing.T) {
+	h := newHarness(t)
+	h.pb.onRelease = func(int) action { return action{status: 503} }
+	const n = 40
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	for i := range n {
+		wg.Go(func() {
+			if err := h.w.Release(context.Background(), "/counter", fmt.Sprintf("id%d", i)); err == nil {
+				t.Error("Release against a failing pinboard = nil")
+			}
+		})
+	}
+	go func() { wg.Wait(); close(stop) }()
+	for _, d := range []time.Duration{200 * time.Millisecond, 400 * time.Millisecond} {
+		if !h.clk.BlockUntil(n, stop) {
+			t.Fatal("the releases returned before their backoff")
+		}
+		h.clk.Advance(d)
+	}
+	<-stop
+	lines := gaveUpLines(h)
+	if len(lines) != 1 || !strings.Contains(lines[0], "instances="+strconv.Itoa(n)) {
+		t.Fatalf("%d overlapping give-ups logged %d lines:\n%s\nwant one with instances=%d", n, len(lines), strings.Join(lines, "\n"), n)
+	}
+	if got := h.metric(`pinned_releases_total{result="gave_up"}`); got != strconv.Itoa(n) {
+		t.Errorf(`pinned_releases_total{result="gave_up"} = %s; want %d`, got, n)
+	}
+	// One more, alone: its own line.
+	if err := release(t, h, context.Background(), 200*time.Millisecond, 400*time.Millisecond); err == nil {
+		t.Fatal("Release = nil")
+	}
+	if lines := gaveUpLines(h); len(lines) != 2 || !strings.Contains(lines[1], "instances=1") {
+		t.Fatalf("a lone give-up after the burst: lines\n%s\nwant a second line with instances=1", strings.Join(lines, "\n"))
+	}
+}
+
+func gaveUpLines(h *harness) []string {
+	var out []string
+	for _, l := range strings.Split(h.logs.String(), "\n") {
+		if strings.Contains(l, "release gave up") {
+			out = append(out, l)
+		}
+	}
+	return out
 }

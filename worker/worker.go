@@ -48,6 +48,7 @@ type Worker struct {
 	lastLease atomic.Int64           // the pinboard's last lease length (ns), 0 before the first ack
 
 	challenges challengeSet
+	giveUps    giveUpLog // aggregated "release gave up" warnings
 
 	drain drainState
 
@@ -155,6 +156,19 @@ func live(hosts []host.Attached) int {
 		n += h.Len()
 	}
 	return n
+}
+
+// maxBody is the request body limit the worker registers with: the
+// smallest of its hosts' (a body one host refuses may reach it through any
+// namespace the session serves).
+func maxBody(hosts []host.Attached) int64 {
+	var m int64
+	for i, h := range hosts {
+		if n := int64(h.MaxRequestBodySize()); i == 0 || n < m {
+			m = n
+		}
+	}
+	return m
 }
 
 // ClientID returns the worker's clientId, minted once by New. The pinboard

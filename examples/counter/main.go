@@ -22,6 +22,9 @@
 // every count is kept, fenced by its instance's activation epoch
 // (counterapp, package fence), so a count survives its instance and no
 // acknowledged increment is lost when an id moves.
+// -max-body-bytes (PINNED_MAX_BODY_BYTES) is the host's request body limit:
+// the server is configured to agree with it (413 with a JSON error beyond
+// it, the body drained first) and the worker tells the pinboard.
 //
 // Fleet mode: when PINNED_PINBOARD_URL, PINNED_TOKEN and PINNED_ADVERTISE_URL
 // are all set, the counter runs a worker that registers with that pinboard
@@ -42,6 +45,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"strconv"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -63,6 +67,7 @@ type options struct {
 	listen          string
 	idleTimeout     time.Duration
 	maxInstances    int
+	maxBodyBytes    int
 	shutdownTimeout time.Duration
 	fleet           fleetOptions
 	history         string // PINNED_HISTORY (history.go)
@@ -126,6 +131,15 @@ PINNED_PINBOARD_URL, PINNED_TOKEN and PINNED_ADVERTISE_URL are all set.`)
 		"close an instance after this long without activity")
 	set.Int(&o.maxInstances, "max-instances", "PINNED_MAX_INSTANCES", host.DefaultMaxInstances,
 		"live instances at most; more answer 503 capacity")
+	o.maxBodyBytes = host.DefaultMaxRequestBodySize
+	set.Var(cmdline.Parsed[int]{P: &o.maxBodyBytes, Parse: func(v string) (int, error) {
+		n, err := strconv.Atoi(v)
+		if err != nil || n <= 0 {
+			return 0, errors.New("want a positive number of bytes")
+		}
+		return n, nil
+	}, Format: strconv.Itoa}, "max-body-bytes", "PINNED_MAX_BODY_BYTES", "bytes",
+		"largest request body accepted; larger ones answer 413 (the server agrees; the worker tells the pinboard)")
 	set.Duration(&o.shutdownTimeout, "shutdown-timeout", "PINNED_SHUTDOWN_TIMEOUT", 10*time.Second,
 		"graceful shutdown bound; then the remaining instances are aborted")
 	set.String(&o.fleet.pinboardURL, "pinboard-url", "PINNED_PINBOARD_URL", "url", "",
@@ -271,12 +285,13 @@ func run(ctx context.Context, opts options, logger *slog.Logger, ready func(list
 		logger.Info("counts persisted in redis, fenced by epoch", "key_prefix", counterapp.KeyPrefix)
 	}
 	h, err := host.New(host.Config{
-		Namespace:    "/counter",
-		Worker:       fl.hostWorker(),
-		IdleTimeout:  opts.idleTimeout,
-		MaxInstances: opts.maxInstances,
-		Logger:       logger,
-		Metrics:      set,
+		Namespace:          "/counter",
+		Worker:             fl.hostWorker(),
+		IdleTimeout:        opts.idleTimeout,
+		MaxInstances:       opts.maxInstances,
+		MaxRequestBodySize: opts.maxBodyBytes,
+		Logger:             logger,
+		Metrics:            set,
 	}, counterapp.TypeWithOptions(counterapp.Options{Hooks: rec.hooks(), Persist: rdb}))
 	if err != nil {
 		return err
@@ -310,6 +325,12 @@ func run(ctx context.Context, opts options, logger *slog.Logger, ready func(list
 		IdleTimeout:     2 * time.Minute,
 		Logger:          counterapp.ServerLogger(logger),
 		CloseOnShutdown: true,
+	}
+	// The server's body limit is the host's: a larger body gets 413 with a
+	// JSON error (drained first, so its client reads the answer), never a
+	// bare 400 or a reset; the worker tells the pinboard the same limit.
+	if err := h.ConfigureServer(srv); err != nil {
+		return err
 	}
 
 	ln, err := net.Listen("tcp", opts.listen)

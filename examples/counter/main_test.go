@@ -49,6 +49,15 @@ func TestLoadOptions(t *testing.T) {
 	f(nil, nil, "127.0.0.1:8080")
 	f(nil, map[string]string{"PINNED_LISTEN": "127.0.0.1:9"}, "127.0.0.1:9")
 	f([]string{"-listen", "127.0.0.1:7"}, map[string]string{"PINNED_LISTEN": "127.0.0.1:9"}, "127.0.0.1:7")
+	if o, err := loadOptions(nil, env(map[string]string{"PINNED_MAX_BODY_BYTES": "1000"}), io.Discard); err != nil || o.maxBodyBytes != 1000 {
+		t.Errorf("PINNED_MAX_BODY_BYTES=1000: %d, %v; want 1000", o.maxBodyBytes, err)
+	}
+	if o, err := loadOptions([]string{"-max-body-bytes", "7"}, env(map[string]string{"PINNED_MAX_BODY_BYTES": "1000"}), io.Discard); err != nil || o.maxBodyBytes != 7 {
+		t.Errorf("-max-body-bytes 7 over PINNED_MAX_BODY_BYTES: %d, %v; want 7", o.maxBodyBytes, err)
+	}
+	if _, err := loadOptions(nil, env(map[string]string{"PINNED_MAX_BODY_BYTES": "-1"}), io.Discard); err == nil {
+		t.Error("PINNED_MAX_BODY_BYTES=-1 was accepted")
+	}
 	if _, err := loadOptions([]string{"-nope"}, env(nil), io.Discard); err == nil {
 		t.Error("an unknown flag was accepted")
 	}

@@ -223,6 +223,13 @@ func startWorker(name, pinboardURL, token string, logger *slog.Logger) (*fleetWo
 		Logger:          counterapp.ServerLogger(log),
 		CloseOnShutdown: true,
 	}
+	// The server accepts exactly the bodies the host does (413 with a JSON
+	// error beyond), the limit the worker tells the pinboard.
+	if err := fw.h.ConfigureServer(fw.srv); err != nil {
+		ln.Close()
+		_ = fw.h.Close(context.Background())
+		return nil, err
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	fw.cancel = cancel
 	fw.done.Go(func() { _ = fw.srv.Serve(ln) })

@@ -27,6 +27,12 @@
 //     watchdog fences. Pair it with late_watchdog to make the watchdog lag.
 //   - late_watchdog: the loop notices an expired lease LateWatchdog late
 //     (a frozen watchdog). Harmless on its own while Admit checks inline.
+//   - replace_no_compare: the store's Replace (internal/store/redisstore)
+//     writes the placement blindly instead of compare-and-set from the dead
+//     holder: two pinboards that both found the holder dead both "win" and
+//     route the id to two workers.
+//   - claim_no_nx: the store's Claim writes the placement blindly instead of
+//     SET NX: two pinboards placing a new id at once both "win".
 package faults
 
 // Fault names one planted bug.
@@ -39,11 +45,14 @@ const (
 	BlindRenew    Fault = "blind_renew"
 	WatchdogOnly  Fault = "watchdog_only"
 	LateWatchdog  Fault = "late_watchdog"
+	// The store's placement writes without their check.
+	ReplaceNoCompare Fault = "replace_no_compare"
+	ClaimNoNX        Fault = "claim_no_nx"
 )
 
 // All lists every fault.
 func All() []Fault {
-	return []Fault{NoSelfAbort, ReceiveAnchor, BlindRenew, WatchdogOnly, LateWatchdog}
+	return []Fault{NoSelfAbort, ReceiveAnchor, BlindRenew, WatchdogOnly, LateWatchdog, ReplaceNoCompare, ClaimNoNX}
 }
 
 // EnvVar is the environment variable a pinned_faults binary reads.

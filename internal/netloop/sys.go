@@ -48,6 +48,16 @@ func Close(fd int) error {
 	return nil
 }
 
+// ShutdownWrite shuts the sending side of the socket fd down (the peer
+// reads end of stream once what was written has gone); reading goes on.
+func ShutdownWrite(fd int) error {
+	_, _, e := unix.RawSyscall(unix.SYS_SHUTDOWN, uintptr(fd), unix.SHUT_WR, 0)
+	if e != 0 {
+		return e
+	}
+	return nil
+}
+
 // Accept accepts one connection on the non-blocking listening socket lfd. The
 // new descriptor is non-blocking and close-on-exec; peer is the client's
 // address (unmapped from IPv4-in-IPv6). It does not allocate.

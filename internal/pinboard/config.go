@@ -19,6 +19,7 @@ import (
 
 	"github.com/pinned-go/pinned/internal/registry"
 	"github.com/pinned-go/pinned/internal/store"
+	"github.com/pinned-go/pinned/internal/store/redisstore"
 	"github.com/pinned-go/pinned/proxy"
 )
 
@@ -57,7 +58,10 @@ const (
 	EnvLogFormat         = "PINBOARD_LOG_FORMAT"             // -log-format
 	EnvRestartFence      = "PINBOARD_RESTART_FENCE"          // -restart-fence
 	EnvLoops             = "PINBOARD_LOOPS"                  // -loops
+	EnvNoHotIDs          = "PINBOARD_NO_HOT_IDS"             // -no-hot-ids
 	EnvEpochTTL          = "PINBOARD_EPOCH_TTL"              // -epoch-ttl
+	EnvStoreProbe        = "PINBOARD_STORE_PROBE"            // -store-probe
+	EnvStoreProbeTimeout = "PINBOARD_STORE_PROBE_TIMEOUT"    // -store-probe-timeout
 )
 
 // Settings is the parsed command line and environment: everything Main
@@ -80,8 +84,14 @@ type Settings struct {
 	// EpochTTL is the stores' EpochTTL: how long an id's last activation
 	// epoch is kept after its placement was written or released. Past it,
 	// epochs rest on the clock alone (wire.NextEpoch).
-	EpochTTL          time.Duration
-	AdvertiseNetworks []netip.Prefix
+	EpochTTL time.Duration
+	// StoreProbe and StoreProbeTimeout are redisstore's circuit
+	// (Config.CircuitProbeInterval, CircuitProbeTimeout): while Redis is
+	// known to be down every store call fails at once (503 store +
+	// Retry-After) and a probe pings Redis every StoreProbe. Zero values
+	// mean redisstore's defaults; a negative StoreProbe turns it off.
+	StoreProbe, StoreProbeTimeout time.Duration
+	AdvertiseNetworks             []netip.Prefix
 	// The registry's hardening options (registry.Config fields of the same
 	// names); zero values mean the registry's defaults.
 	AdvertisePorts      []uint16
@@ -96,6 +106,10 @@ type Settings struct {
 	Dev                 bool
 	LogLevel            slog.Level
 	LogJSON             bool
+	// NoHotIDs turns the hot-id sketch's recording off: the proxy records
+	// no request (the console's hot ids and traffic stay empty), which
+	// costs nothing on the request path.
+	NoHotIDs bool
 	// Loops is the number of event loops serving the public port
 	// (proxy.Front); 0 serves it with fasthttp's goroutine per connection
 	// alone. ParseSettings defaults it to the number of CPUs.
@@ -141,7 +155,8 @@ Exit status: 0 after a clean shutdown, 1 when a listener fails,
 	set.Var(cmdline.Parsed[string]{P: &s.AdminListen, Parse: hostPort, Format: id}, "admin-listen", EnvAdminListen, "host:port",
 		"admin address: /metrics and /debug/pprof (never on the public port)")
 	set.String(&s.RedisURL, "redis-url", EnvRedisURL, "url", DefaultRedisURL,
-		"Redis: redis://[user:pass@]host:port/db, rediss:// for TLS, ?addr=h2:p2 for more cluster seeds")
+		"Redis: redis://[user:pass@]host:port/db, rediss:// for TLS, ?addr=h2:p2 for more cluster seeds,\n"+
+			"?master_set=<name> for Redis Sentinel (then the host and addr values are sentinels; docs/redis.md)")
 	var token string
 	set.String(&token, "", EnvToken, "tokens", "",
 		"deployment token(s), comma-separated (new,old during a rotation); no flag: argv is visible to every user.\nRequired unless -dev or "+EnvTokenFile)
@@ -159,6 +174,26 @@ Exit status: 0 after a clean shutdown, 1 when a listener fails,
 	set.Var(minDuration(&s.EpochTTL, time.Second), "epoch-ttl", EnvEpochTTL, "duration",
 		"how long an id's last activation epoch is kept after its placement was written or released; past it,\n"+
 			"new epochs rest on Redis's clock alone (they still increase unless that clock steps back)")
+	s.StoreProbe, s.StoreProbeTimeout = redisstore.DefaultCircuitProbeInterval, redisstore.DefaultCircuitProbeTimeout
+	set.Var(cmdline.Parsed[time.Duration]{P: &s.StoreProbe, Parse: func(v string) (time.Duration, error) {
+		if v == "off" {
+			return -1, nil
+		}
+		d, err := time.ParseDuration(v)
+		if err != nil || d < time.Millisecond {
+			return 0, errors.New("want a duration of at least 1ms, such as 250ms, or off")
+		}
+		return d, nil
+	}, Format: func(d time.Duration) string {
+		if d < 0 {
+			return "off"
+		}
+		return d.String()
+	}}, "store-probe", EnvStoreProbe, "duration|off",
+		"while Redis is known to be down, store calls fail at once (503 store + Retry-After) and Redis is pinged\n"+
+			"this often until it answers; off = every call waits for Redis up to its own deadline (docs/redis.md)")
+	set.Var(minDuration(&s.StoreProbeTimeout, time.Millisecond), "store-probe-timeout", EnvStoreProbeTimeout, "duration",
+		"a Redis that does not answer a probe's PING within this counts as down")
 	set.Var(cmdline.Parsed[[]netip.Prefix]{P: &s.AdvertiseNetworks, Parse: cidrs, Format: prefixesString}, "advertise-networks", EnvAdvertiseNetworks, "cidr-list",
 		"comma-separated CIDRs advertise URLs must resolve into; empty = loopback, private and public addresses,\nno special-purpose ranges")
 	set.Var(cmdline.Parsed[[]uint16]{P: &s.AdvertisePorts, Parse: ports, Format: portsString}, "advertise-ports", EnvAdvertisePorts, "port-list",
@@ -225,6 +260,7 @@ Exit status: 0 after a clean shutdown, 1 when a listener fails,
 		return false, errors.New("want text or json")
 	}, Format: func(j bool) string { return map[bool]string{false: "text", true: "json"}[j] }}, "log-format", EnvLogFormat, "format", "log records on stderr as text or json")
 	set.Bool(&s.Dev, "dev", "", "development mode: in-memory store (nothing survives a restart), a generated token printed on stdout")
+	set.Bool(&s.NoHotIDs, "no-hot-ids", EnvNoHotIDs, "record no request in the console's hot-id sketch (GET /registry/hot and /registry/traffic stay empty)")
 	s.Loops = proxy.DefaultLoops()
 	set.Var(cmdline.Parsed[int]{P: &s.Loops, Parse: func(v string) (int, error) {
 		n, err := strconv.Atoi(v)

@@ -40,6 +40,9 @@ func (tw *testWorker) Len() int                  { return 0 }
 func (tw *testWorker) AbortAll(string)           {}
 func (tw *testWorker) CloseIdle(string)          {}
 func (tw *testWorker) Evict(string, string) bool { return false }
+func (tw *testWorker) MaxRequestBodySize() int {
+	return host.DefaultMaxRequestBodySize
+}
 
 var _ host.Attached = (*testWorker)(nil)
 

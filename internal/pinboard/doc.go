@@ -16,7 +16,11 @@
 // With the data plane, the public server is the proxy's (NewServer:
 // streamed request bodies, the proxy's header, body and timeout limits); the
 // registry reads its bodies through a limited reader of the body stream, so
-// its 64 KiB bound (413) holds there too. The admin listener
+// its 64 KiB bound (413) holds there too; a registry call whose head
+// announces more (Content-Length) is answered 413 at once, before any body
+// byte is read, and its connection closed (the server's head hook and
+// ExpectHandler, refuseOversizeRegistryHeads: fasthttp reads a body prefix
+// before any handler runs). The admin listener
 // (PINBOARD_ADMIN_LISTEN, default 127.0.0.1:9090) serves /metrics (the
 // pinboard's, the registry's and the data plane's sets plus go_* and
 // process_*), /debug/pprof/*, and the operator console: the page at /

@@ -60,6 +60,8 @@ var proxyDurationLimits = []struct {
 		proxy: func(c *proxy.Config) *time.Duration { return &c.ResponseHeaderTimeout }},
 	{flag: "stream-idle-timeout", usage: "a streamed body that moves no byte for this long is cut", def: proxy.DefaultStreamIdleTimeout,
 		proxy: func(c *proxy.Config) *time.Duration { return &c.StreamIdleTimeout }},
+	{flag: "linger-timeout", usage: "after refusing a request, how long the connection discards the client's unread body before closing (so the client reads the refusal, not a reset)", def: proxy.DefaultLingerTimeout,
+		proxy: func(c *proxy.Config) *time.Duration { return &c.LingerTimeout }},
 	{flag: "tunnel-idle-timeout", usage: "a WebSocket tunnel that carries no byte for this long is closed", def: proxy.DefaultTunnelIdleTimeout,
 		proxy: func(c *proxy.Config) *time.Duration { return &c.TunnelIdleTimeout }},
 	{flag: "retry-after", usage: "Retry-After of the proxy's 503s (whole seconds)", def: proxy.DefaultRetryAfter,

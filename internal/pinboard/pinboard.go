@@ -71,6 +71,8 @@ type Pinboard struct {
 	dp    *dataPlane
 	dpSet *metrics.Set
 	own   *metrics.Set
+	// storeSet holds redisstore's metrics (the circuit's); empty with -dev.
+	storeSet *metrics.Set
 
 	public, admin *fasthttp.Server
 	// front serves the public port with event loops (Settings.Loops > 0),
@@ -90,11 +92,12 @@ type Pinboard struct {
 // serves.
 func New(cfg Config) (*Pinboard, error) {
 	p := &Pinboard{
-		cfg:   cfg,
-		log:   cmp.Or(cfg.Logger, slog.Default()).With("logger", "pinned.pinboard"),
-		clock: clock.Or(cfg.Clock),
-		own:   metrics.NewSet(),
-		dpSet: metrics.NewSet(),
+		cfg:      cfg,
+		log:      cmp.Or(cfg.Logger, slog.Default()).With("logger", "pinned.pinboard"),
+		clock:    clock.Or(cfg.Clock),
+		own:      metrics.NewSet(),
+		dpSet:    metrics.NewSet(),
+		storeSet: metrics.NewSet(),
 	}
 	root := cmp.Or(cfg.Logger, slog.Default())
 	opts := store.Options{OnInvalidate: p.onInvalidate}
@@ -105,7 +108,9 @@ func New(cfg Config) (*Pinboard, error) {
 		}
 		p.st, p.mem = m, m
 	} else {
-		r, err := redisstore.New(redisstore.Config{Options: opts, URL: cfg.RedisURL, Clock: p.clock, Logger: root, CacheTTL: cfg.Lease, RestartFence: cfg.RestartFence, EpochTTL: cfg.EpochTTL})
+		r, err := redisstore.New(redisstore.Config{Options: opts, URL: cfg.RedisURL, Clock: p.clock, Logger: root, CacheTTL: cfg.Lease,
+			RestartFence: cfg.RestartFence, EpochTTL: cfg.EpochTTL,
+			CircuitProbeInterval: cfg.StoreProbe, CircuitProbeTimeout: cfg.StoreProbeTimeout, Metrics: p.storeSet})
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", EnvRedisURL, err)
 		}
@@ -149,7 +154,9 @@ func New(cfg Config) (*Pinboard, error) {
 			control = cfg.wrapDialControl(control)
 		}
 		pc := cfg.Settings.Proxy
-		pc.Recorder = p.hot // every routed request feeds the console's hot ids
+		if !cfg.NoHotIDs {
+			pc.Recorder = p.hot // every routed request feeds the console's hot ids
+		}
 		dp, err := newDataPlane(p.st, reg.Lease(), root, p.dpSet, p.clock, control, pc)
 		if err != nil {
 			p.st.Close()
@@ -187,6 +194,7 @@ func New(cfg Config) (*Pinboard, error) {
 		}
 		p.front = f
 	}
+	refuseOversizeRegistryHeads(p.public, reg)
 	p.admin = &fasthttp.Server{
 		Handler:               p.adminRouter(reg.NewRouter(nil).Handler).Handler,
 		Name:                  "pinboard-admin",
@@ -216,6 +224,42 @@ func dispatch(registry, dataPlane fasthttp.RequestHandler) fasthttp.RequestHandl
 			return
 		}
 		dataPlane(ctx)
+	}
+}
+
+// refuseOversizeRegistryHeads makes s answer a registry call whose head
+// announces a body over the registry's limit (registry.OversizeHead) with
+// 413 at once, before any byte of the body is read. fasthttp reads a body
+// (with StreamRequestBody: its first 8 KiB) before it runs a handler, so a
+// handler's own Content-Length check would wait for bytes a client may
+// never send; only an "Expect: 100-continue" head is decided before that,
+// by the server's ExpectHandler. So the head hook marks an HTTP/1.1
+// registry call over the limit as expecting 100-continue, and the
+// ExpectHandler refuses it (fasthttp then closes the connection without
+// reading the body or running the handler). Every other request, and every
+// other Expect, goes to the hooks s already had (the proxy's). An HTTP/1.0
+// head cannot be marked: its oversize body is refused by the registry's
+// own check after the prefetch.
+func refuseOversizeRegistryHeads(s *fasthttp.Server, reg *registry.Registry) {
+	prevHead, prevExpect := s.HeaderReceived, s.ExpectHandler
+	s.HeaderReceived = func(h *fasthttp.RequestHeader) fasthttp.RequestConfig {
+		var rc fasthttp.RequestConfig
+		if prevHead != nil {
+			rc = prevHead(h)
+		}
+		if h.IsHTTP11() && registryTarget(h.RequestURI()) && registry.OversizeHead(h) {
+			h.Set(fasthttp.HeaderExpect, "100-continue")
+		}
+		return rc
+	}
+	s.ExpectHandler = func(ctx *fasthttp.RequestCtx) int {
+		if registryTarget(ctx.Request.Header.RequestURI()) && registry.OversizeHead(&ctx.Request.Header) {
+			return reg.RefuseOversize(ctx)
+		}
+		if prevExpect != nil {
+			return prevExpect(ctx)
+		}
+		return fasthttp.StatusContinue
 	}
 }
 
@@ -299,7 +343,7 @@ func (p *Pinboard) adminRouter(registry fasthttp.RequestHandler) *router.Router 
 // format: the pinboard's own, the registry's, the data plane's, and the
 // go_* and process_* metrics.
 func (p *Pinboard) WriteMetrics(w io.Writer) {
-	metricshttp.Write(w, metricshttp.Config{Sets: []*metrics.Set{p.own, p.reg.Metrics(), p.dpSet}, Process: true, Metadata: true})
+	metricshttp.Write(w, metricshttp.Config{Sets: []*metrics.Set{p.own, p.reg.Metrics(), p.storeSet, p.dpSet}, Process: true, Metadata: true})
 }
 
 // Run binds the listeners, connects the store (retrying with backoff while

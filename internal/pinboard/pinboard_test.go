@@ -12,6 +12,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -62,6 +63,16 @@ func TestParseSettings(t *testing.T) {
 	}
 	if s.EpochTTL != store.DefaultEpochTTL {
 		t.Fatalf("epoch TTL defaults to %v, want %v", s.EpochTTL, store.DefaultEpochTTL)
+	}
+	if s.Loops != runtime.NumCPU() || s.NoHotIDs {
+		t.Fatalf("loops %d (want one per CPU, %d), no-hot-ids %v (want false)", s.Loops, runtime.NumCPU(), s.NoHotIDs)
+	}
+	if s, err := ParseSettings([]string{"-loops", "0"}, envOf(map[string]string{EnvToken: token, EnvNoHotIDs: "true", EnvLoops: "3"}), io.Discard); err != nil ||
+		s.Loops != 0 || !s.NoHotIDs {
+		t.Errorf("-loops 0 over %s=3, %s=true: loops %d, no-hot-ids %v, %v", EnvLoops, EnvNoHotIDs, s.Loops, s.NoHotIDs, err)
+	}
+	if _, err := ParseSettings(nil, envOf(map[string]string{EnvToken: token, EnvLoops: "-1"}), io.Discard); err == nil || !strings.Contains(err.Error(), EnvLoops) {
+		t.Errorf("%s=-1: %v; want an error naming it", EnvLoops, err)
 	}
 	if s, err := ParseSettings([]string{"-epoch-ttl", "2h"}, envOf(map[string]string{EnvToken: token, EnvEpochTTL: "1h"}), io.Discard); err != nil || s.EpochTTL != 2*time.Hour {
 		t.Errorf("-epoch-ttl 2h over %s=1h: %v, %v", EnvEpochTTL, s.EpochTTL, err)

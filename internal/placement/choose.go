@@ -7,7 +7,7 @@ import (
 )
 
 // Tiers of eligible sessions, best first. A session with room is preferred
-// to one without (SPEC §6: headroom 0 gets no new placements while another
+// to one without (headroom 0 gets no new placements while another
 // eligible worker has room); within that, one that did not just refuse or
 // fail a request (Refused, within AvoidFor) is preferred.
 const (

@@ -81,7 +81,7 @@
 // session since that heartbeat, so a burst of new ids spreads instead of
 // herding onto the worker that looked roomiest. A worker that reports
 // headroom 0 thus gets no new placement while another eligible worker has
-// room (SPEC §6). Claim does not check that the chosen session is still
+// room. Claim does not check that the chosen session is still
 // live: a session that expires between NamespaceSessions and Claim ends up
 // holding the placement; its host (gone, or fenced) fails the requests, the
 // proxy calls Refused, and the next miss finds the session gone and

@@ -420,7 +420,7 @@ func (r *Resolver) sessionFor(s *store.Session) (*proxy.Session, error) {
 		}
 		return nil, fmt.Errorf("worker session %s: %w (%w)", s.ID, proxy.ErrNoWorker, err)
 	}
-	ps := &proxy.Session{ID: s.ID, Secret: s.Secret, AdvertiseURL: s.AdvertiseURL}
+	ps := &proxy.Session{ID: s.ID, Secret: s.Secret, AdvertiseURL: s.AdvertiseURL, MaxBodyBytes: s.MaxBodyBytes}
 	r.sessions[s.ID] = &session{s: ps, hb: s.LastHeartbeat}
 	return ps, nil
 }

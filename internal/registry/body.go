@@ -203,6 +203,9 @@ func parseRegister(body []byte, maxNamespaces int, requirePair bool) (wire.Regis
 	if r.Headroom < 0 {
 		return r, bad("headroom", "must not be negative")
 	}
+	if r.MaxBodyBytes < 0 {
+		return r, bad("maxBodyBytes", "must not be negative (bytes; 0 or absent: not said)")
+	}
 	if e := checkPair(r.Challenge, r.ChallengeValue); e != nil {
 		return r, e
 	}

@@ -8,7 +8,9 @@
 // Every /registry/* call carries "Authorization: Bearer <deployment token>";
 // otherwise 401 with "WWW-Authenticate: Bearer realm=\"pinboard\"". Bodies are
 // JSON, camelCase, at most 64 KiB (413 beyond, checked against
-// Content-Length before reading and while reading a streamed body); unknown
+// Content-Length before reading and while reading a streamed body; a server
+// that prefetches bodies asks OversizeHead right after the head and answers
+// RefuseOversize before reading a byte, as the pinboard does); unknown
 // fields are ignored; a malformed body or field is a 400 with
 // {"error": "...", "field": "<json name>"} (field omitted when the body as a
 // whole is at fault). Store failures are 503 + Retry-After: 1 (Redis
@@ -16,7 +18,7 @@
 // Retry-After (whole seconds) with a JSON error.
 //
 //	POST /registry/register
-//	  {clientId, secret, namespaces, advertiseUrl, headroom, draining, challenge, challengeValue}
+//	  {clientId, secret, namespaces, advertiseUrl, headroom, draining, challenge, challengeValue, maxBodyBytes?}
 //	  200 {sessionId, expiresInMs}
 //	  400 invalid field (also a refused advertiseUrl); 422 {"error": "challenge failed: ...",
 //	  "field": "challenge"} (also a reused challenge); 429 rate limit or session cap;
@@ -90,7 +92,11 @@
 // path, query or fragment, stored in canonical form (lower case, IP literals
 // as netip prints them, no default port, no trailing dot or slash; see
 // Hardening for the hosts and addresses refused);
-// headroom and drainDeadline are non-negative; deadlines are unix
+// headroom, drainDeadline and maxBodyBytes are non-negative (maxBodyBytes:
+// the worker's request body limit in bytes, stored on the session as
+// store.Session.MaxBodyBytes and shown in WorkerInfo; the proxy refuses a
+// larger body with 413 before forwarding it; 0 or absent: not said);
+// deadlines are unix
 // milliseconds; challenge 22–256 bytes (wire.MinChallengeLen: room for 128
 // random bits), challengeValue ≤ 1 KiB; sessionId (heartbeat, release,
 // deregister) follows wire.CheckSessionID.

@@ -236,7 +236,7 @@ func (r *Registry) register(ctx *fasthttp.RequestCtx, tok string) int {
 	superseded, err := r.st.Register(sctx, store.Session{
 		ID: sid, ClientID: req.ClientID, Secret: req.Secret, AdvertiseURL: req.AdvertiseURL,
 		Namespaces: req.Namespaces, Headroom: req.Headroom, Draining: req.Draining, Verified: verified,
-		TokenID: tok,
+		TokenID: tok, MaxBodyBytes: req.MaxBodyBytes,
 	}, r.lease)
 	if err != nil {
 		r.m.registerFailures[failStore].Inc()
@@ -244,7 +244,7 @@ func (r *Registry) register(ctx *fasthttp.RequestCtx, tok string) int {
 		return r.storeFailed(ctx, "register", err)
 	}
 	r.m.registrations.Inc()
-	log.Info("worker registered", "session", sid, "verified", verified, "headroom", req.Headroom, "draining", req.Draining, "token", tok)
+	log.Info("worker registered", "session", sid, "verified", verified, "headroom", req.Headroom, "draining", req.Draining, "maxBodyBytes", req.MaxBodyBytes, "token", tok)
 	for _, old := range superseded {
 		r.m.superseded.Inc()
 		log.Info("session superseded", "session", old, "by", sid, "reason", "superseded")
@@ -442,7 +442,7 @@ func (r *Registry) workerInfos(ctx context.Context) ([]wire.WorkerInfo, error) {
 			Namespaces: s.Namespaces, Headroom: s.Headroom, Draining: s.Draining,
 			DrainDeadline: s.DrainDeadline, Verified: s.Verified, Superseded: s.Superseded,
 			RegisteredAtMs: s.RegisteredAt, LastHeartbeatMs: s.LastHeartbeat, ExpiresAtMs: s.ExpiresAt,
-			Placements: counts,
+			Placements: counts, MaxBodyBytes: s.MaxBodyBytes,
 		})
 	}
 	return out, nil

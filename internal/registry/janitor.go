@@ -44,6 +44,12 @@ func (r *Registry) Sweep(ctx context.Context) {
 	defer cancel()
 	if err := r.st.Ping(ctx); err != nil {
 		r.m.storeUp.Set(0)
+		if errors.Is(err, store.ErrConnecting) {
+			// The first connection is still being made (the pinboard
+			// starts serving before it): nothing has failed yet.
+			r.log.Debug("store not connected yet", "err", err)
+			return
+		}
 		r.m.sweepErrors.Inc()
 		if r.storeLog.Allow() {
 			r.log.Error("store unreachable", "err", err)

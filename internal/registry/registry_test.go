@@ -870,3 +870,34 @@ func TestStreamedBodies(t *testing.T) {
 		t.Fatalf("oversized chunked heartbeat = %d; want 413", r.code)
 	}
 }
+
+// A worker's request body limit is validated, kept on its session (the
+// proxy reads it there) and shown in /registry/workers; a worker that says
+// none (protocol 1) gets 0.
+func TestRegisterBodyLimit(t *testing.T) {
+	forEachStore(t, func(t *testing.T, e *env) {
+		w := fakeworker.Start(t, "worker-secret")
+		body := registerBody(w, "client1")
+		body.MaxBodyBytes = -1
+		if r := e.post(wire.PathRegister, body); r.code != 400 || !strings.Contains(string(r.body), `"field":"maxBodyBytes"`) {
+			t.Fatalf("register with maxBodyBytes -1 = %d %s; want 400 naming the field", r.code, r.body)
+		}
+		body = registerBody(w, "client1")
+		body.MaxBodyBytes = 3 << 20
+		sid := e.register(body)
+		if s, err := e.st.Session(bg, sid); err != nil || s.MaxBodyBytes != 3<<20 {
+			t.Fatalf("session = %+v, %v; want MaxBodyBytes %d", s, err, 3<<20)
+		}
+		w2 := fakeworker.Start(t, "worker-secret-2")
+		old := e.register(registerBody(w2, "client2"))
+		var ws wire.WorkersResponse
+		e.do("GET", wire.PathWorkers, token, nil).decode(t, &ws)
+		got := map[string]int64{}
+		for _, wi := range ws.Workers {
+			got[wi.SessionID] = wi.MaxBodyBytes
+		}
+		if got[sid] != 3<<20 || got[old] != 0 || len(got) != 2 {
+			t.Fatalf("workers' maxBodyBytes = %v; want %s: %d and %s: 0", got, sid, 3<<20, old)
+		}
+	})
+}

@@ -79,6 +79,10 @@ var (
 	// ErrUnavailable: the store cannot reach its backend (Redis down, not
 	// yet connected). It is temporary: retry later, and check Ping.
 	ErrUnavailable = errors.New("store: unavailable")
+	// ErrConnecting is wrapped together with ErrUnavailable while the store
+	// is still making its first attempt to reach its backend: not a failure
+	// yet, so callers report it quietly (the janitor logs no error for it).
+	ErrConnecting = errors.New("store: connecting")
 	// ErrBadCursor: a listing cursor that this store did not hand out, or
 	// whose listing expired (ListingTTL after its last page). Start again.
 	ErrBadCursor = errors.New("store: invalid or expired listing cursor")
@@ -104,6 +108,11 @@ type Session struct {
 	// (a fingerprint, never the token); "" when unknown. Heartbeats keep
 	// the session's slot under this token (ReserveSlot) alive.
 	TokenID string
+	// MaxBodyBytes is the largest request body the worker accepts, as it
+	// said when registering (wire.RegisterRequest.MaxBodyBytes); 0 when it
+	// said nothing. The proxy refuses a larger body with 413 before
+	// forwarding it. Fixed for the session's life.
+	MaxBodyBytes int64
 }
 
 // Serves reports whether the session serves namespace ns.
@@ -187,7 +196,7 @@ type CachedLookups interface {
 // ctx cancellation.
 type Store interface {
 	// Register stores s (ID, ClientID, Secret, AdvertiseURL, Namespaces,
-	// Headroom, Draining, Verified) as a new live session with the given
+	// Headroom, Draining, Verified, TokenID, MaxBodyBytes) as a new live session with the given
 	// lease, makes it current for its client and advertise URL, and marks
 	// any other live session holding either as superseded. It returns the
 	// ids of the sessions it superseded.

@@ -10,6 +10,13 @@ type RegisterRequest struct {
 	Draining       bool     `json:"draining"`
 	Challenge      string   `json:"challenge"`
 	ChallengeValue string   `json:"challengeValue"`
+	// MaxBodyBytes is the largest request body the worker's hosts accept
+	// (the smallest host.Config.MaxRequestBodySize among them); the
+	// pinboard refuses a larger body with 413 before forwarding a byte of
+	// it. 0 (an older worker): not said; the pinboard applies its own limit
+	// only. It is fixed for the session: hosts attach before the worker
+	// registers and their limits never change, so heartbeats do not carry it.
+	MaxBodyBytes int64 `json:"maxBodyBytes,omitempty"`
 }
 
 // RegisterResponse is the 200 answer to a registration.
@@ -117,6 +124,9 @@ type WorkerInfo struct {
 	LastHeartbeatMs int64          `json:"lastHeartbeatMs"`
 	ExpiresAtMs     int64          `json:"expiresAtMs"`
 	Placements      map[string]int `json:"placements"` // per namespace
+	// MaxBodyBytes is the request body limit the worker registered with
+	// (RegisterRequest.MaxBodyBytes); omitted when it said none.
+	MaxBodyBytes int64 `json:"maxBodyBytes,omitempty"`
 }
 
 // WorkersResponse is the body of GET /registry/workers.

@@ -65,6 +65,12 @@
 //     multi-key scripts (all keys of one script in one slot). An old worker
 //     never calls the new paths; an old pinboard answers them 404 and
 //     delivers no alarm, so the version changes.
+//   - 5 (2026-12-03): the worker tells the pinboard its request body limit:
+//     maxBodyBytes in [RegisterRequest] (the smallest
+//     host.Config.MaxRequestBodySize of its hosts; absent from an older
+//     worker), kept in the session hash field "mb" ([FieldMaxBodyBytes])
+//     and shown as maxBodyBytes in [WorkerInfo], so the proxy answers 413
+//     before forwarding a body the worker's server would refuse.
 //
 // # Alarms
 //

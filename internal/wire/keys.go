@@ -107,6 +107,7 @@ const (
 	FieldLastHeartbeat = "hb"       // unix ms
 	FieldExpiresAt     = "exp"      // unix ms
 	FieldTokenID       = "tok"      // id of the deployment token it registered with ("" = none)
+	FieldMaxBodyBytes  = "mb"       // the worker's request body limit in bytes ("0" or absent = not said)
 )
 
 // OwnedCountPrefix starts the count fields of the placement index

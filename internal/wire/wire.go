@@ -1,7 +1,7 @@
 package wire
 
 // Version is the registry protocol version (see the package doc for its history).
-const Version = 4
+const Version = 5
 
 // Registry endpoints served by the pinboard.
 const (

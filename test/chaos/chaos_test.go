@@ -7,7 +7,6 @@ import (
 	"maps"
 	"math/rand/v2"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -42,8 +41,9 @@ const (
 	warmup     = 3 * time.Second
 	settle     = 3 * time.Second
 	finalCalm  = 4 * time.Second
-	leaseBuf   = 5 * time.Second // worker.DefaultLeaseBuffer
-	shortPause = 9 * time.Second // longest pause of the short mode
+	leaseBuf   = 5 * time.Second  // worker.DefaultLeaseBuffer
+	lease      = 10 * time.Second // the pinboards' lease (PINBOARD_LEASE's default)
+	shortPause = 9 * time.Second  // longest pause of the short mode
 )
 
 // scenario is one chaos run.
@@ -167,6 +167,12 @@ func TestPlantedBugs(t *testing.T) {
 		// live while a restarted worker takes every id once the restart
 		// fence (10 s) has passed.
 		{string(faults.BlindRenew), []string{nemRedisRestart, nemKillWorker}, 8 * time.Second, chaoscheck.VOverlap},
+		// The store's placement writes without their checks, exposed by
+		// slow Redis replies while a worker's ids move: two pinboards both
+		// re-place an id of a dead session (replace) or a released one
+		// (claim) on different workers: two live instances of one id.
+		{string(faults.ReplaceNoCompare), []string{nemLatencyKill}, 2 * time.Second, chaoscheck.VOverlap},
+		{string(faults.ClaimNoNX), []string{nemLatencyDrain}, 2 * time.Second, chaoscheck.VOverlap},
 		// Control: a watchdog 4 s late alone is harmless, because Admit
 		// checks the lease inline (the lease context's Err): the run passes.
 		{string(faults.LateWatchdog), []string{nemPartition}, 2 * time.Second, ""},
@@ -206,7 +212,7 @@ func writeReport(t *testing.T, path string, sc scenario, res result) {
 	fmt.Fprintf(&b, "# Chaos run %s\n\n", time.Now().UTC().Format("2006-01-02 15:04 UTC"))
 	fmt.Fprintf(&b, "Command: `go test ./test/chaos -run TestChaos -rounds %d -chaos-seed %d -timeout 60m -chaos-report <file>`\n\n", len(res.kinds), res.seed)
 	b.WriteString("Written by `TestChaos` in `test/chaos` (see its package doc and `internal/testkit/chaoscheck`'s for what is checked: no two live instances of one id, with lease ends recomputed from heartbeat send times; nothing served and no task effect under an ended lease; every instance aborted when its lease ends; no acknowledged increment lost from the counters' own store, nothing stored that no request explains; every request answered 2xx, 4xx, 503 + Retry-After or 502/504, no hang).\n\n")
-	fmt.Fprintf(&b, "Cluster: redis-server (no persistence), 2 pinboards (lease 10 s, restart fence 10 s), 3 counter workers (heartbeat 3 s, buffer 5 s) persisting their counts through fence to a second redis-server, %d closed-loop clients over %d ids through both pinboards.\n\n", clients, nIDs)
+	fmt.Fprintf(&b, "Cluster: redis-server (no persistence; each pinboard reaches it through a TCP proxy of the harness's, for the store-path nemeses), 2 pinboards (lease 10 s, restart fence 10 s), 3 counter workers (heartbeat 3 s, buffer 5 s) persisting their counts through fence to a second redis-server, %d closed-loop clients over %d ids through both pinboards.\n\n", clients, nIDs)
 	verdict := "PASS"
 	if !r.OK() {
 		verdict = "FAIL"
@@ -231,6 +237,13 @@ func writeReport(t *testing.T, path string, sc scenario, res result) {
 	for _, k := range slices.Sorted(maps.Keys(r.Answers)) {
 		fmt.Fprintf(&b, "| %s | %d |\n", k, r.Answers[k])
 	}
+	b.WriteString("\n502/504 by method (the goal: none for GET, HEAD and OPTIONS, which the proxy may repeat):\n\n| method, status, Retry-After | count |\n|---|---|\n")
+	if len(r.Gateway) == 0 {
+		b.WriteString("| none | 0 |\n")
+	}
+	for _, k := range slices.Sorted(maps.Keys(r.Gateway)) {
+		fmt.Fprintf(&b, "| %s | %d |\n", k, r.Gateway[k])
+	}
 	b.WriteString("\nViolations:")
 	if r.OK() {
 		b.WriteString(" none.\n")
@@ -244,34 +257,11 @@ func writeReport(t *testing.T, path string, sc scenario, res result) {
 		}
 	}
 	fmt.Fprintf(&b, "\nNemesis schedule: %s\n", strings.Join(res.kinds, ", "))
-	path, err := fromModuleRoot(path)
+	path, err := proctest.FromModuleRoot(path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
 		t.Fatal(err)
-	}
-}
-
-// fromModuleRoot resolves a relative -chaos-report path against the module
-// root (go test runs in the package's directory, and the documented
-// command names docs/chaos.md).
-func fromModuleRoot(path string) (string, error) {
-	if filepath.IsAbs(path) {
-		return path, nil
-	}
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return filepath.Join(dir, path), nil
-		}
-		up := filepath.Dir(dir)
-		if up == dir {
-			return "", fmt.Errorf("-chaos-report %s: no go.mod above the test's directory", path)
-		}
-		dir = up
 	}
 }

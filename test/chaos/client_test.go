@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -31,10 +32,14 @@ type loadClient struct {
 	ids  []string
 	conc int
 	hc   *fasthttp.Client
-	wg   sync.WaitGroup
-	stop context.CancelFunc
+	// stormHC carries the storm's bursts: a connection per id and
+	// pinboard, so a burst never waits for or fails on the loops' pool.
+	stormHC *fasthttp.Client
+	wg      sync.WaitGroup
+	stop    context.CancelFunc
 
 	ok, total atomic.Int64 // requests answered 2xx, and all
+	storms    atomic.Int64 // storms done (names their fresh ids)
 	alarms    atomic.Int64 // alarm names handed out (each alarm request sets a new one)
 }
 
@@ -68,8 +73,19 @@ func startClient(c *cluster, nIDs, conc int, seed uint64) *loadClient {
 		WriteTimeout:              5 * time.Second,
 		MaxIdleConnDuration:       5 * time.Second,
 	}}
+	lc.stormHC = &fasthttp.Client{
+		MaxIdemponentCallAttempts: 1,
+		MaxConnsPerHost:           nIDs + stormFresh,
+		ReadTimeout:               clientTimeout,
+		WriteTimeout:              5 * time.Second,
+		MaxIdleConnDuration:       5 * time.Second,
+	}
 	c.mu.Lock()
-	c.onPinboardRestart = lc.hc.CloseIdleConnections // idle connections to the killed process are dead
+	c.onPinboardRestart = func() { // idle connections to the killed process are dead
+		lc.hc.CloseIdleConnections()
+		lc.stormHC.CloseIdleConnections()
+	}
+	c.storm = lc.storm
 	c.mu.Unlock()
 	for g := range conc {
 		lc.wg.Add(1)
@@ -84,6 +100,7 @@ func (lc *loadClient) close() {
 	lc.stop()
 	lc.wg.Wait()
 	lc.hc.CloseIdleConnections()
+	lc.stormHC.CloseIdleConnections()
 }
 
 func (lc *loadClient) loop(ctx context.Context, rng *rand.Rand) {
@@ -108,31 +125,8 @@ func (lc *loadClient) loop(ctx context.Context, rng *rand.Rand) {
 			// every 2xx to its run and counts duplicate runs.
 			path = fmt.Sprintf("/alarm?delay=1s&name=c%d", lc.alarms.Add(1))
 		}
-		req.Reset()
-		resp.Reset()
-		req.Header.SetMethod(op)
-		req.SetRequestURI("http://" + addr + "/counter/" + id + path)
-		e := history.Event{Kind: history.KindRequest, Op: op + " " + path, ID: id, Via: via, T: history.Now()}
-		err := lc.hc.DoTimeout(req, resp, clientTimeout)
-		e.End = history.Now()
-		if err != nil {
-			e.Err = errClass(err)
-		} else {
-			e.Status = resp.StatusCode()
-			e.Reason = string(resp.Header.Peek(wire.HeaderReason))
-			e.RetryAfter = len(resp.Header.Peek(wire.HeaderRetryAfter)) > 0
-			if path == "/incr" && e.Status/100 == 2 {
-				var b struct{ Count int64 }
-				_ = json.Unmarshal(resp.Body(), &b) // no count: 0, which the checker refuses
-				e.Count = b.Count
-			}
-		}
-		lc.c.hist.Write(e)
-		lc.total.Add(1)
-		if e.Status >= 200 && e.Status < 300 {
-			lc.ok.Add(1)
-		}
-		if err != nil || e.Status >= 500 {
+		e := lc.send(lc.hc, req, resp, addr, op, path, id, via)
+		if e.Err != "" || e.Status >= 500 {
 			// Back off a little after a failure, as a real client would,
 			// so a dead pinboard is not hammered in a tight loop.
 			select {
@@ -143,6 +137,75 @@ func (lc *loadClient) loop(ctx context.Context, rng *rand.Rand) {
 			time.Sleep(2 * time.Millisecond) // think time: keeps 2 cores from saturating
 		}
 	}
+}
+
+// send makes one request for id through the pinboard at addr (number via)
+// and logs it.
+func (lc *loadClient) send(hc *fasthttp.Client, req *fasthttp.Request, resp *fasthttp.Response, addr, op, path, id string, via int) history.Event {
+	req.Reset()
+	resp.Reset()
+	req.Header.SetMethod(op)
+	req.SetRequestURI("http://" + addr + "/counter/" + id + path)
+	e := history.Event{Kind: history.KindRequest, Op: op + " " + path, ID: id, Via: via, T: history.Now()}
+	err := hc.DoTimeout(req, resp, clientTimeout)
+	e.End = history.Now()
+	if err != nil {
+		e.Err = errClass(err)
+	} else {
+		e.Status = resp.StatusCode()
+		e.Reason = string(resp.Header.Peek(wire.HeaderReason))
+		e.RetryAfter = len(resp.Header.Peek(wire.HeaderRetryAfter)) > 0
+		if path == "/incr" && e.Status/100 == 2 {
+			var b struct{ Count int64 }
+			_ = json.Unmarshal(resp.Body(), &b) // no count: 0, which the checker refuses
+			e.Count = b.Count
+		}
+	}
+	lc.c.hist.Write(e)
+	lc.total.Add(1)
+	if e.Status >= 200 && e.Status < 300 {
+		lc.ok.Add(1)
+	}
+	return e
+}
+
+// stormEvery is the period of storm's bursts; stormFresh is how many new
+// ids each burst adds.
+const (
+	stormEvery = 250 * time.Millisecond
+	stormFresh = 16
+)
+
+// storm sends, every stormEvery until the deadline, one GET for every id,
+// and for stormFresh ids never used before, through each pinboard at once
+// (each burst waited for): both pinboards resolve the same ids at the same
+// moment, re-placing moved ones and placing new ones, the races a slow
+// store widens. Bounded by the deadline and the client timeout.
+func (lc *loadClient) storm(until time.Time) {
+	for burst := 0; time.Now().Before(until); burst++ {
+		next := time.Now().Add(stormEvery)
+		ids := slices.Clone(lc.ids)
+		for k := range stormFresh {
+			ids = append(ids, fmt.Sprintf("s%d-%d-%d", lc.storms.Load(), burst, k))
+		}
+		var wg sync.WaitGroup
+		for _, id := range ids {
+			for via := 1; via <= 2; via++ {
+				lc.c.mu.Lock()
+				addr := lc.c.pbs[via-1].addr
+				lc.c.mu.Unlock()
+				wg.Go(func() {
+					req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
+					defer fasthttp.ReleaseRequest(req)
+					defer fasthttp.ReleaseResponse(resp)
+					lc.send(lc.stormHC, req, resp, addr, "GET", "/", id, via)
+				})
+			}
+		}
+		wg.Wait()
+		time.Sleep(time.Until(next)) // the burst period
+	}
+	lc.storms.Add(1)
 }
 
 func errClass(err error) string {

@@ -3,7 +3,6 @@ package chaos
 import (
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -32,6 +31,11 @@ var (
 type clusterConfig struct {
 	tags   []string // build tags (faults.BuildTag for planted bugs)
 	faults string   // PINNED_FAULTS
+	// sentinel runs Redis as a primary, a replica and three sentinels, the
+	// pinboards connecting through the sentinels (no store proxies then).
+	sentinel bool
+	// lease is PINBOARD_LEASE ("": the pinboard's default, 10 s).
+	lease string
 }
 
 // cluster is the system under test plus the harness's own history.
@@ -41,18 +45,28 @@ type cluster struct {
 	dir  string // history files
 	hist *history.Writer
 
-	redis  *redistest.Server // the directory; restarted by a nemesis
-	app    *redistest.Server // the counters' own store (-persist); never faulted
-	pbs    []*pinboardProc
-	ws     []*workerProc
-	proxys []*ctlProxy
+	redis     *redistest.Server    // the directory; restarted by a nemesis
+	app       *redistest.Server    // the counters' own store (-persist); never faulted
+	replica   *redistest.Server    // with sentinel
+	sentinels *redistest.Sentinels // with sentinel
+	pbs       []*pinboardProc
+	ws        []*workerProc
+	proxys    []*ctlProxy // worker n's control path (n-1)
+	rproxys   []*ctlProxy // pinboard n's store path (n-1); none with sentinel
 
 	mu sync.Mutex // guards processes being replaced
+
+	// drainRetry is how long the drain nemesis retries a refused push
+	// (0: drainRetry).
+	drainRetry time.Duration
 
 	// onPinboardRestart is called after a pinboard was restarted (the
 	// client drops its idle connections to the dead process).
 	onPinboardRestart func()
-	all               []*proctest.Proc // every process started, for keep
+	// storm, set by the client, sends bursts of requests for every id
+	// through both pinboards at once until the deadline.
+	storm func(until time.Time)
+	all   []*proctest.Proc // every process started, for keep
 }
 
 type pinboardProc struct {
@@ -70,16 +84,6 @@ type workerProc struct {
 	proc     string // history name "w<n>.<inc>"
 }
 
-func freeAddr(t testing.TB) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
-
 func startCluster(t testing.TB, cfg clusterConfig) *cluster {
 	t.Helper()
 	c := &cluster{t: t, cfg: cfg, dir: t.TempDir()}
@@ -91,14 +95,22 @@ func startCluster(t testing.TB, cfg clusterConfig) *cluster {
 	t.Cleanup(func() { h.Close() })
 	c.redis = redistest.Start(t)
 	c.app = redistest.Start(t)
+	if cfg.sentinel {
+		c.replica = redistest.StartReplica(t, c.redis)
+		c.sentinels = redistest.StartSentinels(t, c.redis, 3, c.replica)
+	} else {
+		for range 2 {
+			c.rproxys = append(c.rproxys, newCtlProxy(t, c.redis.Addr))
+		}
+	}
 	for n := 1; n <= 2; n++ {
-		c.pbs = append(c.pbs, c.startPinboard(n, freeAddr(t)))
+		c.pbs = append(c.pbs, c.startPinboard(n, proctest.FreeAddr(t)))
 	}
 	for n := 1; n <= 3; n++ {
 		pb := c.pbs[(n-1)%2]
 		px := newCtlProxy(t, pb.addr)
 		c.proxys = append(c.proxys, px)
-		c.ws = append(c.ws, c.startWorker(n, 1, freeAddr(t)))
+		c.ws = append(c.ws, c.startWorker(n, 1, proctest.FreeAddr(t)))
 	}
 	return c
 }
@@ -113,16 +125,27 @@ func (c *cluster) env(extra ...string) []string {
 func (c *cluster) startPinboard(n int, addr string) *pinboardProc {
 	c.t.Helper()
 	// The port is reused after a kill: Go listens with SO_REUSEADDR.
+	url := c.redis.URL
+	switch {
+	case c.sentinels != nil:
+		url = c.sentinels.URL()
+	case len(c.rproxys) > 0:
+		url = "redis://" + c.rproxys[n-1].addr() + "/0" // through the harness's store proxy
+	}
+	env := []string{
+		"PINBOARD_LISTEN=" + addr, "PINBOARD_ADMIN_LISTEN=127.0.0.1:0",
+		"PINBOARD_REDIS_URL=" + url, "PINBOARD_TOKEN=" + token,
+		"PINBOARD_RESTART_FENCE=10s",
+		"PINBOARD_REGISTER_IP_RATE=off", "PINBOARD_REGISTER_TOKEN_RATE=off",
+		"PINBOARD_AUTH_FAILURE_RATE=off", "PINBOARD_MAX_SESSIONS_PER_TOKEN=off",
+	}
+	if c.cfg.lease != "" {
+		env = append(env, "PINBOARD_LEASE="+c.cfg.lease)
+	}
 	p := proctest.Start(c.t, proctest.Spec{
-		Name: fmt.Sprintf("pinboard%d", n),
-		Bin:  builder.Build(c.t, "github.com/pinned-go/pinned/cmd/pinboard", c.cfg.tags...),
-		Env: c.env(
-			"PINBOARD_LISTEN="+addr, "PINBOARD_ADMIN_LISTEN=127.0.0.1:0",
-			"PINBOARD_REDIS_URL="+c.redis.URL, "PINBOARD_TOKEN="+token,
-			"PINBOARD_RESTART_FENCE=10s",
-			"PINBOARD_REGISTER_IP_RATE=off", "PINBOARD_REGISTER_TOKEN_RATE=off",
-			"PINBOARD_AUTH_FAILURE_RATE=off", "PINBOARD_MAX_SESSIONS_PER_TOKEN=off",
-		),
+		Name:         fmt.Sprintf("pinboard%d", n),
+		Bin:          builder.Build(c.t, "github.com/pinned-go/pinned/cmd/pinboard", c.cfg.tags...),
+		Env:          c.env(env...),
 		Ready:        pinboardReady,
 		ReadyTimeout: 20 * time.Second,
 	})
@@ -166,11 +189,23 @@ func (c *cluster) exited(w *workerProc) {
 // killWorker kills worker n with SIGKILL and starts its next incarnation
 // on the same address.
 func (c *cluster) killWorker(n int) {
+	c.restartWorker(n, c.killOnly(n))
+}
+
+// killOnly kills worker n with SIGKILL and returns the dead process; the
+// worker stays down until restartWorker.
+func (c *cluster) killOnly(n int) *workerProc {
 	c.mu.Lock()
 	old := c.ws[n-1]
 	c.mu.Unlock()
 	old.Kill()
 	c.exited(old)
+	return old
+}
+
+// restartWorker starts the next incarnation of the dead worker old on its
+// address.
+func (c *cluster) restartWorker(n int, old *workerProc) {
 	nw := c.startWorker(n, old.inc+1, old.addr)
 	c.mu.Lock()
 	c.ws[n-1] = nw
@@ -226,7 +261,7 @@ func (c *cluster) stop() {
 	for _, p := range c.pbs {
 		p.Kill()
 	}
-	for _, px := range c.proxys {
+	for _, px := range append(c.proxys, c.rproxys...) {
 		px.close()
 	}
 }

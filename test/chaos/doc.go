@@ -1,5 +1,6 @@
 // Package chaos is pinned's chaos harness: real processes on 127.0.0.1
-// (a redis-server, two pinboards sharing it, three counter workers in fleet
+// (a redis-server, two pinboards sharing it, each through a TCP proxy of
+// the harness's, three counter workers in fleet
 // mode that keep their counts in a second redis-server through package
 // fence, -persist) under a closed-loop client over 200 ids sent through
 // both pinboards, while one nemesis at a time breaks something. Every
@@ -15,7 +16,7 @@
 //
 // Runs:
 //
-//	go test ./test/chaos                                   # short mode (CI): 6 rounds, one of each nemesis, + the planted bugs
+//	go test ./test/chaos                                   # short mode (CI): 10 rounds, one of each nemesis, + the planted bugs + the failover
 //	go test ./test/chaos -run TestChaos -rounds 50 -timeout 60m -chaos-report docs/chaos.md   (relative to the module root)
 //
 // Choices:
@@ -27,7 +28,20 @@
 //     drain pushed through /registry/push followed by a graceful SIGTERM and
 //     a restart; latency (1.5 s round trip) then a 9 s cut of one worker's
 //     control path (worker → registry), through a small TCP proxy of the
-//     test's own (ctlProxy). One nemesis per round, then a settle time.
+//     test's own (ctlProxy). On the store path (pinboard → redis-server,
+//     through the same kind of proxy): replies delayed by 50–500 ms for one
+//     pinboard or both for 8 s; one pinboard cut off from Redis for 8 s
+//     while the other keeps working; and the two store races, replies
+//     delayed by 100–300 ms on both pinboards while two workers are killed
+//     (restarted at once: their ids move when their sessions expire) or one
+//     is drained (it releases its ids and deregisters), with bursts of
+//     requests for every id and for new ids through both pinboards at once
+//     (storm), so that both pinboards re-place and place the same ids at
+//     the same moment. One nemesis per round, then a settle time.
+//   - The drain nemesis retries a push the registry refuses (no live
+//     session right after a Redis restart, a store error) for a lease and
+//     5 s, then skips the fault and records it ("skipped: ..."; the checker
+//     counts it apart); it never fails the run.
 //   - Redis restarts are made safe, not tolerated: the pinboards run with
 //     PINBOARD_RESTART_FENCE = the lease, so no id is placed anew until every
 //     lease granted before the restart has run out; the checker allows no
@@ -45,5 +59,13 @@
 //   - Planted bugs (TestPlantedBugs): the binaries are built with the
 //     pinned_faults tag and each run switches one fault on through
 //     PINNED_FAULTS (internal/faults), with the one nemesis that exposes
-//     it; the checker must fail. A release build cannot be switched.
+//     it; the checker must fail. A release build cannot be switched. The
+//     store's placement writes without their checks (replace_no_compare,
+//     claim_no_nx) show as two live instances of one id.
+//   - Failover (TestSentinelFailover): Redis as a primary, a replica and
+//     three sentinels, the pinboards connecting through the sentinels; the
+//     primary is killed under load; the downtime seen by the client must
+//     not exceed the failover time (kill to the sentinels' promotion) by
+//     more than 1 s, the workers keep their sessions, the placements
+//     survive on the replica, and the checker passes with no overlap.
 package chaos

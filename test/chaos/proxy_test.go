@@ -9,14 +9,17 @@ import (
 	"time"
 )
 
-// ctlProxy sits between a worker and its pinboard's registry (the control
-// path): it adds a delay to every chunk in both directions, and can cut the
-// path (existing connections closed, new ones closed on accept). The data
-// path (pinboard → worker) does not go through it.
+// ctlProxy is the harness's own TCP proxy: it adds a delay to every chunk
+// (separately toward the target and back), and can cut the path (existing
+// connections closed, new ones closed on accept). It sits between a worker
+// and its pinboard's registry (the control path; the data path, pinboard →
+// worker, does not go through it), and between each pinboard and
+// redis-server (the store path).
 type ctlProxy struct {
 	ln     net.Listener
 	target string
-	delay  atomic.Int64 // per direction, ns
+	up     atomic.Int64 // delay toward the target, ns
+	down   atomic.Int64 // delay of the target's replies, ns
 	cut    atomic.Bool
 
 	mu    sync.Mutex
@@ -40,7 +43,13 @@ func newCtlProxy(t testing.TB, target string) *ctlProxy {
 func (p *ctlProxy) addr() string { return p.ln.Addr().String() }
 
 // setDelay sets the one-way delay of both directions.
-func (p *ctlProxy) setDelay(d time.Duration) { p.delay.Store(int64(d)) }
+func (p *ctlProxy) setDelay(d time.Duration) { p.setDelays(d, d) }
+
+// setDelays sets the delay toward the target (up) and of its replies (down).
+func (p *ctlProxy) setDelays(up, down time.Duration) {
+	p.up.Store(int64(up))
+	p.down.Store(int64(down))
+}
 
 // setCut cuts (true) or heals (false) the path.
 func (p *ctlProxy) setCut(cut bool) {
@@ -97,8 +106,8 @@ func (p *ctlProxy) accept() {
 			defer p.untrack(up)
 			var wg sync.WaitGroup
 			wg.Add(2)
-			go func() { defer wg.Done(); p.pump(up, c) }()
-			go func() { defer wg.Done(); p.pump(c, up) }()
+			go func() { defer wg.Done(); p.pump(up, c, &p.up) }()
+			go func() { defer wg.Done(); p.pump(c, up, &p.down) }()
 			wg.Wait()
 		}()
 	}
@@ -111,7 +120,7 @@ type chunk struct {
 
 // pump copies src to dst, each chunk delayed by the delay in force when it
 // was read; it closes both ends when either fails.
-func (p *ctlProxy) pump(dst, src net.Conn) {
+func (p *ctlProxy) pump(dst, src net.Conn, delay *atomic.Int64) {
 	q := make(chan chunk, 256)
 	done := make(chan struct{})
 	go func() { // the writer, owned by pump
@@ -133,7 +142,7 @@ func (p *ctlProxy) pump(dst, src net.Conn) {
 	for {
 		n, err := src.Read(buf)
 		if n > 0 {
-			q <- chunk{at: time.Now().Add(time.Duration(p.delay.Load())), data: append([]byte(nil), buf[:n]...)}
+			q <- chunk{at: time.Now().Add(time.Duration(delay.Load())), data: append([]byte(nil), buf[:n]...)}
 		}
 		if err != nil {
 			close(q)

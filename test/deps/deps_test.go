@@ -54,10 +54,15 @@ var rules = []rule{
 		why:  "the data plane knows workers only through its Resolver and the wire protocol",
 	},
 	{
-		from:     []string{"internal/wire", "clock"},
+		from:     []string{"internal/wire", "clock", "internal/netloop"},
 		to:       nil,
 		onlyOurs: true,
-		why:      "the protocol's definition and the clock are the bottom layer: everything may import them, they import nothing of ours",
+		why:      "the protocol's definition, the clock and the event loop are the bottom layer: everything may import them, they import nothing of ours",
+	},
+	{
+		from: []string{"internal/placement"},
+		to:   []string{"internal/pinboard", "internal/registry", "host", "worker"},
+		why:  "placement answers where a name lives; it uses the proxy's types and the store, and knows nothing of the wiring or the registry",
 	},
 	{
 		from:     []string{"loadgen"},

@@ -258,3 +258,67 @@ func freeAddr(t *testing.T) string {
 	defer l.Close()
 	return l.Addr().String()
 }
+
+// bodyPost sends a POST with a body of n bytes on a fresh connection, the
+// whole request before reading the answer (as most clients do), and
+// returns the status and the decoded JSON error (if any).
+func bodyPost(t *testing.T, url string, n int) (int, wire.Error, error) {
+	t.Helper()
+	c := &fasthttp.Client{MaxIdemponentCallAttempts: 1, ReadTimeout: 20 * time.Second, WriteTimeout: 20 * time.Second}
+	defer c.CloseIdleConnections()
+	req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
+	defer fasthttp.ReleaseRequest(req)
+	defer fasthttp.ReleaseResponse(resp)
+	req.SetRequestURI(url)
+	req.Header.SetMethod("POST")
+	req.SetBody(make([]byte, n))
+	if err := c.DoTimeout(req, resp, 20*time.Second); err != nil {
+		return 0, wire.Error{}, err
+	}
+	var e wire.Error
+	if resp.StatusCode() != 200 {
+		if err := json.Unmarshal(resp.Body(), &e); err != nil || e.Error == "" {
+			t.Errorf("%d answer %q is not a JSON error", resp.StatusCode(), resp.Body())
+		}
+	}
+	return resp.StatusCode(), e, nil
+}
+
+// The worker's body limit agrees end to end: the counter's server accepts
+// exactly what its host does, the worker registers that limit (the
+// pinboard keeps it on the session), and a body over it gets 413 with a
+// JSON error, through the pinboard (which refuses it before forwarding)
+// or straight to the worker, never a 502 or a connection reset; a body
+// under it is served.
+func TestBodyLimitEndToEnd(t *testing.T) {
+	rs := redistest.Start(t)
+	pb := startPinboard(t, rs.URL)
+	const limit = 1 << 20
+	c := startCounter(t, pb, fmt.Sprintf("PINNED_MAX_BODY_BYTES=%d", limit))
+	eventually(t, 15*time.Second, "the counter registers and turns ready", func() bool {
+		w, ok := workerAt(t, pb, c.addr)
+		return ok && w.Verified && healthy(t, c)
+	})
+	if w, _ := workerAt(t, pb, c.addr); w.MaxBodyBytes != limit {
+		t.Fatalf("registered maxBodyBytes = %d; want the counter's %d", w.MaxBodyBytes, limit)
+	}
+	via := "http://" + pb.public + "/counter/alice/incr"
+	if code, e, err := bodyPost(t, via, limit/2); err != nil || code != 200 {
+		t.Fatalf("a %d-byte POST through the pinboard = %d %+v %v; want 200", limit/2, code, e, err)
+	}
+	for _, url := range []string{via, "http://" + c.addr + "/counter/alice/incr"} {
+		for range 3 {
+			code, e, err := bodyPost(t, url, 5<<20)
+			if err != nil {
+				t.Fatalf("a 5 MB POST to %s: %v; want 413, never a connection error", url, err)
+			}
+			if code != 413 || !strings.Contains(e.Error, "larger than") {
+				t.Fatalf("a 5 MB POST to %s = %d %+v; want 413 with a JSON error naming the limit", url, code, e)
+			}
+			// The pinboard refuses it itself, before sending a byte.
+			if url == via && !strings.Contains(e.Error, fmt.Sprintf("worker accepts (%d bytes)", limit)) {
+				t.Fatalf("a 5 MB POST through the pinboard = %+v; want the pinboard's 413 naming the worker's limit", e)
+			}
+		}
+	}
+}

@@ -76,6 +76,10 @@ func (c *capture) AbortAll(string)           {}
 func (c *capture) CloseIdle(string)          {}
 func (c *capture) Evict(string, string) bool { return false }
 
+// MaxRequestBodySize is beyond any body the suites send: the proxy's own
+// limits are under test, not the worker's.
+func (c *capture) MaxRequestBodySize() int { return 1 << 30 }
+
 var _ host.Attached = (*capture)(nil)
 
 // startCapture runs a capturing worker registered with the pinboard at

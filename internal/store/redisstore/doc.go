@@ -128,8 +128,30 @@
 // retrying with capped exponential backoff with jitter until it succeeds,
 // ctx ends, or Close is called; until then every method returns an error
 // wrapping store.ErrUnavailable and the last dial error, which Ping reports
-// (the pinboard's /healthz shows it). Once connected, rueidis reconnects by
-// itself; commands fail with store.ErrUnavailable while Redis is away.
+// (the pinboard's /healthz shows it); until the first attempt has
+// completed the error also wraps store.ErrConnecting (not a failure yet).
+// Once connected, rueidis reconnects by itself; commands fail with
+// store.ErrUnavailable while Redis is away.
+//
+// # The circuit: failing fast while Redis is down
+//
+// rueidis retries a read-only command on a connection error until the
+// caller's deadline, so without more every read would wait that long (about
+// 1.7 s of a 2 s deadline) while Redis is down. So a call that fails for a
+// reason Redis may cause (an I/O error or refused connection, the caller's
+// deadline passing while it waited, a reply that says the node cannot serve
+// now: READONLY, LOADING, MASTERDOWN, TRYAGAIN, CLUSTERDOWN, NOREPLICAS,
+// all mapped to store.ErrUnavailable) kicks a prober. The prober (one
+// goroutine, started by Connect, stopped and waited for by Close) sends a
+// PING bounded by Config.CircuitProbeTimeout (1 s): when it fails, the
+// circuit opens, and every call from then on returns store.ErrUnavailable
+// at once, naming the probe's error, without sending a command; the prober
+// pings again every Config.CircuitProbeInterval (250 ms) and closes the
+// circuit on the first PING that succeeds. A Redis that is slow but
+// answers a PING within the timeout stays in use. Metrics (Config.Metrics):
+// pinned_store_circuit_open, pinned_store_circuit_trips_total,
+// pinned_store_fast_failures_total. A negative CircuitProbeInterval turns
+// the circuit off.
 //
 // # What callers must not assume
 //

@@ -11,6 +11,7 @@ import (
 
 	"github.com/redis/rueidis"
 
+	"github.com/pinned-go/pinned/internal/faults"
 	"github.com/pinned-go/pinned/internal/store"
 	"github.com/pinned-go/pinned/internal/wire"
 )
@@ -123,9 +124,13 @@ func (s *Store) ClaimPlacement(ctx context.Context, ns, id, sessionID string) (s
 	name := wire.PlacementName(ns, id)
 	// Index first, claim second, in one round trip: Redis runs a pipeline
 	// in order on one node (see the package doc for cluster mode).
+	claim := scriptClaim
+	if faults.Has(faults.ClaimNoNX) {
+		claim = scriptClaimBlind // planted bug (pinned_faults builds only)
+	}
 	res := pipeline(ctx, c,
 		scriptIndexAdd.with([]string{wire.KeyOwned(sessionID)}, name, wire.OwnedCountPrefix+ns),
-		scriptClaim.with(placementKeys(name), sessionID, s.fenceSeconds, i64(s.clock.Now().UnixMilli()), s.epochTTL))
+		claim.with(placementKeys(name), sessionID, s.fenceSeconds, i64(s.clock.Now().UnixMilli()), s.epochTTL))
 	if err := res[0].Error(); err != nil {
 		return store.Placement{}, s.wrap(ctx, "index", err)
 	}
@@ -159,9 +164,13 @@ func (s *Store) ReplacePlacement(ctx context.Context, ns, id, old, sessionID str
 		return store.Placement{}, err
 	}
 	name := wire.PlacementName(ns, id)
+	replace := scriptReplace
+	if faults.Has(faults.ReplaceNoCompare) {
+		replace = scriptReplaceBlind // planted bug (pinned_faults builds only)
+	}
 	res := pipeline(ctx, c,
 		scriptIndexAdd.with([]string{wire.KeyOwned(sessionID)}, name, wire.OwnedCountPrefix+ns),
-		scriptReplace.with(placementKeys(name), old, sessionID, s.fenceSeconds, i64(s.clock.Now().UnixMilli()), s.epochTTL))
+		replace.with(placementKeys(name), old, sessionID, s.fenceSeconds, i64(s.clock.Now().UnixMilli()), s.epochTTL))
 	if err := res[0].Error(); err != nil {
 		return store.Placement{}, s.wrap(ctx, "index", err)
 	}

@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/VictoriaMetrics/metrics"
 	"github.com/redis/rueidis"
 
 	"github.com/pinned-go/pinned/clock"
@@ -32,6 +33,8 @@ const (
 	DefaultQueueTTL = 10 * time.Minute
 	// DefaultReapBatch is the default Config.ReapBatch.
 	DefaultReapBatch = 256
+	// DefaultSentinelRefresh is the default Config.SentinelRefresh.
+	DefaultSentinelRefresh = 2 * time.Second
 	// DefaultConnectBackoffMin and DefaultConnectBackoffMax bound the wait
 	// between two attempts of Connect.
 	DefaultConnectBackoffMin = 100 * time.Millisecond
@@ -44,7 +47,12 @@ type Config struct {
 	store.Options
 	// URL is the Redis URL, as rueidis.ParseURL reads it:
 	// redis://[user:password@]host:port/db, rediss:// for TLS, and
-	// ?addr=host2:port2 for more cluster seed nodes. Required.
+	// ?addr=host2:port2 for more cluster seed nodes. With
+	// ?master_set=<name> the host and the addr values are Redis Sentinels
+	// and the store follows the primary they name for that master set
+	// (redis://s1:26379/0?master_set=pinned&addr=s2:26379&addr=s3:26379;
+	// the user and password are the Redis servers', the sentinels take
+	// none). Required.
 	URL string
 	// Clock stamps RegisteredAt, LastHeartbeat and ExpiresAt and picks Reap
 	// candidates; nil means clock.Real. Redis expires keys by its own clock.
@@ -81,6 +89,23 @@ type Config struct {
 	// after the restart); no id may be placed anew before. Zero: no fence
 	// (a fresh Redis places at once). It is rounded up to whole seconds.
 	RestartFence time.Duration
+	// CircuitProbeInterval is how often the circuit's prober pings Redis
+	// while Redis is known to be down (see the package doc: calls then fail
+	// at once with store.ErrUnavailable). Zero means
+	// DefaultCircuitProbeInterval; negative turns the circuit off (every
+	// call then waits for Redis, up to its own deadline).
+	CircuitProbeInterval time.Duration
+	// CircuitProbeTimeout bounds one probe: a Redis that does not answer a
+	// PING within it counts as down. Zero means DefaultCircuitProbeTimeout.
+	CircuitProbeTimeout time.Duration
+	// Metrics receives the store's metrics (the circuit's); nil means a new
+	// set, see Store.Metrics.
+	Metrics *metrics.Set
+	// SentinelRefresh, with a Sentinel URL (?master_set=), is how often the
+	// client re-reads the primary's address from the sentinels besides
+	// following their +switch-master events (a missed event would otherwise
+	// keep it on a demoted primary). Zero means DefaultSentinelRefresh.
+	SentinelRefresh time.Duration
 	// EpochTTL is how long an id's last epoch is kept after the placement it
 	// belongs to was written or released (the pinned:e: key's PEXPIRE).
 	// Epochs of one id increase as long as it is kept, whatever the clocks
@@ -108,7 +133,9 @@ type Store struct {
 	backoffMin time.Duration
 	backoffMax time.Duration
 
-	client atomic.Pointer[conn] // nil until connected
+	client  atomic.Pointer[conn] // nil until connected
+	circuit *circuit
+	set     *metrics.Set
 
 	mu      sync.Mutex
 	lastErr error // last dial error, while not connected
@@ -139,7 +166,7 @@ func New(cfg Config) (*Store, error) {
 		"MaxQueuedMessages": int64(cfg.MaxQueuedMessages), "QueueTTL": int64(cfg.QueueTTL),
 		"ReapBatch": int64(cfg.ReapBatch), "ConnectBackoffMin": int64(cfg.ConnectBackoffMin),
 		"ConnectBackoffMax": int64(cfg.ConnectBackoffMax), "RestartFence": int64(cfg.RestartFence),
-		"EpochTTL": int64(cfg.EpochTTL),
+		"CircuitProbeTimeout": int64(cfg.CircuitProbeTimeout), "SentinelRefresh": int64(cfg.SentinelRefresh), "EpochTTL": int64(cfg.EpochTTL),
 	} {
 		if v < 0 {
 			return nil, fmt.Errorf("redisstore: Config.%s is negative; use 0 for the default", name)
@@ -156,12 +183,17 @@ func New(cfg Config) (*Store, error) {
 		backoffMin: cmp.Or(cfg.ConnectBackoffMin, DefaultConnectBackoffMin),
 		backoffMax: cmp.Or(cfg.ConnectBackoffMax, DefaultConnectBackoffMax),
 		closing:    make(chan struct{}),
-		lastErr:    errors.New("not connected yet"),
+		lastErr:    fmt.Errorf("%w: the first attempt is in flight", store.ErrConnecting),
 		// Whole seconds, rounded up: the script compares with Redis's
 		// uptime_in_seconds, which is rounded down.
 		fenceSeconds: strconv.FormatInt(int64((cfg.RestartFence+time.Second-1)/time.Second), 10),
 		epochTTL:     ms(max(cmp.Or(cfg.EpochTTL, store.DefaultEpochTTL), time.Millisecond)),
 	}
+	s.set = cfg.Metrics
+	if s.set == nil {
+		s.set = metrics.NewSet()
+	}
+	s.circuit = newCircuit(cmp.Or(cfg.CircuitProbeInterval, DefaultCircuitProbeInterval), cmp.Or(cfg.CircuitProbeTimeout, DefaultCircuitProbeTimeout), s.set)
 	if s.backoffMax < s.backoffMin {
 		return nil, fmt.Errorf("redisstore: ConnectBackoffMax %v is below ConnectBackoffMin %v", s.backoffMax, s.backoffMin)
 	}
@@ -172,6 +204,9 @@ func New(cfg Config) (*Store, error) {
 	opt.ClientTrackingOptions = []string{"OPTIN"}
 	opt.DisableCache = false
 	opt.OnInvalidations = s.onInvalidations
+	if opt.Sentinel.MasterSet != "" {
+		opt.Sentinel.TopologyRefreshInterval = cmp.Or(cfg.SentinelRefresh, DefaultSentinelRefresh)
+	}
 	s.opt = opt
 	return s, nil
 }
@@ -199,6 +234,7 @@ func (s *Store) Connect(ctx context.Context) error {
 			s.client.Store(&conn{c})
 			s.lastErr = nil
 			s.mu.Unlock()
+			s.startProber()
 			if attempt > 1 {
 				s.log.Info("connected to redis", "attempts", attempt)
 			}
@@ -240,7 +276,12 @@ func (s *Store) Close() {
 	if c != nil {
 		c.Close()
 	}
+	s.stopProber()
 }
+
+// Metrics returns the set holding the store's metrics (Config.Metrics, or
+// the one New created).
+func (s *Store) Metrics() *metrics.Set { return s.set }
 
 // get returns the client or the reason there is none.
 func (s *Store) get(ctx context.Context) (rueidis.Client, error) {
@@ -248,6 +289,9 @@ func (s *Store) get(ctx context.Context) (rueidis.Client, error) {
 		return nil, err
 	}
 	if c := s.client.Load(); c != nil {
+		if err := s.circuit.refuse(); err != nil {
+			return nil, err
+		}
 		return c.Client, nil
 	}
 	s.mu.Lock()
@@ -255,7 +299,7 @@ func (s *Store) get(ctx context.Context) (rueidis.Client, error) {
 	if s.closed {
 		return nil, store.ErrClosed
 	}
-	return nil, fmt.Errorf("%w: redis not connected: %v", store.ErrUnavailable, s.lastErr)
+	return nil, fmt.Errorf("%w: redis not connected: %w", store.ErrUnavailable, s.lastErr)
 }
 
 // wrap classifies an error from rueidis: context errors pass through, Redis
@@ -266,9 +310,16 @@ func (s *Store) wrap(ctx context.Context, op string, err error) error {
 		return nil
 	}
 	if ctxErr := ctx.Err(); ctxErr != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) {
+		if errors.Is(ctxErr, context.DeadlineExceeded) {
+			s.circuit.suspect() // Redis may be hanging: let the prober look
+		}
 		return ctxErr
 	}
-	if _, ok := rueidis.IsRedisErr(err); ok {
+	if e, ok := rueidis.IsRedisErr(err); ok {
+		if unavailableReply(e) {
+			s.circuit.suspect()
+			return fmt.Errorf("%w: redis %s: %v", store.ErrUnavailable, op, err)
+		}
 		return fmt.Errorf("redisstore: %s: %w", op, err)
 	}
 	if errors.Is(err, rueidis.ErrClosing) {
@@ -279,6 +330,7 @@ func (s *Store) wrap(ctx context.Context, op string, err error) error {
 			return store.ErrClosed
 		}
 	}
+	s.circuit.suspect()
 	return fmt.Errorf("%w: redis %s: %v", store.ErrUnavailable, op, err)
 }
 

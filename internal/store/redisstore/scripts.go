@@ -225,6 +225,27 @@ v = nextEpoch(KEYS[2], epochOf(v), ARGV[5]) .. ' ' .. ARGV[4] .. ' ' .. ARGV[2]
 redis.call('SET', KEYS[1], v)
 return v`)
 
+	// The planted bugs faults.ClaimNoNX and faults.ReplaceNoCompare
+	// (pinned_faults builds only): the placement writes of scriptClaim and
+	// scriptReplace, same keys, arguments, fence and epochs, without their
+	// check (claim without NX, replace without the compare).
+	scriptClaimBlind = lua(restartFence + placementFns + `
+if fenced(ARGV[2]) then return redis.error_reply('PINNEDFENCE ' .. uptime()) end
+local v = redis.call('GET', KEYS[1])
+local e = 0
+if v then e = epochOf(v) end
+v = nextEpoch(KEYS[2], e, ARGV[4]) .. ' ' .. ARGV[3] .. ' ' .. ARGV[1]
+redis.call('SET', KEYS[1], v)
+return v`)
+	scriptReplaceBlind = lua(restartFence + placementFns + `
+if fenced(ARGV[3]) then return redis.error_reply('PINNEDFENCE ' .. uptime()) end
+local v = redis.call('GET', KEYS[1])
+local e = 0
+if v then e = epochOf(v) end
+v = nextEpoch(KEYS[2], e, ARGV[5]) .. ' ' .. ARGV[4] .. ' ' .. ARGV[2]
+redis.call('SET', KEYS[1], v)
+return v`)
+
 	// KEYS[1] placement, KEYS[2] its epoch counter; ARGV[1] session id,
 	// ARGV[2] epoch TTL ms. Compare-and-delete; the counter keeps (at
 	// least) the released epoch for another TTL.

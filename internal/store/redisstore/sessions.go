@@ -58,6 +58,7 @@ func (s *Store) Register(ctx context.Context, in store.Session, lease time.Durat
 		wire.FieldLastHeartbeat, i64(now),
 		wire.FieldExpiresAt, i64(exp),
 		wire.FieldTokenID, in.TokenID,
+		wire.FieldMaxBodyBytes, i64(in.MaxBodyBytes),
 	}
 	// 1. The session hash, alone: a crash after this leaves a record nobody
 	// can find, which expires with its lease.
@@ -224,6 +225,9 @@ func decodeSession(id string, f map[string]string) (store.Session, error) {
 		LastHeartbeat: num(wire.FieldLastHeartbeat),
 		ExpiresAt:     num(wire.FieldExpiresAt),
 		TokenID:       f[wire.FieldTokenID],
+	}
+	if v := f[wire.FieldMaxBodyBytes]; v != "" { // absent from a record written before protocol 2
+		s.MaxBodyBytes = num(wire.FieldMaxBodyBytes)
 	}
 	if ns := f[wire.FieldNamespaces]; ns != "" {
 		s.Namespaces = strings.Split(ns, ",")

@@ -185,15 +185,19 @@ func ids(ss []store.Session) []string {
 
 func testRegisterAndRead(t *testing.T, h Harness, _ *Invalidations) {
 	in := sess("s1", "c1", "http://10.0.0.1:8080", "/a", "/b")
-	in.Headroom, in.Draining = 7, true
+	in.Headroom, in.Draining, in.MaxBodyBytes = 7, true, 5<<20
 	if sup := register(t, h, in); len(sup) != 0 {
 		t.Fatalf("first Register superseded %v; want none", sup)
 	}
 	register(t, h, sess("s2", "c2", "http://10.0.0.2:8080", "/b"))
 	got := mustSession(t, h, "s1")
 	if got.ClientID != "c1" || got.Secret != "secret-s1" || got.AdvertiseURL != "http://10.0.0.1:8080" ||
-		!slices.Equal(got.Namespaces, []string{"/a", "/b"}) || got.Headroom != 7 || !got.Draining || !got.Verified || got.Superseded {
+		!slices.Equal(got.Namespaces, []string{"/a", "/b"}) || got.Headroom != 7 || !got.Draining || !got.Verified || got.Superseded ||
+		got.MaxBodyBytes != 5<<20 {
 		t.Fatalf("Session(s1) = %+v; want the registered fields", got)
+	}
+	if got := mustSession(t, h, "s2"); got.MaxBodyBytes != 0 {
+		t.Fatalf("Session(s2).MaxBodyBytes = %d; want 0 for a session registered without one", got.MaxBodyBytes)
 	}
 	if got.RegisteredAt == 0 || got.LastHeartbeat != got.RegisteredAt || got.ExpiresAt != got.RegisteredAt+h.Lease.Milliseconds() {
 		t.Fatalf("Session(s1) times = reg %d hb %d exp %d; want hb = reg and exp = reg + lease", got.RegisteredAt, got.LastHeartbeat, got.ExpiresAt)
@@ -235,15 +239,15 @@ func testRegisterDuplicate(t *testing.T, h Harness, _ *Invalidations) {
 
 func testHeartbeat(t *testing.T, h Harness, _ *Invalidations) {
 	in := sess("s1", "c1", "http://h1", "/a")
-	in.Verified = false
+	in.Verified, in.MaxBodyBytes = false, 1<<20
 	register(t, h, in)
 	h.Elapse(h.Lease * 6 / 10)
 	got, msgs, err := h.Store.Heartbeat(bg, "s1", store.Update{Headroom: 3, Draining: true, DrainDeadline: 12345}, h.Lease)
 	if err != nil || len(msgs) != 0 {
 		t.Fatalf("Heartbeat = %v, %v; want ok and no messages", msgs, err)
 	}
-	if got.Headroom != 3 || !got.Draining || got.DrainDeadline != 12345 || got.Verified {
-		t.Fatalf("Heartbeat returned %+v; want headroom 3, draining, deadline 12345, unverified", got)
+	if got.Headroom != 3 || !got.Draining || got.DrainDeadline != 12345 || got.Verified || got.MaxBodyBytes != 1<<20 {
+		t.Fatalf("Heartbeat returned %+v; want headroom 3, draining, deadline 12345, unverified, the registered body limit", got)
 	}
 	if got.ExpiresAt != got.LastHeartbeat+h.Lease.Milliseconds() || got.LastHeartbeat <= got.RegisteredAt {
 		t.Fatalf("Heartbeat times = reg %d hb %d exp %d; want hb > reg and exp = hb + lease", got.RegisteredAt, got.LastHeartbeat, got.ExpiresAt)

@@ -24,10 +24,14 @@
 //     increments, up to the task effects and the increments whose outcome
 //     the client could not know.
 //  5. Every client request is classified: 2xx, 4xx, 503 with Retry-After,
-//     502/504 (possibly sent), or a connection error while its pinboard was
-//     being killed. Anything else (a client timeout, i.e. a hang; a 5xx
+//     502/504 (possibly sent: a request that is not idempotent), 502/504 on
+//     an idempotent request (GET, HEAD, OPTIONS: the proxy should have
+//     retried it or answered 503; a violation with
+//     Config.StrictIdempotent), or a connection error while its pinboard
+//     was being killed. Anything else (a client timeout, i.e. a hang; a 5xx
 //     without Retry-After other than 502/504; a connection error while the
-//     pinboard was up) is a violation.
+//     pinboard was up) is a violation. Report.Gateway counts every 502/504
+//     by method, status and whether it carried Retry-After.
 //
 // Checks 5 to 7 are about alarms (alarms.go): alarm runs under a live lease,
 // no occurrence run twice outside a fault, no alarm set and never run.
@@ -83,6 +87,12 @@ type Config struct {
 	AbortGrace time.Duration
 	// ClientTimeout is the client's bound on one request (reported only).
 	ClientTimeout time.Duration
+	// StrictIdempotent makes a 502 or 504 answer to an idempotent request
+	// (GET, HEAD, OPTIONS) a violation: a request that failed before any
+	// response byte and is safe to repeat must be retried by the proxy or
+	// answered 503 + Retry-After. Off: such answers are counted in their
+	// own class.
+	StrictIdempotent bool
 	// MaxExamples bounds the violations kept per kind. Default 10.
 	MaxExamples int
 	// DuplicateWindow and PendingWindow tune the alarm checks (alarms.go).
@@ -96,10 +106,14 @@ const (
 	Class4xx          = "4xx"
 	Class503RA        = "503+Retry-After"
 	ClassPossiblySent = "502/504 (possibly sent)"
-	ClassPinboardDown = "connection error, pinboard killed"
-	ClassHang         = "VIOLATION: no answer within the client timeout"
-	Class5xxNoRA      = "VIOLATION: 5xx without Retry-After"
-	ClassConnError    = "VIOLATION: connection error, pinboard up"
+	// ClassGatewayIdempotent: a 502/504 to a GET, HEAD or OPTIONS (a
+	// violation, ClassGatewayIdempotentV, with Config.StrictIdempotent).
+	ClassGatewayIdempotent  = "502/504 on an idempotent request"
+	ClassGatewayIdempotentV = "VIOLATION: 502/504 on an idempotent request"
+	ClassPinboardDown       = "connection error, pinboard killed"
+	ClassHang               = "VIOLATION: no answer within the client timeout"
+	Class5xxNoRA            = "VIOLATION: 5xx without Retry-After"
+	ClassConnError          = "VIOLATION: connection error, pinboard up"
 )
 
 // Violation kinds.
@@ -127,7 +141,13 @@ type Report struct {
 	Requests                     map[string]int // by class
 	// Answers counts the non-2xx answers by "status x-pinned-reason".
 	Answers map[string]int
-	Nemeses map[string]int // by kind
+	// Gateway counts the 502 and 504 answers by "METHOD status" and
+	// whether they carried Retry-After ("GET 502 Retry-After", "POST 504
+	// no Retry-After"): the goal is none for an idempotent method.
+	Gateway map[string]int
+	// Nemeses counts the faults by kind; one the harness skipped (its
+	// Cause starts with "skipped") counts as "<kind> (skipped)".
+	Nemeses map[string]int
 	// MaxOverlap is the longest time two instances of one id were both
 	// live (0 when never), and OverlapID the id.
 	MaxOverlap time.Duration
@@ -162,6 +182,10 @@ func (r *Report) String() string {
 	b.WriteString("\nnon-2xx answers:")
 	for _, k := range slices.Sorted(maps.Keys(r.Answers)) {
 		fmt.Fprintf(&b, " %q=%d", k, r.Answers[k])
+	}
+	b.WriteString("\n502/504 by method:")
+	for _, k := range slices.Sorted(maps.Keys(r.Gateway)) {
+		fmt.Fprintf(&b, " %q=%d", k, r.Gateway[k])
 	}
 	if r.Alarms != nil {
 		b.WriteString("\n" + r.Alarms.String())
@@ -211,7 +235,7 @@ func Check(cfg Config, events []history.Event) *Report {
 	cfg.AbortGrace = cmp.Or(cfg.AbortGrace, 5*time.Second)
 	cfg.MaxExamples = cmp.Or(cfg.MaxExamples, 10)
 	tol := int64(cfg.Tolerance)
-	r := &Report{Requests: map[string]int{}, Answers: map[string]int{}, Nemeses: map[string]int{}, Violations: map[string]int{}}
+	r := &Report{Requests: map[string]int{}, Answers: map[string]int{}, Gateway: map[string]int{}, Nemeses: map[string]int{}, Violations: map[string]int{}}
 	kept := map[string]int{}
 	violate := func(kind, format string, args ...any) {
 		r.Violations[kind]++
@@ -272,6 +296,10 @@ func Check(cfg Config, events []history.Event) *Report {
 		case history.KindStored:
 			stored[e.ID] = e.Count
 		case history.KindNemesis:
+			if strings.HasPrefix(e.Cause, "skipped") {
+				r.Nemeses[e.Nemesis+" (skipped)"]++
+				continue // nothing was done
+			}
 			r.Nemeses[e.Nemesis]++
 			switch e.Nemesis {
 			case NemesisPause:
@@ -425,10 +453,17 @@ func Check(cfg Config, events []history.Event) *Report {
 
 	// 5. Client requests.
 	for _, e := range requests {
-		c := classify(e, pbDown[e.Via])
+		c := classify(e, pbDown[e.Via], cfg.StrictIdempotent)
 		r.Requests[c]++
 		if e.Err == "" && (e.Status < 200 || e.Status >= 300) {
 			r.Answers[strings.TrimSpace(fmt.Sprintf("%d %s", e.Status, e.Reason))]++
+		}
+		if e.Err == "" && (e.Status == 502 || e.Status == 504) {
+			ra := "no Retry-After"
+			if e.RetryAfter {
+				ra = "Retry-After"
+			}
+			r.Gateway[fmt.Sprintf("%s %d %s", method(e.Op), e.Status, ra)]++
 		}
 		if strings.HasPrefix(c, "VIOLATION") {
 			violate(VRequest, "%s %s via pb%d at %d: status %d, reason %q, Retry-After %v, error %q, after %v: %s",
@@ -458,8 +493,18 @@ func pausedAcross(pauses []interval, end, t, grace int64) bool {
 	return false
 }
 
+// method is the HTTP method of a request event's Op ("GET /").
+func method(op string) string {
+	m, _, _ := strings.Cut(op, " ")
+	return m
+}
+
+// idempotent reports whether a method is safe to repeat for the proxy:
+// GET, HEAD and OPTIONS.
+func idempotent(m string) bool { return m == "GET" || m == "HEAD" || m == "OPTIONS" }
+
 // classify puts one client request in its class.
-func classify(e history.Event, down []interval) string {
+func classify(e history.Event, down []interval, strict bool) string {
 	if e.Err != "" {
 		if e.Err == "timeout" {
 			return ClassHang
@@ -478,6 +523,11 @@ func classify(e history.Event, down []interval) string {
 		return Class4xx
 	case s == 503 && e.RetryAfter:
 		return Class503RA
+	case (s == 502 || s == 504) && idempotent(method(e.Op)):
+		if strict {
+			return ClassGatewayIdempotentV
+		}
+		return ClassGatewayIdempotent
 	case s == 502 || s == 504:
 		return ClassPossiblySent
 	default:

@@ -218,3 +218,40 @@ func TestNotAborted(t *testing.T) {
 		t.Fatal("a teardown right after a pause across the lease end failed")
 	}
 }
+
+// 502/504 answers are split by method: a non-idempotent request's is
+// "possibly sent"; an idempotent one's has its own class (a violation with
+// StrictIdempotent), and Gateway counts them by method, status and
+// Retry-After. A skipped nemesis counts apart.
+func TestGatewayByMethod(t *testing.T) {
+	req := func(op string, status int, ra bool) history.Event {
+		return history.Event{Kind: history.KindRequest, Op: op, ID: "x", Via: 1, T: sec(5), End: sec(5.1), Status: status, RetryAfter: ra}
+	}
+	skipped := history.Event{Kind: history.KindNemesis, Nemesis: "drain-worker", Target: "w1", Cause: "skipped: no live session", T: sec(6), End: sec(7)}
+	ev := append(base(), req("POST /incr", 502, false), req("POST /incr", 502, true), req("GET /", 502, true), req("HEAD /", 504, false), skipped)
+	r := check(t, ev)
+	if !r.OK() {
+		t.Fatalf("502/504 answers failed without StrictIdempotent:\n%s", r)
+	}
+	if r.Requests[ClassPossiblySent] != 2 || r.Requests[ClassGatewayIdempotent] != 2 {
+		t.Fatalf("classes %v; want 2 possibly sent (POST) and 2 idempotent (GET, HEAD)", r.Requests)
+	}
+	want := map[string]int{"POST 502 no Retry-After": 1, "POST 502 Retry-After": 1, "GET 502 Retry-After": 1, "HEAD 504 no Retry-After": 1}
+	if len(r.Gateway) != len(want) {
+		t.Fatalf("Gateway = %v; want %v", r.Gateway, want)
+	}
+	for k, n := range want {
+		if r.Gateway[k] != n {
+			t.Fatalf("Gateway = %v; want %v", r.Gateway, want)
+		}
+	}
+	if r.Nemeses["drain-worker (skipped)"] != 1 || r.Nemeses["drain-worker"] != 0 {
+		t.Fatalf("nemeses %v; want the skipped drain counted apart", r.Nemeses)
+	}
+	strict := cfg
+	strict.StrictIdempotent = true
+	r = Check(strict, ev)
+	if r.Violations[VRequest] != 2 || r.Requests[ClassGatewayIdempotentV] != 2 {
+		t.Fatalf("StrictIdempotent: violations %v, classes %v; want the GET and the HEAD", r.Violations, r.Requests)
+	}
+}

@@ -11,6 +11,10 @@
 package proctest
 
 import (
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/pinned-go/pinned/internal/testkit/procrun"
@@ -58,4 +62,41 @@ func Start(tb testing.TB, s Spec) *Proc {
 		tb.Fatalf("%v\n%s", err, p.Log())
 	}
 	return p
+}
+
+// FromModuleRoot resolves a relative path against the module root (the
+// directory of the go.mod above the working directory): go test runs in
+// the package's directory, and a documented command names files like
+// docs/chaos.md from the root. An absolute path is returned as is.
+func FromModuleRoot(path string) (string, error) {
+	if filepath.IsAbs(path) {
+		return path, nil
+	}
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return filepath.Join(dir, path), nil
+		}
+		up := filepath.Dir(dir)
+		if up == dir {
+			return "", fmt.Errorf("%s: no go.mod above the working directory", path)
+		}
+		dir = up
+	}
+}
+
+// FreeAddr returns a 127.0.0.1 address whose port was free a moment ago,
+// for a process that must be told its address before it starts (an
+// advertise URL names it).
+func FreeAddr(tb testing.TB) string {
+	tb.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
 }

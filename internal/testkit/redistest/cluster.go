@@ -1,9 +1,6 @@
 package redistest
 
 import (
-	"bufio"
-	"fmt"
-	"io"
 	"net"
 	"strconv"
 	"strings"
@@ -94,50 +91,8 @@ func (c *Cluster) Each(tb testing.TB, args ...string) {
 const commandTimeout = 5 * time.Second
 
 // Command sends one command to the server on a fresh connection and returns
-// its reply: a simple or bulk string, or an integer in decimal. An error
-// reply, an array reply or an I/O failure is an error.
-func (s *Server) Command(args ...string) (string, error) {
-	conn, err := net.DialTimeout("tcp", s.Addr, commandTimeout)
-	if err != nil {
-		return "", err
-	}
-	defer conn.Close()
-	_ = conn.SetDeadline(time.Now().Add(commandTimeout))
-	var b strings.Builder
-	fmt.Fprintf(&b, "*%d\r\n", len(args))
-	for _, a := range args {
-		fmt.Fprintf(&b, "$%d\r\n%s\r\n", len(a), a)
-	}
-	if _, err := io.WriteString(conn, b.String()); err != nil {
-		return "", err
-	}
-	r := bufio.NewReader(conn)
-	line, err := r.ReadString('\n')
-	if err != nil {
-		return "", err
-	}
-	line = strings.TrimSuffix(line, "\r\n")
-	if line == "" {
-		return "", fmt.Errorf("empty reply to %s", args[0])
-	}
-	switch line[0] {
-	case '+', ':':
-		return line[1:], nil
-	case '-':
-		return "", fmt.Errorf("%s: %s", args[0], line[1:])
-	case '$':
-		n, err := strconv.Atoi(line[1:])
-		if err != nil || n < 0 {
-			return "", nil // nil bulk string
-		}
-		buf := make([]byte, n+2)
-		if _, err := io.ReadFull(r, buf); err != nil {
-			return "", err
-		}
-		return string(buf[:n]), nil
-	}
-	return "", fmt.Errorf("%s: unsupported reply %q", args[0], line)
-}
+// its reply as the package function Command does.
+func (s *Server) Command(args ...string) (string, error) { return Command(s.Addr, args...) }
 
 // Client returns a rueidis client for url (a Server's or a Cluster's URL)
 // without client-side caching, closed when the test ends.

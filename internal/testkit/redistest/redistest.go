@@ -26,6 +26,9 @@ import (
 // startTimeout bounds how long a redis-server may take to become ready.
 const startTimeout = 15 * time.Second
 
+// readyLine is what redis-server logs once it serves.
+const readyLine = "Ready to accept connections"
+
 // Server is a redis-server process owned by a test.
 type Server struct {
 	// Addr is host:port on 127.0.0.1.
@@ -33,8 +36,9 @@ type Server struct {
 	// URL is redis://Addr/0.
 	URL string
 
-	bin  string
-	args []string
+	bin   string
+	args  []string
+	ready string // the log line that says it serves
 
 	mu   sync.Mutex
 	cmd  *exec.Cmd
@@ -68,8 +72,9 @@ func Start(tb testing.TB, extra ...string) *Server {
 			tb.Fatal(err)
 		}
 		s := &Server{
-			Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)),
-			bin:  bin,
+			Addr:  net.JoinHostPort("127.0.0.1", strconv.Itoa(port)),
+			bin:   bin,
+			ready: readyLine,
 		}
 		s.URL = "redis://" + s.Addr + "/0"
 		s.args = append([]string{
@@ -116,7 +121,7 @@ func (s *Server) start() error {
 			line := sc.Text()
 			if !signalled {
 				tail = append(tail, line)
-				if strings.Contains(line, "Ready to accept connections") {
+				if strings.Contains(line, s.ready) {
 					signalled = true
 					ready <- nil
 				}
@@ -146,6 +151,16 @@ func (s *Server) start() error {
 	return nil
 }
 
+// Pid returns the server's process id (0 when it is not running).
+func (s *Server) Pid() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd == nil {
+		return 0
+	}
+	return s.cmd.Process.Pid
+}
+
 // Kill stops the server with SIGKILL and waits for it to exit. It is
 // idempotent.
 func (s *Server) Kill() { s.signal(syscall.SIGKILL) }
@@ -164,6 +179,22 @@ func (s *Server) signal(sig syscall.Signal) {
 	}
 	_ = cmd.Process.Signal(sig)
 	<-done
+}
+
+// Freeze stops the server with SIGSTOP: it keeps its connections and its
+// port but answers nothing (a hung Redis, or one behind a dead network)
+// until Thaw.
+func (s *Server) Freeze() { s.pause(syscall.SIGSTOP) }
+
+// Thaw resumes a frozen server (SIGCONT).
+func (s *Server) Thaw() { s.pause(syscall.SIGCONT) }
+
+func (s *Server) pause(sig syscall.Signal) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd != nil {
+		_ = s.cmd.Process.Signal(sig)
+	}
 }
 
 // Restart kills the server and starts a fresh, empty one on the same port:

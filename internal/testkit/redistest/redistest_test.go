@@ -40,6 +40,37 @@ func TestStartRestartKill(t *testing.T) {
 	s.Kill() // idempotent
 }
 
+// A primary, a replica and three sentinels: the sentinels name the
+// primary, and after the primary dies they promote the replica.
+func TestSentinels(t *testing.T) {
+	if _, err := SentinelBinary(); err != nil {
+		t.Fatal(err)
+	}
+	p := Start(t)
+	r := StartReplica(t, p)
+	g := StartSentinels(t, p, 3, r)
+	if m, err := g.Master(); err != nil || m != p.Addr {
+		t.Fatalf("master = %q, %v; want %s", m, err, p.Addr)
+	}
+	if !strings.Contains(g.URL(), "master_set="+MasterSet) || strings.Count(g.URL(), "&addr=") != 2 {
+		t.Fatalf("URL %q: want master_set and two more sentinel addresses", g.URL())
+	}
+	p.Kill()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if m, err := g.Master(); err == nil && m == r.Addr {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the replica was not promoted within 30 s of the primary's death")
+		}
+		time.Sleep(50 * time.Millisecond) // polling the sentinels
+	}
+	if info, err := Command(r.Addr, "INFO", "replication"); err != nil || !strings.Contains(info, "role:master") {
+		t.Fatalf("promoted replica: %v %q; want role:master", err, info)
+	}
+}
+
 func TestCluster(t *testing.T) {
 	start := time.Now()
 	c := StartCluster(t)
