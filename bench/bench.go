@@ -134,6 +134,12 @@ type Sample struct {
 	ScheduleLagP50Ms float64            `json:"scheduleLagP50Ms,omitempty"`
 	ScheduleLagP99Ms float64            `json:"scheduleLagP99Ms,omitempty"`
 	ScheduleLagMaxMs float64            `json:"scheduleLagMaxMs,omitempty"`
+	// Goodput is 2xx responses per second; Shed counts 503 answers and
+	// Broken the requests that got no HTTP answer (reset, closed, timed
+	// out): the overload workload's figures.
+	Goodput float64 `json:"goodput"`
+	Shed    int64   `json:"shed,omitempty"`
+	Broken  int64   `json:"broken,omitempty"`
 	// OtherBusy is the fraction of all cores busy during the run outside
 	// the suite's processes (other work on the machine, kernel threads).
 	OtherBusy float64 `json:"otherBusy"`

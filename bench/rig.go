@@ -381,7 +381,10 @@ func (r *rig) startHAProxy(backend string) (*proc, error) {
 }
 
 // haproxyConf: one frontend, one static server, keep-alive both ways with
-// idle server connections shared (http-reuse always), no logging.
+// idle server connections shared (http-reuse always), no logging. The
+// server takes 512 requests at a time and queues the rest for up to 1 s
+// (503 beyond), as the pinboard does per worker by default
+// (PINBOARD_WORKER_MAX_CONNS, PINBOARD_WORKER_QUEUE_TIMEOUT).
 const haproxyConf = `global
   maxconn 8000
 defaults
@@ -390,13 +393,14 @@ defaults
   timeout client 120s
   timeout server 120s
   timeout http-keep-alive 60s
+  timeout queue 1s
   option http-keep-alive
   http-reuse always
 frontend fe
   bind %s
   default_backend be
 backend be
-  server w1 %s maxconn 4000
+  server w1 %s maxconn 512
 `
 
 func exited(p *proc) bool {

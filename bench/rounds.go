@@ -27,6 +27,9 @@ type workload struct {
 	args []string // loadgen flags besides -url, -duration
 	perf bool     // count syscalls and context switches
 	open bool     // open loop: compare latency, not rate
+	// overload: more connections than the backend takes; compare goodput
+	// and count shed and broken requests.
+	overload bool
 }
 
 // measure runs one workload against one target and returns the sample.
@@ -112,6 +115,17 @@ func sampleOf(rep *loadgen.Report) Sample {
 	if rep.ElapsedSeconds > 0 {
 		s.MBps = float64(rep.Bytes.Received) / rep.ElapsedSeconds / 1e6
 	}
+	var ok int64
+	for code, n := range rep.Statuses {
+		if len(code) == 3 && code[0] == '2' {
+			ok += n
+		}
+	}
+	if rep.ElapsedSeconds > 0 {
+		s.Goodput = float64(ok) / rep.ElapsedSeconds
+	}
+	s.Shed = rep.Errors.Status["503"]
+	s.Broken = rep.Errors.Timeout + rep.Errors.Connect + rep.Errors.Connection + rep.Errors.Pool + rep.Errors.Other
 	if l := rep.ScheduleLag; l != nil {
 		s.ScheduleLagP50Ms, s.ScheduleLagP99Ms, s.ScheduleLagMaxMs = float64(l.P50)/1000, float64(l.P99)/1000, float64(l.Max)/1000
 	}
@@ -235,6 +249,9 @@ func (s *session) workloadTable(w workload, ts []target) {
 	if w.perf {
 		head = append(head, "proxy syscalls/req", "proxy cs/req", "backend syscalls/req", "backend cs/req")
 	}
+	if w.overload {
+		head = append(head, "goodput 2xx/s", "503 shed (all rounds)", "no answer (all rounds)")
+	}
 	var rows [][]string
 	for _, t := range ts {
 		m := s.pick(w.name, t.name)
@@ -286,6 +303,14 @@ func (s *session) workloadTable(w workload, ts []target) {
 						return math.NaN()
 					}), 2))
 			}
+		}
+		if w.overload {
+			var shed, broken int64
+			for _, x := range m {
+				shed += x.Shed
+				broken += x.Broken
+			}
+			row = append(row, fmtNum(medianOf(m, func(x Sample) float64 { return x.Goodput }), 0), fmt.Sprint(shed), fmt.Sprint(broken))
 		}
 		rows = append(rows, row)
 	}

@@ -61,7 +61,7 @@ PATH. See bench/README.md.`)
 	set.String(&o.PinBackend, "pin-backend", "", "cpu-list", "", "taskset CPU list for counter workers and redis-server")
 	set.Int(&o.Workers, "workers", "", 0, "fleet workers in the activation and alarms suites (0: 2)")
 	set.String(&o.PinboardB, "pinboard-b", "", "path", "", "a second pinboard binary alternated with the built one (before/after)")
-	set.String(&workloads, "workloads", "", "list", "", "proxy suite: comma-separated workloads to run (closed-64, closed-256, open-12k, cost-5k; empty: all)")
+	set.String(&workloads, "workloads", "", "list", "", "proxy suite: comma-separated workloads to run (closed-64, closed-256, open-12k, cpu-5k, cost-5k, overload; empty: all)")
 	if err := set.Parse(args, nil, stderr); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
