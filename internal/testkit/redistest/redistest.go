@@ -1,7 +1,9 @@
 // Package redistest starts a real redis-server for tests: a fresh process on
 // a free 127.0.0.1 port with persistence off, stopped when the test ends;
 // or a local three-master Redis Cluster of such processes (StartCluster).
-// Tests never use a Redis they did not start.
+// Tests never use a Redis they did not start. A Tap (NewTap) is a TCP proxy
+// in front of one that records what a client sends as round trips, for
+// tests that pin how many a path costs.
 //
 // The binary is looked up as $PINNED_REDIS_SERVER, then redis-server on
 // $PATH; .ci/run installs it. Readiness is awaited by reading the server's
