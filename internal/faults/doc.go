@@ -32,7 +32,9 @@
 //     holder: two pinboards that both found the holder dead both "win" and
 //     route the id to two workers.
 //   - claim_no_nx: the store's Claim writes the placement blindly instead of
-//     SET NX: two pinboards placing a new id at once both "win".
+//     SET NX: two pinboards placing a new id at once both "win". (Its
+//     LookupOrClaim then reads and claims in two steps, as on a cluster,
+//     so that both can read "none" first.)
 package faults
 
 // Fault names one planted bug.

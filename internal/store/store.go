@@ -19,9 +19,10 @@
 //   - Messages pushed for a client are delivered exactly once, all together,
 //     by the next successful Heartbeat of that client's current session.
 //   - Placements: Claim is SET NX (first claim wins, the loser learns the
-//     winner); Replace is compare-and-set from a given session; Release is
-//     compare-and-delete on a given session. A placement is never written
-//     without one of these checks.
+//     winner); LookupOrClaim is a read and, when there is no placement, a
+//     Claim, atomically on a single node; Replace is compare-and-set from a
+//     given session; Release is compare-and-delete on a given session. A
+//     placement is never written without one of these checks.
 //   - Epochs: every placement carries an epoch, allocated by the Claim or
 //     Replace that wrote it with wire.NextEpoch from the id's last epoch and
 //     the store's clock, so it is strictly greater than the epoch of every
@@ -52,6 +53,13 @@
 //     Invalidation.All means "anything may have changed" (connection loss,
 //     FLUSHALL). Readers must not cache past the lease without an
 //     invalidation path.
+//   - Reads of placements and sessions (Lookup, Placement, Session,
+//     NamespaceSessions) may come from a client-side cache that such an
+//     invalidation refreshes: right after a write, until its invalidation
+//     was processed, a read may still return the value before it. Writers
+//     take the outcome of their own write from its reply (Claim,
+//     LookupOrClaim, Replace return the placement afterwards), never from a
+//     read.
 package store
 
 import (
@@ -238,6 +246,14 @@ type Store interface {
 	// placement exists, and returns the placement that holds afterwards:
 	// the new one when the claim won, the winner's otherwise.
 	ClaimPlacement(ctx context.Context, ns, id, sessionID string) (Placement, error)
+	// LookupOrClaim is Lookup and, when there is no placement,
+	// ClaimPlacement for sessionID, as one step: it returns the placement
+	// afterwards and whether this call wrote it (claimed: a new epoch).
+	// It never writes over an existing placement. A reader that caches the
+	// answer is told of later changes like after Lookup (OnInvalidate); on
+	// Redis, one round trip on a single node, and the caller is not told of
+	// its own claim.
+	LookupOrClaim(ctx context.Context, ns, id, sessionID string) (p Placement, claimed bool, err error)
 	// ReplacePlacement places (ns, id) on sessionID under a new epoch only
 	// if it is currently held by old, and returns the placement afterwards
 	// (the zero Placement when there is none).

@@ -12,7 +12,11 @@ import (
 // keys (claim, replace and release of a placement, which also move its
 // epoch counter) names a placement key and its epoch key, both hash-tagged
 // with the placement name ("{<namespace>/<id>}"), so they always live in the
-// same slot. Ids, namespaces, client ids and session ids pass CheckSegment,
+// same slot. On a single Redis node (never on a cluster) the claim script
+// also adds the placement to the claiming session's index
+// (pinned:o:<sessionId>, another slot), so that claim and index are one
+// atomic step; on a cluster the index has its own script. Ids, namespaces,
+// client ids and session ids pass CheckSegment,
 // so they contain no '{' or '}' that could form an accidental hash tag (an
 // advertise URL could, which only moves that one key to another slot: it is
 // still touched alone), and a placement name starts with '/', so its hash tag

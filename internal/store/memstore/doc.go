@@ -39,8 +39,9 @@
 //   - Expired sessions stay in memory, invisible to every read, until Reap
 //     collects them (after its grace), exactly like their Redis index entries.
 //   - Invalidations: every change calls OnInvalidate directly (claim,
-//     replace, release, reap → Placement; register, heartbeat, supersede,
-//     expiry → Session; Flush → All). Expiry is reported by [Store.Expire],
+//     LookupOrClaim that claims, replace, release, reap → Placement, the
+//     caller included: unlike Redis, memstore does not know who read what;
+//     register, heartbeat, supersede, expiry → Session; Flush → All). Expiry is reported by [Store.Expire],
 //     which the reaper goroutine started by [Store.Start] calls when the
 //     earliest lease runs out; without Start, expiry is still enforced on
 //     every read but not announced.

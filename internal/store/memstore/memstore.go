@@ -653,22 +653,30 @@ func (s *Store) Claim(ctx context.Context, ns, id, sessionID string) (string, er
 
 // ClaimPlacement implements store.Store.
 func (s *Store) ClaimPlacement(ctx context.Context, ns, id, sessionID string) (store.Placement, error) {
+	p, _, err := s.LookupOrClaim(ctx, ns, id, sessionID)
+	return p, err
+}
+
+// LookupOrClaim implements store.Store: one critical section. A claim
+// invalidates the name for every reader, the caller included (memstore
+// does not know who cached what).
+func (s *Store) LookupOrClaim(ctx context.Context, ns, id, sessionID string) (store.Placement, bool, error) {
 	if sessionID == "" {
-		return store.Placement{}, errors.New("cannot claim: empty session id")
+		return store.Placement{}, false, errors.New("cannot claim: empty session id")
 	}
 	if err := s.begin(ctx); err != nil {
-		return store.Placement{}, err
+		return store.Placement{}, false, err
 	}
 	name := wire.PlacementName(ns, id)
 	if p := s.placements[name]; p.Session != "" {
 		s.mu.Unlock()
-		return p, nil
+		return p, false, nil
 	}
 	p := s.place(name, sessionID)
 	s.indexAdd(sessionID, ns, name)
 	s.mu.Unlock()
 	s.invalidate(store.Invalidation{Placement: name})
-	return p, nil
+	return p, true, nil
 }
 
 // Replace implements store.Store: ReplacePlacement's session.

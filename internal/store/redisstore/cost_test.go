@@ -40,48 +40,57 @@ func commandStats(t *testing.T, adm rueidis.Client) map[string]int64 {
 	return out
 }
 
-// TestClaimCommandCost measures what one winning claim of a fresh id costs
-// Redis, with the pinboard's restart fence on: the commands sent (EVALSHA:
-// the index add and the claim script in one pipeline, then the index add
-// again) and the commands those scripts run (the restart fence's INFO
-// server among them). The epoch adds three commands inside the claim script
-// (GET and SET of the counter, TIME) and no round trip.
-func TestClaimCommandCost(t *testing.T) {
+// TestPlaceCommandCost measures what LookupOrClaim costs Redis on a single
+// node, with the pinboard's restart fence on: one round trip (counted by a
+// tap between the store and Redis) of three commands, EVALSHA of the place
+// script, CLIENT CACHING YES and GET (the read Redis tracks); inside the
+// script, for a new id: GET of the placement, the restart fence's INFO
+// server, GET, TIME and SET of the epoch counter, SET of the placement,
+// HSETNX and HINCRBY of the session's index; for a placed id: the GET only.
+func TestPlaceCommandCost(t *testing.T) {
 	srv := redistest.Start(t)
 	adm := admin(t, srv)
-	s := open(t, Config{URL: srv.URL, RestartFence: time.Second})
-	defer s.Close()
+	tap := redistest.NewTap(t, srv.Addr)
+	s := openOneConn(t, Config{URL: tap.URL, RestartFence: time.Second}) // no connection opens mid-measure
 	ctx := context.Background()
 	if _, err := s.Register(ctx, store.Session{ID: "s1", ClientID: "c1", AdvertiseURL: "http://h", Namespaces: []string{"/n"}}, time.Minute); err != nil {
 		t.Fatal(err)
 	}
 	waitUptime(t, adm, 1)
-	if _, err := s.Claim(ctx, "/n", "warm", "s1"); err != nil { // loads the scripts
+	if _, err := s.Claim(ctx, "/n", "warm", "s1"); err != nil { // loads the script
 		t.Fatal(err)
 	}
-	before := commandStats(t, adm)
-	if h, err := s.Claim(ctx, "/n", "x", "s1"); h != "s1" || err != nil {
-		t.Fatalf("Claim = %q, %v", h, err)
-	}
-	after := commandStats(t, adm)
-	after["info"]-- // the INFO commandstats that read before (counted once it returned)
-	got := map[string]int64{}
-	var total int64
-	for k, v := range after {
-		if d := v - before[k]; d > 0 {
-			got[k] = d
-			total += d
+	measure := func(what string, wantClaimed bool, want map[string]int64) {
+		t.Helper()
+		tap.Reset()
+		before := commandStats(t, adm)
+		p, claimed, err := s.LookupOrClaim(ctx, "/n", "x", "s1")
+		if p.Session != "s1" || claimed != wantClaimed || err != nil {
+			t.Fatalf("%s: LookupOrClaim = %+v, %v, %v; want s1, claimed %v", what, p, claimed, err, wantClaimed)
+		}
+		after := commandStats(t, adm)
+		trips := tap.Trips()
+		after["info"]-- // the INFO commandstats that read before (counted once it returned)
+		got := map[string]int64{}
+		var total int64
+		for k, v := range after {
+			if d := v - before[k]; d > 0 && k != "ping" {
+				got[k] = d
+				total += d
+			}
+		}
+		var b strings.Builder
+		for _, k := range slices.Sorted(maps.Keys(got)) {
+			fmt.Fprintf(&b, " %s=%d", k, got[k])
+		}
+		t.Logf("%s: %d round trips, %d commands:%s", what, len(trips), total, b.String())
+		if len(trips) != 1 || !slices.Equal(trips[0].Names(), []string{"EVALSHA", "CLIENT CACHING", "GET"}) {
+			t.Errorf("%s: round trips %v; want one: EVALSHA, CLIENT CACHING YES, GET", what, trips)
+		}
+		if !maps.Equal(got, want) {
+			t.Errorf("%s: commands%s; want %v", what, b.String(), want)
 		}
 	}
-	var b strings.Builder
-	for _, k := range slices.Sorted(maps.Keys(got)) {
-		fmt.Fprintf(&b, " %s=%d", k, got[k])
-	}
-	t.Logf("one claim: %d commands:%s", total, b.String())
-	want := map[string]int64{"evalsha": 3, "hsetnx": 2, "hincrby": 1, "get": 2, "set": 2, "time": 1, "info": 1}
-	for k, v := range want {
-		if got[k] != v {
-			t.Errorf("%s: %d calls; want %d (got%s)", k, got[k], v, b.String())
-		}
-	}
+	measure("a new id", true, map[string]int64{"evalsha": 1, "client|caching": 1, "get": 3, "info": 1, "time": 1, "set": 2, "hsetnx": 1, "hincrby": 1})
+	measure("a placed id", false, map[string]int64{"evalsha": 1, "client|caching": 1, "get": 2})
 }

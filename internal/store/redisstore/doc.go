@@ -5,8 +5,13 @@
 // whose two keys (the placement and its epoch counter) share a hash tag and
 // so a slot, and the alarm scripts (alarms.go), whose keys all belong to one
 // alarm shard and share its hash tag {<shard>} (the layout is documented in
-// internal/wire/keys.go and the registry package doc). It needs Redis ≥ 6.2
-// (RESP3 client tracking, ZADD GT, SET GET, TIME in scripts).
+// internal/wire/keys.go and the registry package doc). On a single node
+// (a standalone Redis, or the primary Sentinel names; not a cluster:
+// rueidis's ClientMode) the claim script also indexes the
+// placement in the claiming session's index, a key of another slot; on a
+// cluster that index is written by its own script around the claim. It
+// needs Redis ≥ 6.2 (RESP3 client tracking, ZADD GT, SET GET, TIME in
+// scripts).
 //
 // # Operations
 //
@@ -22,13 +27,35 @@
 //     ZADD XX GT on pinned:w, and the take-all script on pinned:q:<cid>
 //     (LRANGE + DEL in one script: each message is handed out exactly once).
 //     Two round trips.
-//   - Claim: index add (HSETNX on pinned:o:<sid>) then the SET-NX script on
-//     pinned:p:<ns>/<id>, pipelined in one round trip (in order on a single
-//     node), so a crash can leave only a spurious index entry, never an
-//     unindexed placement (on a cluster the two keys may sit on different
-//     nodes and that ordering is best effort); an index add again after
-//     winning (see the race below); on losing, the index entry is removed
-//     unless the placement turned out to be ours. Two or three round trips.
+//   - LookupOrClaim and Claim, on a single node: one round trip of three
+//     commands, EVALSHA of the place script, CLIENT CACHING YES, GET of the
+//     placement. The script reads the placement and, when there is none
+//     (and the restart fence allows), writes it under a new epoch (SET NX
+//     semantics: first claim wins) and adds it to the session's index
+//     (HSETNX + HINCRBY on pinned:o:<sid>), atomically: an unindexed
+//     placement cannot exist. It returns {claimed, placement}. The GET
+//     after it is the read Redis tracks for this connection (OPTIN:
+//     CLIENT CACHING YES applies to the next command only), so the caller
+//     hears of every later change of the placement but not of the script's
+//     own write, and no other key the script touched (epoch counter,
+//     index) is tracked (a script run right after CLIENT CACHING YES would
+//     track all its keys, on Redis 7.0, and its own SET would invalidate
+//     them for the caller). The answer is the GET's value, the one tracking
+//     starts from; claimed only if it is what the script wrote. After
+//     NOSCRIPT the three are sent again with EVAL; that once, the first
+//     attempt's GET tracked the key before the script wrote it, and the
+//     caller hears of its own write.
+//   - LookupOrClaim and Claim, on a cluster: LookupOrClaim first reads the
+//     placement tracked (CLIENT CACHING YES, GET; one round trip) and stops
+//     there when there is one. The claim: index add (HSETNX on
+//     pinned:o:<sid>) then the place script (without the index) on
+//     pinned:p:{<ns>/<id>}, pipelined in one round trip (index first, so a
+//     crash leaves only a spurious index entry; the two keys may sit on
+//     different nodes, where that ordering is best effort); an index add
+//     again after winning (see the race below); on losing, the index entry
+//     is removed unless the placement turned out to be ours. Two or three
+//     round trips; the claim's write tells the caller of itself (it tracked
+//     the key by its read).
 //   - Epochs: the claim and replace scripts allocate the new placement's
 //     epoch in the same script, from its counter pinned:e:{<ns>/<id>}:
 //     max(counter + 1, replaced epoch + 1, TIME in µs) (wire.NextEpoch on
@@ -41,11 +68,15 @@
 //     epoch allocated before it.
 //   - Restart fence (Config.RestartFence > 0): the claim and replace scripts
 //     read the server's uptime (INFO server, inside the script, on the node
-//     that holds the placement) and refuse to write while it is below the
-//     fence: a Redis restarted without persistence has lost sessions whose
-//     workers may still serve under their leases. The refusal is
-//     store.ErrUnavailable wrapping ErrRestartFence (503 store +
-//     Retry-After at the proxy); the index entry is removed again.
+//     that holds the placement, only when about to write) and refuse to
+//     write while it is below the fence: a Redis restarted without
+//     persistence has lost sessions whose workers may still serve under
+//     their leases. The refusal is store.ErrUnavailable wrapping
+//     ErrRestartFence (503 store + Retry-After at the proxy); an existing
+//     placement is still answered; nothing is indexed (a pipelined index
+//     entry is removed again). The INFO costs Redis about 5 µs per claim; it
+//     stays, because nothing cheaper tells a restart apart (a marker key
+//     comes back with a stale RDB snapshot, LASTSAVE moves with every save).
 //   - Replace: index add and compare-and-set (one round trip), index add
 //     again, then the loser side (old session, or this one when the swap
 //     lost) is unindexed.
@@ -80,7 +111,8 @@
 //     beyond the cap); dead letters: one script per shard, pipelined.
 //   - Unindex is always "HDEL, then GET the placement, and index again if it
 //     names this session". Together with "index again after every winning
-//     write" this keeps the invariant "a placement naming session S is in
+//     write" (in the writing script itself for a claim on a single node)
+//     this keeps the invariant "a placement naming session S is in
 //     S's index" under any interleaving of a release and a re-claim of the
 //     same id by the same session (each pinboard's operations on one key are
 //     linearised by Redis; the last operation on the index field is always an
@@ -92,7 +124,8 @@
 // NamespaceSessions) read through rueidis DoCache in the default OPTIN
 // tracking mode: Redis tracks exactly the keys this client read, on the
 // connection that read them, and pushes an invalidation when one changes or
-// expires. BCAST was rejected because it sends every write of every matching
+// expires. LookupOrClaim does not fill rueidis's cache (its caller caches
+// the answer) but leaves the placement tracked the same way (above). BCAST was rejected because it sends every write of every matching
 // key to every connection of every pinboard, whether or not that pinboard
 // ever looked at the key: with the heartbeat rewriting every session hash
 // every few seconds and placements written at every activation, that is
@@ -118,9 +151,12 @@
 //
 // Read-your-own-write (rueidis #534, redis/redis#9422): the invalidation of a
 // key written through this client arrives after the write's reply, so a
-// DoCache read issued right after a write may return the old value. Claim and
-// Replace therefore return the resulting holder; callers never re-read a
-// placement to learn the outcome of their own write.
+// DoCache read issued right after a write may return the old value.
+// LookupOrClaim, Claim and Replace therefore return the resulting holder;
+// callers never re-read a placement to learn the outcome of their own
+// write. A write also invalidates the key for the writer's own connections
+// that tracked it (rueidis drops its entry): a placement read through
+// DoCache and then claimed is re-read by the next DoCache.
 //
 // # Connecting
 //
@@ -156,8 +192,9 @@
 // # What callers must not assume
 //
 //   - Claim does not check that the claiming session is live (that would
-//     need a second key in the same script); the proxy checks before it
-//     claims, and Reap or a later Replace cleans up after a late claim.
+//     need the session's key in the same script, which a cluster cannot
+//     have); the proxy checks before it claims, and Reap or a later Replace
+//     cleans up after a late claim.
 //   - PlacementCounts come from the index and may over-count after a crash
 //     between a claim's two steps.
 //   - Times are the pinboard's clock (Config.Clock); Redis expires keys by its

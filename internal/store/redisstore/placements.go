@@ -112,7 +112,9 @@ func (s *Store) Claim(ctx context.Context, ns, id, sessionID string) (string, er
 	return p.Session, err
 }
 
-// ClaimPlacement implements store.Store.
+// ClaimPlacement implements store.Store. On a single node it is
+// LookupOrClaim; on a cluster (and with the planted bug claim_no_nx) it
+// claims without reading first (claimApart).
 func (s *Store) ClaimPlacement(ctx context.Context, ns, id, sessionID string) (store.Placement, error) {
 	if sessionID == "" {
 		return store.Placement{}, errors.New("cannot claim: empty session id")
@@ -122,30 +124,121 @@ func (s *Store) ClaimPlacement(ctx context.Context, ns, id, sessionID string) (s
 		return store.Placement{}, err
 	}
 	name := wire.PlacementName(ns, id)
-	// Index first, claim second, in one round trip: Redis runs a pipeline
-	// in order on one node (see the package doc for cluster mode).
-	claim := scriptClaim
+	if s.apart(c) {
+		p, _, err := s.claimApart(ctx, c, ns, name, sessionID)
+		return p, err
+	}
+	p, _, err := s.place(ctx, c, ns, name, sessionID)
+	return p, err
+}
+
+// apart reports whether a claim must index apart from the claim script:
+// on a cluster, where the claiming session's index lives in another slot
+// than the placement; and with the planted bug claim_no_nx (pinned_faults
+// builds only), whose blind claim needs the read and the write apart, so
+// that two pinboards can both read "none" and both write.
+func (s *Store) apart(c rueidis.Client) bool {
+	return c.Mode() == rueidis.ClientModeCluster || faults.Has(faults.ClaimNoNX)
+}
+
+// LookupOrClaim implements store.Store. On a single node it is one script
+// in one round trip (place); on a cluster (apart), a tracked read and,
+// when there is no placement, claimApart.
+func (s *Store) LookupOrClaim(ctx context.Context, ns, id, sessionID string) (store.Placement, bool, error) {
+	if sessionID == "" {
+		return store.Placement{}, false, errors.New("cannot claim: empty session id")
+	}
+	c, err := s.get(ctx)
+	if err != nil {
+		return store.Placement{}, false, err
+	}
+	name := wire.PlacementName(ns, id)
+	if !s.apart(c) {
+		return s.place(ctx, c, ns, name, sessionID)
+	}
+	res := c.DoMulti(ctx, c.B().ClientCaching().Yes().Build(), c.B().Get().Key(wire.KeyPlacementName(name)).Build())
+	if err := res[0].Error(); err != nil {
+		return store.Placement{}, false, s.wrap(ctx, "placement", err)
+	}
+	v, err := res[1].ToString()
+	if err != nil && !rueidis.IsRedisNil(err) {
+		return store.Placement{}, false, s.wrap(ctx, "placement", err)
+	}
+	if v != "" {
+		p, err := parsePlacement(v)
+		return p, false, err
+	}
+	return s.claimApart(ctx, c, ns, name, sessionID)
+}
+
+// place runs scriptPlace on a single node and reads the placement back,
+// tracked (trackedAfter): the placement of name, claimed for sessionID and
+// indexed in the same script when there was none. One round trip (EVALSHA,
+// CLIENT CACHING YES, GET). The answer is the GET's, the value Redis
+// tracks from; claimed only when it is what the script wrote (another
+// client may have changed it in between: then its value is the answer).
+func (s *Store) place(ctx context.Context, c rueidis.Client, ns, name, sessionID string) (store.Placement, bool, error) {
+	keys := append(placementKeys(name), wire.KeyOwned(sessionID))
+	res, get := trackedAfter(ctx, c, scriptPlace.with(keys, sessionID, s.fenceSeconds, i64(s.clock.Now().UnixMilli()), s.epochTTL,
+		name, wire.OwnedCountPrefix+ns), wire.KeyPlacementName(name))
+	written, claimed, err := s.placeReply(ctx, res)
+	if err != nil {
+		return store.Placement{}, false, err
+	}
+	v, err := get.ToString()
+	if err != nil && !rueidis.IsRedisNil(err) {
+		return store.Placement{}, false, s.wrap(ctx, "placement", err)
+	}
+	p, err := parsePlacement(v)
+	return p, claimed && p == written, err
+}
+
+// placeReply decodes scriptPlace's {claimed, placement}.
+func (s *Store) placeReply(ctx context.Context, res rueidis.RedisResult) (store.Placement, bool, error) {
+	arr, err := res.ToArray()
+	if err != nil {
+		return store.Placement{}, false, s.fenced(ctx, "claim", err)
+	}
+	if len(arr) != 2 {
+		return store.Placement{}, false, fmt.Errorf("redisstore: claim: unexpected reply of %d elements", len(arr))
+	}
+	claimed, _ := arr[0].AsInt64()
+	v, err := arr[1].ToString()
+	if err != nil {
+		return store.Placement{}, false, s.wrap(ctx, "claim", err)
+	}
+	p, err := parsePlacement(v)
+	return p, claimed == 1, err
+}
+
+// claimApart claims name for sessionID on a cluster, where the session's
+// index and the placement live in different slots: the index add and
+// scriptPlace (without the index) in one pipeline (index first: a crash
+// leaves a spurious index entry, never an unindexed placement; across
+// nodes that order is best effort), then, after a win, the index add again
+// (see the package doc's race); after a loss, the index entry is removed
+// unless the placement turned out to be ours. Two or three round trips.
+// The claim is not tracked: the write tells this client of itself when it
+// read the placement before, and the next read tracks it again.
+func (s *Store) claimApart(ctx context.Context, c rueidis.Client, ns, name, sessionID string) (store.Placement, bool, error) {
+	claim := scriptPlace
 	if faults.Has(faults.ClaimNoNX) {
-		claim = scriptClaimBlind // planted bug (pinned_faults builds only)
+		claim = scriptPlaceBlind // planted bug (pinned_faults builds only)
 	}
 	res := pipeline(ctx, c,
 		scriptIndexAdd.with([]string{wire.KeyOwned(sessionID)}, name, wire.OwnedCountPrefix+ns),
 		claim.with(placementKeys(name), sessionID, s.fenceSeconds, i64(s.clock.Now().UnixMilli()), s.epochTTL))
 	if err := res[0].Error(); err != nil {
-		return store.Placement{}, s.wrap(ctx, "index", err)
+		return store.Placement{}, false, s.wrap(ctx, "index", err)
 	}
-	v, err := res[1].ToString()
+	p, claimed, err := s.placeReply(ctx, res[1])
 	if err != nil {
-		return store.Placement{}, errors.Join(s.fenced(ctx, "claim", err), s.unindex(ctx, c, sessionID, ns, name))
-	}
-	p, err := parsePlacement(v)
-	if err != nil {
-		return p, err
+		return store.Placement{}, false, errors.Join(err, s.unindex(ctx, c, sessionID, ns, name))
 	}
 	if p.Session == sessionID {
-		return p, s.indexAdd(ctx, c, sessionID, ns, name)
+		return p, claimed, s.indexAdd(ctx, c, sessionID, ns, name)
 	}
-	return p, s.unindex(ctx, c, sessionID, ns, name)
+	return p, claimed, s.unindex(ctx, c, sessionID, ns, name)
 }
 
 // Replace implements store.Store: ReplacePlacement's session.

@@ -31,11 +31,18 @@ func admin(t *testing.T, srv *redistest.Server) rueidis.Client {
 	return c
 }
 
-func open(t *testing.T, cfg Config) *Store {
+func open(t *testing.T, cfg Config) *Store { return openWith(t, cfg, nil) }
+
+// openWith is open with tweak applied to the store's rueidis options
+// before it connects.
+func openWith(t *testing.T, cfg Config, tweak func(*rueidis.ClientOption)) *Store {
 	t.Helper()
 	s, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if tweak != nil {
+		tweak(&s.opt)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -421,12 +428,18 @@ func TestRestartFence(t *testing.T) {
 // uptime reads the server's uptime_in_seconds.
 func uptime(t *testing.T, adm rueidis.Client) int64 {
 	t.Helper()
+	return infoInt(t, adm, "server", "uptime_in_seconds")
+}
+
+// infoInt reads one integer field of an INFO section.
+func infoInt(t *testing.T, adm rueidis.Client, section, field string) int64 {
+	t.Helper()
 	// Around a restart of the server a command may fail on a dead
 	// connection while the client reconnects.
 	var info string
 	var err error
 	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		info, err = adm.Do(context.Background(), adm.B().Info().Section("server").Build()).ToString()
+		info, err = adm.Do(context.Background(), adm.B().Info().Section(section).Build()).ToString()
 		if err == nil {
 			break
 		}
@@ -435,7 +448,7 @@ func uptime(t *testing.T, adm rueidis.Client) int64 {
 		}
 	}
 	for _, l := range strings.Split(info, "\r\n") {
-		if v, ok := strings.CutPrefix(l, "uptime_in_seconds:"); ok {
+		if v, ok := strings.CutPrefix(l, field+":"); ok {
 			n, err := strconv.ParseInt(v, 10, 64)
 			if err != nil {
 				t.Fatal(err)
@@ -443,7 +456,7 @@ func uptime(t *testing.T, adm rueidis.Client) int64 {
 			return n
 		}
 	}
-	t.Fatal("no uptime_in_seconds")
+	t.Fatalf("no %s in INFO %s", field, section)
 	return 0
 }
 

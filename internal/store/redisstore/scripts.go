@@ -16,6 +16,7 @@ import (
 type script struct {
 	*rueidis.Lua
 	sha string
+	src string
 }
 
 // call is one pipelined invocation of a script.
@@ -44,11 +45,40 @@ func pipeline(ctx context.Context, c rueidis.Client, calls ...call) []rueidis.Re
 	return res
 }
 
+// trackedAfter runs one script and then reads key with CLIENT CACHING YES
+// and GET, all three in one round trip on one connection: Redis tracks key
+// for this connection from the GET on (OPTIN: the flag applies to the next
+// command only), so the caller is told of every later change and not of
+// the script's own writes, and no other key the script touched is
+// tracked. The GET's reply, not the script's, is what the caller may cache:
+// it is the value tracking started from. A script that finds itself
+// missing (NOSCRIPT) is sent again by EVAL in the same shape, never
+// untracked. It returns the script's reply and the GET's.
+func trackedAfter(ctx context.Context, c rueidis.Client, x call, key string) (script, get rueidis.RedisResult) {
+	res := c.DoMulti(ctx,
+		c.B().Evalsha().Sha1(x.s.sha).Numkeys(int64(len(x.keys))).Key(x.keys...).Arg(x.args...).Build(),
+		c.B().ClientCaching().Yes().Build(),
+		c.B().Get().Key(key).Build())
+	if e, ok := rueidis.IsRedisErr(res[0].Error()); ok && e.IsNoScript() {
+		res = c.DoMulti(ctx,
+			c.B().Eval().Script(x.s.src).Numkeys(int64(len(x.keys))).Key(x.keys...).Arg(x.args...).Build(),
+			c.B().ClientCaching().Yes().Build(),
+			c.B().Get().Key(key).Build())
+	}
+	if err := res[1].Error(); err != nil {
+		// Not tracked: the GET's answer must not be cached.
+		return res[0], res[1]
+	}
+	return res[0], res[2]
+}
+
 // lua builds a script, substituting the session hash field names from wire
 // (written {cid}, {sup}, ... in the source) so the key schema has one source
 // of truth. Every script touches exactly KEYS[1], except the placement
 // scripts, which also touch KEYS[2], the placement's epoch counter (same
-// hash tag, same cluster slot).
+// hash tag, same cluster slot), and scriptPlace on a single node, which
+// also indexes the placement in the claiming session's index (KEYS[3]: a
+// different slot, so never on a cluster).
 func lua(src string) *script {
 	r := strings.NewReplacer(
 		"{cid}", wire.FieldClientID,
@@ -65,7 +95,7 @@ func lua(src string) *script {
 	)
 	src = r.Replace(src)
 	sum := sha1.Sum([]byte(src))
-	return &script{Lua: rueidis.NewLuaScript(src), sha: hex.EncodeToString(sum[:])}
+	return &script{Lua: rueidis.NewLuaScript(src), sha: hex.EncodeToString(sum[:]), src: src}
 }
 
 // restartFence is the Lua prelude of the placement writes: the server's
@@ -198,23 +228,30 @@ redis.call('LTRIM', KEYS[1], -tonumber(ARGV[2]), -1)
 redis.call('PEXPIRE', KEYS[1], ARGV[3])
 return 1`)
 
-	// KEYS[1] placement, KEYS[2] its epoch counter; ARGV[1] session id,
-	// ARGV[2] restart fence in seconds (0: none), ARGV[3] now (unix ms),
-	// ARGV[4] epoch TTL ms. SET NX under a new epoch that returns the
-	// placement afterwards ("<epoch> <since> <session>"); refused with a
-	// PINNEDFENCE error while the server is younger than the fence.
-	scriptClaim = lua(restartFence + placementFns + `
+	// KEYS[1] placement, KEYS[2] its epoch counter, KEYS[3] (on a single
+	// node only) the claiming session's index; ARGV[1] session id, ARGV[2]
+	// restart fence in seconds (0: none), ARGV[3] now (unix ms), ARGV[4]
+	// epoch TTL ms, ARGV[5] placement name and ARGV[6] namespace count
+	// field (the index entry). Lookup, or SET NX under a new epoch: returns
+	// {1, placement} when it wrote the placement ("<epoch> <since>
+	// <session>", and indexed it when given KEYS[3]), {0, placement} when
+	// one existed (nothing written); refused with a PINNEDFENCE error while
+	// the server is younger than the fence.
+	scriptPlace = lua(restartFence + placementFns + `
 local v = redis.call('GET', KEYS[1])
-if v then return v end
+if v then return {0, v} end
 if fenced(ARGV[2]) then return redis.error_reply('PINNEDFENCE ' .. uptime()) end
 v = nextEpoch(KEYS[2], 0, ARGV[4]) .. ' ' .. ARGV[3] .. ' ' .. ARGV[1]
 redis.call('SET', KEYS[1], v)
-return v`)
+if KEYS[3] and redis.call('HSETNX', KEYS[3], ARGV[5], '1') == 1 then
+  redis.call('HINCRBY', KEYS[3], ARGV[6], 1)
+end
+return {1, v}`)
 
 	// KEYS[1] placement, KEYS[2] its epoch counter; ARGV[1] old, ARGV[2]
 	// new, ARGV[3] restart fence in seconds, ARGV[4] now (unix ms), ARGV[5]
 	// epoch TTL ms. Compare-and-set under a new epoch that returns the
-	// placement afterwards ("" for none); refused like scriptClaim while the
+	// placement afterwards ("" for none); refused like scriptPlace while the
 	// server is too young.
 	scriptReplace = lua(restartFence + placementFns + `
 local v = redis.call('GET', KEYS[1])
@@ -226,17 +263,18 @@ redis.call('SET', KEYS[1], v)
 return v`)
 
 	// The planted bugs faults.ClaimNoNX and faults.ReplaceNoCompare
-	// (pinned_faults builds only): the placement writes of scriptClaim and
-	// scriptReplace, same keys, arguments, fence and epochs, without their
-	// check (claim without NX, replace without the compare).
-	scriptClaimBlind = lua(restartFence + placementFns + `
+	// (pinned_faults builds only): the placement writes of scriptPlace (as
+	// claimApart runs it: no index key) and scriptReplace, same keys,
+	// arguments, fence and epochs, without their check (claim without NX,
+	// replace without the compare).
+	scriptPlaceBlind = lua(restartFence + placementFns + `
 if fenced(ARGV[2]) then return redis.error_reply('PINNEDFENCE ' .. uptime()) end
 local v = redis.call('GET', KEYS[1])
 local e = 0
 if v then e = epochOf(v) end
 v = nextEpoch(KEYS[2], e, ARGV[4]) .. ' ' .. ARGV[3] .. ' ' .. ARGV[1]
 redis.call('SET', KEYS[1], v)
-return v`)
+return {1, v}`)
 	scriptReplaceBlind = lua(restartFence + placementFns + `
 if fenced(ARGV[3]) then return redis.error_reply('PINNEDFENCE ' .. uptime()) end
 local v = redis.call('GET', KEYS[1])

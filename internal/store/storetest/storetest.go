@@ -114,6 +114,8 @@ func Run(t *testing.T, newHarness NewHarness) {
 		{"PushExactlyOnceUnderConcurrentHeartbeats", testPushConcurrent},
 		{"ClaimFirstWins", testClaim},
 		{"ClaimConcurrentOneWinner", testClaimConcurrent},
+		{"LookupOrClaimReadsOrClaims", testLookupOrClaim},
+		{"LookupOrClaimConcurrentOneClaims", testLookupOrClaimConcurrent},
 		{"ReplaceComparesAndSets", testReplace},
 		{"ReleaseComparesAndDeletes", testRelease},
 		{"EpochsStrictlyIncrease", testEpochs},
@@ -525,6 +527,91 @@ func testClaimConcurrent(t *testing.T, h Harness, _ *Invalidations) {
 	}
 }
 
+// testLookupOrClaim: the placement when there is one (nothing written,
+// nothing indexed), a claim under a new epoch when there is none.
+func testLookupOrClaim(t *testing.T, h Harness, _ *Invalidations) {
+	register(t, h, sess("s1", "c1", "http://h1", "/a"))
+	register(t, h, sess("s2", "c2", "http://h2", "/a"))
+	p1, claimed, err := h.Store.LookupOrClaim(bg, "/a", "x", "s1")
+	if !claimed {
+		t.Fatalf("LookupOrClaim of a new id = %+v, claimed %v, %v; want claimed", p1, claimed, err)
+	}
+	p1 = mustPlace(t, "LookupOrClaim of a new id", store.Placement{}, p1, err, "s1")
+	lookup(t, h, "/a", "x", p1)
+	for _, sid := range []string{"s2", "s1"} {
+		p, claimed, err := h.Store.LookupOrClaim(bg, "/a", "x", sid)
+		if err != nil || claimed || p.Session != "s1" || p.Epoch != p1.Epoch || !p.Since.Equal(p1.Since) {
+			t.Fatalf("LookupOrClaim by %s of a placed id = %+v, claimed %v, %v; want %+v unchanged", sid, p, claimed, err, p1)
+		}
+	}
+	lookup(t, h, "/a", "x", p1)
+	if c, _ := h.Store.PlacementCounts(bg, "s1"); c["/a"] != 1 {
+		t.Fatalf("PlacementCounts(s1) = %v; want /a: 1", c)
+	}
+	if c, _ := h.Store.PlacementCounts(bg, "s2"); c["/a"] != 0 {
+		t.Fatalf("PlacementCounts(s2) = %v; want /a: 0 (finding s1's placement indexes nothing)", c)
+	}
+	if ok, err := h.Store.Release(bg, "/a", "x", "s1"); !ok || err != nil {
+		t.Fatalf("Release = %v, %v", ok, err)
+	}
+	p2, claimed, err := h.Store.LookupOrClaim(bg, "/a", "x", "s2")
+	if !claimed {
+		t.Fatalf("LookupOrClaim after the release = %+v, claimed %v, %v; want claimed", p2, claimed, err)
+	}
+	mustPlace(t, "LookupOrClaim after the release", p1, p2, err, "s2")
+	if c, _ := h.Store.PlacementCounts(bg, "s2"); c["/a"] != 1 {
+		t.Fatalf("PlacementCounts(s2) = %v; want /a: 1", c)
+	}
+	if _, _, err := h.Store.LookupOrClaim(bg, "/a", "y", ""); err == nil {
+		t.Fatal("LookupOrClaim with an empty session succeeded")
+	}
+}
+
+// testLookupOrClaimConcurrent: of concurrent calls for one new id exactly
+// one claims, and all answer its placement.
+func testLookupOrClaimConcurrent(t *testing.T, h Harness, _ *Invalidations) {
+	const n = 16
+	got := make([]store.Placement, n)
+	claims := make([]bool, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			p, claimed, err := h.Store.LookupOrClaim(bg, "/a", "race", fmt.Sprintf("s%d", i))
+			if err != nil {
+				t.Error(err)
+			}
+			got[i], claims[i] = p, claimed
+		})
+	}
+	wg.Wait()
+	winners := 0
+	for i, p := range got {
+		if p.Session == "" || p.Session != got[0].Session || p.Epoch != got[0].Epoch || !p.Since.Equal(got[0].Since) {
+			t.Fatalf("concurrent calls returned %+v; want one placement for all", got)
+		}
+		if claims[i] {
+			winners++
+			if p.Session != fmt.Sprintf("s%d", i) {
+				t.Fatalf("call %d claimed, but the placement is %+v", i, p)
+			}
+		}
+	}
+	if winners != 1 {
+		t.Fatalf("%d calls claimed; want exactly one", winners)
+	}
+	lookup(t, h, "/a", "race", got[0])
+	if c, _ := h.Store.PlacementCounts(bg, got[0].Session); c["/a"] != 1 {
+		t.Fatalf("winner's PlacementCounts = %v; want /a: 1", c)
+	}
+	for i := range n {
+		if id := fmt.Sprintf("s%d", i); id != got[0].Session {
+			if c, _ := h.Store.PlacementCounts(bg, id); c["/a"] != 0 {
+				t.Fatalf("loser %s PlacementCounts = %v; want /a: 0", id, c)
+			}
+		}
+	}
+}
+
 func testReplace(t *testing.T, h Harness, _ *Invalidations) {
 	if w, _ := h.Store.Replace(bg, "/a", "x", "s1", "s2"); w != "" {
 		t.Fatalf("Replace of a missing placement = %q; want none", w)
@@ -563,12 +650,24 @@ func mustPlace(t *testing.T, what string, after store.Placement, p store.Placeme
 	return p
 }
 
-// lookup reads a placement and requires it to equal want.
+// lookup reads a placement and requires it to equal want. A store whose
+// reads are served from a client-side cache refreshed by asynchronous
+// invalidations (Redis: a read right after a write made through another
+// connection may still be served the old value until that connection has
+// processed the write's invalidation, see the store package doc) is given
+// up to 5 s to read it.
 func lookup(t *testing.T, h Harness, ns, id string, want store.Placement) {
 	t.Helper()
-	got, err := h.Store.Lookup(bg, ns, id)
-	if err != nil || !got.Since.Equal(want.Since) || got.Session != want.Session || got.Epoch != want.Epoch {
-		t.Fatalf("Lookup(%s, %s) = %+v, %v; want %+v", ns, id, got, err, want)
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		got, err := h.Store.Lookup(bg, ns, id)
+		if err == nil && got.Since.Equal(want.Since) && got.Session == want.Session && got.Epoch == want.Epoch {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Lookup(%s, %s) = %+v, %v; want %+v", ns, id, got, err, want)
+		}
+		time.Sleep(time.Millisecond) // polling a cache an asynchronous invalidation refreshes
 	}
 }
 
@@ -790,6 +889,8 @@ func testInvalidatePlacement(t *testing.T, h Harness, inv *Invalidations) {
 	step("claim", func() { h.Store.Claim(bg, "/a", "x", "s1") })
 	step("replace", func() { h.Store.Replace(bg, "/a", "x", "s1", "s2") })
 	step("release", func() { h.Store.Release(bg, "/a", "x", "s2") })
+	step("lookup-or-claim", func() { h.Store.LookupOrClaim(bg, "/a", "x", "s1") })
+	step("release again", func() { h.Store.Release(bg, "/a", "x", "s1") })
 	register(t, h, sess("s3", "c3", "http://h3", "/a"))
 	h.Store.Claim(bg, "/a", "x", "s3")
 	step("reap", func() {
