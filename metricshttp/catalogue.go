@@ -75,7 +75,7 @@ var catalogue = []Family{
 	{"pinned_proxy_handovers_total", "counter", "", "proxy", "client connections the event loops handed to the fasthttp path (a request they do not serve: HTTP/1.0, a chunked or large body, Expect, absolute-form, /registry, a head they leave to fasthttp's parser)"},
 	{"pinned_placement_miss_duration_seconds", "histogram", "", "placement", "one cache miss resolved from the store (single-flight leader)"},
 	{"pinned_placement_shared_misses_total", "counter", "", "placement", "misses that waited for another request's store read"},
-	{"pinned_placement_claims_total", "counter", "result", "placement", "new placements by SET NX: won, lost (another pinboard placed it first)"},
+	{"pinned_placement_claims_total", "counter", "result", "placement", "new placements by SET NX: won (written by this pinboard), lost (a claim after a read that found none, beaten by another pinboard; a miss's first read-or-claim that finds the id placed counts as neither)"},
 	{"pinned_placement_replaces_total", "counter", "result", "placement", "placements moved off a dead session: won, lost"},
 	{"pinned_placement_no_worker_total", "counter", "", "placement", "misses with no live worker for the namespace (503)"},
 	{"pinned_placement_store_errors_total", "counter", "", "placement", "store (Redis) errors while resolving"},

@@ -32,6 +32,10 @@ const (
 	// check whether their WebSocket tunnels must close (above the proxy's
 	// default tunnel cap, so that a reconnect can re-check every one).
 	DefaultMaxTunnelChecks = 16 << 10
+	// DefaultMaxRefusedNames bounds the names whose route the proxy
+	// refused (Refused) that wait for their next miss, which re-reads the
+	// placement through the store's client-side cache.
+	DefaultMaxRefusedNames = 16 << 10
 )
 
 // maxRounds bounds the claim/replace rounds of one miss: each lost round
@@ -63,6 +67,10 @@ type Config struct {
 	SweepInterval time.Duration
 	// MaxTunnelChecks: DefaultMaxTunnelChecks.
 	MaxTunnelChecks int
+	// MaxRefusedNames: DefaultMaxRefusedNames. Beyond it (names refused
+	// within CacheTTL and not asked for since), a refused name's next miss
+	// is an ordinary one: a LookupOrClaim round trip.
+	MaxRefusedNames int
 	// OnMoved, when set, is called by Run after it read the holder of a
 	// watched placement name (Watch) that was invalidated or just watched:
 	// holder is the session holding name now ("" for nobody), and the
@@ -90,7 +98,7 @@ func (c *Config) setDefaults() error {
 	if c.Store == nil {
 		return ErrNoStore
 	}
-	if c.Lease < 0 || c.CacheTTL < 0 || c.ResolveTimeout < 0 || c.SweepInterval < 0 || c.MaxTunnelChecks < 0 {
+	if c.Lease < 0 || c.CacheTTL < 0 || c.ResolveTimeout < 0 || c.SweepInterval < 0 || c.MaxTunnelChecks < 0 || c.MaxRefusedNames < 0 {
 		return errors.New("placement: Config durations and limits must not be negative (zero means the default)")
 	}
 	if c.Lease == 0 {
@@ -113,6 +121,9 @@ func (c *Config) setDefaults() error {
 	}
 	if c.MaxTunnelChecks == 0 {
 		c.MaxTunnelChecks = DefaultMaxTunnelChecks
+	}
+	if c.MaxRefusedNames == 0 {
+		c.MaxRefusedNames = DefaultMaxRefusedNames
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()

@@ -47,18 +47,31 @@
 //     Redis, read through the client-side cache). None: ErrNoWorker (503
 //     no_worker), without reading the placement, so requests for
 //     namespaces nobody serves cost Redis nothing.
-//  3. Placement(ns, id): the holder, or "".
-//  4. No holder: choose a session (below) and Claim (SET NX). The reply
-//     names the holder afterwards, ours or the winner's of a concurrent
-//     claim from any pinboard: the result is taken from the reply and never
-//     re-read, because a cached read right after one's own write can be
-//     stale (rueidis#534: the invalidation trails the reply).
-//  5. A holder among the live sessions: its route. A holder not among
-//     them: Session(holder) decides. Still there (the namespace list
-//     lagged): its route. Gone (store.ErrUnknownSession: its lease ran
-//     out in the store): the session is forgotten and the placement is taken
-//     over with Replace (compare-and-set from the dead session), again
-//     taking the holder from the reply. Lost races loop, at most four
+//  3. The session a new placement would go to is chosen first (below),
+//     then LookupOrClaim(ns, id, that session) reads the placement and,
+//     when nobody holds the id, claims it for that session (SET NX under a
+//     new epoch) in the same store call: on Redis one round trip, which
+//     leaves the placement tracked for this pinboard (a later change reaches
+//     OnInvalidate) without telling it of its own claim, so a cold
+//     activation costs one round trip and its route stays cached
+//     (cost_test.go pins both). The result is taken from the reply and
+//     never re-read, because a cached read right after one's own write can
+//     be stale (rueidis#534). The placement is only read instead (Lookup,
+//     through the store's client-side cache) when the proxy refused the
+//     name's route since its last miss (Refused: a dead or fenced holder's
+//     ids are asked for again and again until its session expires, and
+//     each such re-read then costs no round trip; at most MaxRefusedNames
+//     such names wait), or when no session may take a new id (all
+//     draining, say) but a holder may still serve it.
+//  4. Claimed: the chosen session's route. Another holder (placed
+//     already, or just now by a concurrent claim from any pinboard) among
+//     the live sessions: its route.
+//  5. A holder not among them: Session(holder) decides. Still there (the
+//     namespace list lagged): its route. Gone (store.ErrUnknownSession: its
+//     lease ran out in the store): the session is forgotten and the
+//     placement is taken over with Replace (compare-and-set from the dead
+//     session), again taking the holder from the reply; a placement gone by
+//     then is claimed with LookupOrClaim. Lost races loop, at most four
 //     rounds.
 //  6. placecache.Put with the token of step 1: refused if any invalidation
 //     touched the name's shard since (the second-level-cache race: a value
@@ -81,8 +94,8 @@
 // session since that heartbeat, so a burst of new ids spreads instead of
 // herding onto the worker that looked roomiest. A worker that reports
 // headroom 0 thus gets no new placement while another eligible worker has
-// room. Claim does not check that the chosen session is still
-// live: a session that expires between NamespaceSessions and Claim ends up
+// room. A claim does not check that the chosen session is still
+// live: a session that expires between NamespaceSessions and the claim ends up
 // holding the placement; its host (gone, or fenced) fails the requests, the
 // proxy calls Refused, and the next miss finds the session gone and
 // replaces the placement.
@@ -128,12 +141,13 @@
 //
 // The cache TTL (CacheTTL, at most the lease) is the safety net for a lost
 // invalidation; each hot placement is therefore re-read once per TTL (on
-// Redis usually a client-side cache hit for the sessions, one GET for the
-// placement). The TTL counts from the server's answer, not from the last
-// read of a cache: a placement the store served from its own client-side
-// cache (store.CachedPlacements) is kept only until that cache would ask the
-// server again, so the two caches together never serve a value longer than
-// one TTL after Redis last confirmed it.
+// Redis usually a client-side cache hit for the sessions, one round trip of
+// LookupOrClaim for the placement). The TTL counts from the server's
+// answer, not from the last read of a cache: LookupOrClaim always asks the
+// server, and a placement the store served from its own client-side cache
+// (the read-only path: store.CachedLookups) is kept only until that cache
+// would ask the server again, so the two caches together never serve a
+// value longer than one TTL after Redis last confirmed it.
 //
 // # Invariants
 //
@@ -146,7 +160,7 @@
 //   - A value is cached only from a store read that began after the last
 //     invalidation of its cache shard; no entry is served past CacheTTL
 //     after Redis (or memstore) last answered for it.
-//   - A placement is written only by Claim (SET NX) and Replace
+//   - A placement is written only by LookupOrClaim (SET NX) and Replace
 //     (compare-and-set from a session the store reported gone); the resolver
 //     never deletes or overwrites a live session's placement.
 //   - A session found gone is forgotten (its record, not the routes cached
@@ -159,10 +173,11 @@
 //     (the proxy reports the failure with Refused and re-resolves);
 //   - that OnMoved means the holder changed: it reports the holder after
 //     every check of a watched name, spurious invalidations included;
-//   - that pinned_placement_claims_total{result="won"} counts claims this
-//     pinboard won: it counts claims after which the chosen session holds the
-//     placement, which another pinboard may have claimed for the same
-//     session first;
+//   - that pinned_placement_claims_total{result="lost"} counts every race
+//     for a new id this pinboard lost: a miss's first LookupOrClaim that
+//     finds the id placed (by another pinboard a moment before, or long
+//     ago) is a read, counted nowhere; "won" counts exactly the placements
+//     this pinboard wrote;
 //   - that ids placed on a worker between the start of its drain and the
 //     heartbeat reporting it move away before the worker's session ends:
 //     the host answers 503 draining for them, and only the holder's release

@@ -239,6 +239,11 @@ type env struct {
 	srv  *redistest.Server // redis only
 	adm  rueidis.Client    // redis only: an untracked client for poking Redis
 	st   store.Store       // the registry's view: registrations, heartbeats
+	// pinboardURL, when set, is the Redis URL pinboards connect to (a
+	// redistest.Tap in front of srv); the registry's view uses srv.
+	pinboardURL string
+	// fence is the pinboards' redisstore.Config.RestartFence (0: none).
+	fence time.Duration
 
 	seq atomic.Int64
 }
@@ -266,7 +271,7 @@ func newEnv(t *testing.T, kind string) *env {
 		t.Cleanup(m.Close)
 	case "redis":
 		e.srv = redistest.Start(t)
-		e.st = e.redisStore(t, store.Options{})
+		e.st = e.redisStore(t, e.srv.URL, 0, store.Options{})
 		c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{e.srv.Addr}, DisableCache: true, ForceSingleClient: true})
 		if err != nil {
 			t.Fatal(err)
@@ -277,9 +282,9 @@ func newEnv(t *testing.T, kind string) *env {
 	return e
 }
 
-func (e *env) redisStore(t *testing.T, opts store.Options) *redisstore.Store {
+func (e *env) redisStore(t *testing.T, url string, fence time.Duration, opts store.Options) *redisstore.Store {
 	t.Helper()
-	s, err := redisstore.New(redisstore.Config{Options: opts, URL: e.srv.URL, CacheTTL: e.lease, Logger: discard()})
+	s, err := redisstore.New(redisstore.Config{Options: opts, URL: url, CacheTTL: e.lease, RestartFence: fence, Logger: discard()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -373,7 +378,11 @@ func (e *env) pinboard(mutate func(*placement.Config), wrap func(store.Store) st
 		e.inv.add(onInv)
 		cfg.Clock = e.fake
 	case "redis":
-		pb.st = e.redisStore(t, store.Options{OnInvalidate: onInv})
+		url := e.srv.URL
+		if e.pinboardURL != "" {
+			url = e.pinboardURL
+		}
+		pb.st = e.redisStore(t, url, e.fence, store.Options{OnInvalidate: onInv})
 	}
 	cfg.Store = pb.st
 	if wrap != nil {

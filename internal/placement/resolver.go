@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -45,6 +46,9 @@ type Resolver struct {
 	flights  map[string]*flight  // misses in progress, by placement name
 	sessions map[string]*session // worker sessions handed to the proxy, by id
 	unusable map[string]struct{} // sessions whose advertise URL the proxy cannot use
+	// refused holds the placement names whose route the proxy refused
+	// (Refused), with when, until their next miss takes them (recheck).
+	refused map[string]clock.Instant
 
 	checksMu sync.Mutex
 	checks   map[string]struct{} // placement names whose tunnels Run must check
@@ -104,6 +108,7 @@ func New(cfg Config) (*Resolver, error) {
 		flights:  make(map[string]*flight),
 		sessions: make(map[string]*session),
 		unusable: make(map[string]struct{}),
+		refused:  make(map[string]clock.Instant),
 		checks:   make(map[string]struct{}),
 		watched:  make(map[string]int),
 		wake:     make(chan struct{}, 1),
@@ -157,8 +162,9 @@ func (r *Resolver) Resolve(ctx context.Context, name []byte) (proxy.Route, error
 // reached. The cached route is dropped if it still names rt's session, so
 // the next Resolve consults the store, which either confirms the holder (the
 // 503 reaches the client) or finds its session gone and places the instance
-// elsewhere. The session is also passed over for new placements for
-// AvoidFor. Refused does no I/O.
+// elsewhere. That next miss reads the placement through the store's
+// client-side cache (see recheck). The session is also passed over for new
+// placements for AvoidFor. Refused does no I/O.
 func (r *Resolver) Refused(name []byte, rt proxy.Route) {
 	r.m.invalidates.Inc()
 	r.cache.InvalidateIf(name, func(v proxy.Route) bool { return v.Session == rt.Session })
@@ -170,7 +176,52 @@ func (r *Resolver) Refused(name []byte, rt proxy.Route) {
 	if s := r.sessions[rt.Session.ID]; s != nil && s.s == rt.Session {
 		s.refused = now
 	}
+	r.noteRefusedLocked(string(name), now)
 	r.mu.Unlock()
+}
+
+// noteRefusedLocked remembers that name's route was refused at now, for
+// its next miss (recheck); r.mu is held. When MaxRefusedNames are
+// remembered already, a few of them are probed and one older than CacheTTL
+// (refused, then never asked for again) makes room; else name is not
+// remembered and its next miss is an ordinary one.
+func (r *Resolver) noteRefusedLocked(name string, now clock.Instant) {
+	if _, ok := r.refused[name]; !ok && len(r.refused) >= r.cfg.MaxRefusedNames {
+		const probes = 8
+		n := 0
+		for k, at := range r.refused {
+			if now.Sub(at) >= r.cfg.CacheTTL {
+				delete(r.refused, k)
+				break
+			}
+			if n++; n == probes {
+				return
+			}
+		}
+		if len(r.refused) >= r.cfg.MaxRefusedNames {
+			return
+		}
+	}
+	r.refused[name] = now
+}
+
+// recheck reports whether the proxy refused key's route within CacheTTL
+// and forgets it: that miss reads the placement through the store's
+// client-side cache rather than LookupOrClaim. The requests for a dead or
+// fenced worker's ids are refused again and again until its session
+// expires in the store; each such re-read then costs no Redis round trip
+// (the first fills the client-side cache, which Redis keeps current), and
+// the claim that LookupOrClaim saves a round trip for is not expected: the
+// name was placed a moment ago.
+func (r *Resolver) recheck(key string) bool {
+	now := r.clock.Now()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	at, ok := r.refused[key]
+	if ok {
+		delete(r.refused, key)
+	}
+	return ok && now.Sub(at) < r.cfg.CacheTTL
 }
 
 // OnInvalidate receives the store's invalidations (store.Options.OnInvalidate,
@@ -293,35 +344,54 @@ func (r *Resolver) load(key string, name []byte) (proxy.Route, error) {
 		// nothing beyond the cached membership read.
 		return proxy.Route{}, r.noWorker(ns)
 	}
-	pl, until, err := r.readPlacement(ctx, ns, id)
-	if err != nil {
+	var (
+		pl    store.Placement
+		until time.Time
+		c     string
+		sess  *proxy.Session
+		claim bool // c may take the id: read or claim in one step
+	)
+	if !r.recheck(key) {
+		c, sess, claim = r.candidate(live)
+	}
+	if claim {
+		// The session a new placement would go to is chosen before the
+		// read, so that the read claims the id for it when nobody holds
+		// it: a cold activation is one store call (one round trip on
+		// Redis), and the claim's reply is the result, never re-read (a
+		// cached read right after a write can be stale: rueidis#534).
+		p, claimed, err := r.st.LookupOrClaim(ctx, ns, id, c)
+		if err != nil {
+			return proxy.Route{}, r.storeErr(key, "cannot claim the placement", err)
+		}
+		if claimed {
+			return r.claimed(name, tok, ns, id, c, sess, p), nil
+		}
+		pl, until = p, r.freshUntil()
+	} else if pl, until, err = r.readPlacement(ctx, ns, id); err != nil {
+		// The proxy refused the name's route (recheck), or no session may
+		// take a new id (all draining, say) but a holder may still serve
+		// this one: a read only, through the store's client-side cache.
 		return proxy.Route{}, r.storeErr(key, "cannot read the placement", err)
 	}
 	for range maxRounds {
 		if pl.Session == "" {
+			// A placement read before is gone (a lost replace, or the
+			// read-only path above): claim it. The first claim wins; a
+			// loser learns the winner from the reply.
 			c, sess, err := r.pick(ns, live)
 			if err != nil {
 				return proxy.Route{}, err
 			}
-			// SET NX: the first claim wins; a loser learns the winner from
-			// the reply and never re-reads (a cached read right after a
-			// write can be stale: rueidis#534).
-			won, err := r.st.ClaimPlacement(ctx, ns, id, c)
+			p, claimed, err := r.st.LookupOrClaim(ctx, ns, id, c)
 			if err != nil {
 				return proxy.Route{}, r.storeErr(key, "cannot claim the placement", err)
 			}
-			if won.Session == c {
-				// Won, or another pinboard claimed for the same session
-				// first: either way c holds it.
-				r.m.claimsWon.Inc()
-				r.placed(c)
-				r.log.Debug("instance placed", "namespace", ns, "instance", id, "session", c, "epoch", won.Epoch)
-				rt := proxy.Route{Session: sess, Epoch: won.Epoch}
-				r.cache.Put(name, rt, tok)
-				return rt, nil
+			if claimed {
+				return r.claimed(name, tok, ns, id, c, sess, p), nil
 			}
 			r.m.claimsLost.Inc()
-			pl, until = won, time.Time{} // the script's reply: fresh
+			pl, until = p, r.freshUntil()
 			continue
 		}
 		holder := pl.Session
@@ -353,13 +423,34 @@ func (r *Resolver) load(key string, name []byte) (proxy.Route, error) {
 			r.log.Debug("instance re-placed: its session expired", "namespace", ns, "instance", id,
 				"session", c, "previous", holder, "epoch", got.Epoch)
 			rt := proxy.Route{Session: sess, Epoch: got.Epoch}
-			r.cache.Put(name, rt, tok)
+			r.cache.PutUntil(name, rt, tok, r.freshUntil())
 			return rt, nil
 		}
 		r.m.replacesLost.Inc()
-		pl, until = got, time.Time{}
+		pl, until = got, r.freshUntil()
 	}
 	return proxy.Route{}, r.storeErr(key, "placement kept changing", fmt.Errorf("%d rounds", maxRounds))
+}
+
+// claimed records a placement this resolver wrote for session c and caches
+// its route (unless an invalidation of the name's shard came after tok).
+func (r *Resolver) claimed(name []byte, tok placecache.Token, ns, id, c string, sess *proxy.Session, p store.Placement) proxy.Route {
+	r.m.claimsWon.Inc()
+	r.placed(c)
+	r.log.Debug("instance placed", "namespace", ns, "instance", id, "session", c, "epoch", p.Epoch)
+	rt := proxy.Route{Session: sess, Epoch: p.Epoch}
+	r.cache.PutUntil(name, rt, tok, r.freshUntil())
+	return rt
+}
+
+// freshUntil is until when a placement the store just had from its server
+// (not from a cache of its own) is cached: CacheTTL less a random fifth at
+// most, so that names first resolved together (a pinboard's first second
+// of traffic, a burst of new ids) are not all re-read together at every
+// later TTL.
+func (r *Resolver) freshUntil() time.Time {
+	ttl := r.cfg.CacheTTL
+	return r.clock.Now().Wall().Add(ttl - rand.N(ttl/5+1))
 }
 
 // holderSession returns the holder's session, or gone when the store no
@@ -385,8 +476,17 @@ func (r *Resolver) holderSession(ctx context.Context, key, holder string, live [
 }
 
 // pick chooses a session for a new placement among live and returns its id
-// and proxy session.
+// and proxy session, or the no-worker error.
 func (r *Resolver) pick(ns string, live []store.Session) (string, *proxy.Session, error) {
+	if c, sess, ok := r.candidate(live); ok {
+		return c, sess, nil
+	}
+	return "", nil, r.noWorker(ns)
+}
+
+// candidate is pick without the error: false when no session in live may
+// take a new placement.
+func (r *Resolver) candidate(live []store.Session) (string, *proxy.Session, bool) {
 	for range len(live) {
 		i := r.choose(live)
 		if i < 0 {
@@ -394,10 +494,10 @@ func (r *Resolver) pick(ns string, live []store.Session) (string, *proxy.Session
 		}
 		sess, err := r.sessionFor(&live[i])
 		if err == nil {
-			return live[i].ID, sess, nil
+			return live[i].ID, sess, true
 		}
 	}
-	return "", nil, r.noWorker(ns)
+	return "", nil, false
 }
 
 // sessionFor returns the proxy's view of the session, made on first use and
@@ -481,6 +581,7 @@ func (r *Resolver) Close() {
 	}
 	r.closed = true
 	clear(r.sessions)
+	clear(r.refused)
 	r.mu.Unlock()
 	r.cancel()
 	r.cache.InvalidateAll()

@@ -288,24 +288,51 @@ func TestReleaseInvalidatesEveryPinboard(t *testing.T) {
 // countingStore counts and can hold the reads a resolver makes.
 type countingStore struct {
 	store.Store
-	mu         sync.Mutex
+	mu sync.Mutex
+	// placements counts placement reads (Lookup and LookupOrClaim), claims
+	// the placements written by ClaimPlacement or LookupOrClaim, lookups
+	// the Lookups alone.
 	placements int
 	claims     int
-	// hold, when set, runs inside Lookup after the real read, before its
-	// result is returned.
+	lookups    int
+	// hold, when set, runs inside Lookup and LookupOrClaim after the real
+	// call, before its result is returned.
 	hold func()
 }
 
-func (c *countingStore) Lookup(ctx context.Context, ns, id string) (store.Placement, error) {
-	pl, err := c.Store.Lookup(ctx, ns, id)
+func (c *countingStore) read(claimed bool) {
 	c.mu.Lock()
 	c.placements++
+	if claimed {
+		c.claims++
+	}
 	hold := c.hold
 	c.mu.Unlock()
 	if hold != nil {
 		hold()
 	}
+}
+
+func (c *countingStore) Lookup(ctx context.Context, ns, id string) (store.Placement, error) {
+	pl, err := c.Store.Lookup(ctx, ns, id)
+	c.mu.Lock()
+	c.lookups++
+	c.mu.Unlock()
+	c.read(false)
 	return pl, err
+}
+
+// lookupsAndReads returns the Lookups and all placement reads so far.
+func (c *countingStore) lookupsAndReads() (lookups, reads int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.lookups, c.placements
+}
+
+func (c *countingStore) LookupOrClaim(ctx context.Context, ns, id, sid string) (store.Placement, bool, error) {
+	pl, claimed, err := c.Store.LookupOrClaim(ctx, ns, id, sid)
+	c.read(claimed)
+	return pl, claimed, err
 }
 
 func (c *countingStore) ClaimPlacement(ctx context.Context, ns, id, sid string) (store.Placement, error) {
@@ -346,9 +373,11 @@ func (u *untilStore) count() int {
 
 // A placement the store served from its own cache, due to expire there in
 // one second, is cached for that second only, not for a whole TTL more.
+// (The read-only path: no session may take a new id, so the resolver reads
+// instead of LookupOrClaim, whose answer always comes from the server.)
 func TestCachedOnlyUntilTheStoreCacheExpires(t *testing.T) {
 	e := newEnv(t, "memory")
-	e.register(startHost(t, "a", e.fl), 100)
+	sa := e.register(startHost(t, "a", e.fl), 100)
 	us := &untilStore{until: func() time.Time { return e.fake.Now().Wall().Add(time.Second) }}
 	pb := e.pinboard(nil, func(s store.Store) store.Store { us.Store = s; return us })
 	ctx := context.Background()
@@ -360,8 +389,15 @@ func TestCachedOnlyUntilTheStoreCacheExpires(t *testing.T) {
 		}
 	}
 	resolve() // placed by a claim
+	if n := us.count(); n != 0 {
+		t.Fatalf("the claim read the placement through the store cache %d times; want 0 (its answer is the server's)", n)
+	}
+	e.heartbeat(sa, 100, true) // a drains: nobody may take a new id
 	pb.res.OnInvalidate(store.Invalidation{Placement: "/counter/u"})
 	resolve() // re-read: held by a, store cache until now + 1 s
+	if n := us.count(); n != 1 {
+		t.Fatalf("re-read with no session to claim for: %d reads through the store cache; want 1", n)
+	}
 	n := us.count()
 	e.fake.Advance(999 * time.Millisecond)
 	resolve()
@@ -400,7 +436,7 @@ func TestConcurrentMissesShareOneRead(t *testing.T) {
 			}
 		}
 		if p, c := cs.counts(); p != 1 || c != 1 {
-			t.Errorf("store reads: %d placement reads, %d claims; want 1 and 1", p, c)
+			t.Errorf("store calls: %d placement reads, %d claims; want one read that claimed", p, c)
 		}
 	})
 }
@@ -485,4 +521,86 @@ func TestTunnelChecksDroppedCounted(t *testing.T) {
 	if n := dropped.Get(); n != 2 {
 		t.Errorf("dropped = %d; want 2 (b watched and invalidated beyond the bound)", n)
 	}
+}
+
+// Routes resolved together do not all expire together: each is cached for
+// CacheTTL less a random fifth at most, so their re-reads spread over the
+// last fifth of the TTL instead of landing in one instant.
+func TestFreshRoutesExpireSpread(t *testing.T) {
+	e := newEnv(t, "memory")
+	e.register(startHost(t, "a", e.fl), 1000)
+	pb := e.pinboard(nil, nil)
+	ctx := context.Background()
+	names := make([][]byte, 40)
+	for i := range names {
+		names[i] = []byte(fmt.Sprintf("%s/spread%d", ns, i))
+		for range 2 { // memstore tells the claimer of its own claim: the second resolve caches
+			if _, err := pb.res.Resolve(ctx, names[i]); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	cached := func() int {
+		n := 0
+		for _, name := range names {
+			if _, ok := pb.res.Lookup(name, time.Time{}); ok {
+				n++
+			}
+		}
+		return n
+	}
+	if n := cached(); n != len(names) {
+		t.Fatalf("%d of %d routes cached after resolving", n, len(names))
+	}
+	e.fake.Advance(e.lease - e.lease/5 - time.Millisecond)
+	if n := cached(); n != len(names) {
+		t.Fatalf("%d of %d routes cached just before the last fifth of the TTL; want all", n, len(names))
+	}
+	e.fake.Advance(e.lease / 10)
+	if n := cached(); n == 0 || n == len(names) {
+		t.Fatalf("%d of %d routes cached in the middle of the last fifth of the TTL; want some, not all", n, len(names))
+	}
+	e.fake.Advance(e.lease / 10)
+	if n := cached(); n != 0 {
+		t.Fatalf("%d routes cached a TTL after resolving; want none", n)
+	}
+}
+
+// The miss after the proxy refused a name's route reads the placement
+// (through the store's client-side cache on Redis: the requests for a dead
+// worker's ids come again and again until its session expires) instead of
+// LookupOrClaim; the miss after that is an ordinary one again. Beyond
+// MaxRefusedNames names waiting, a refused name's miss is an ordinary one.
+func TestRefusedNameIsRereadNotClaimed(t *testing.T) {
+	e := newEnv(t, "memory")
+	e.register(startHost(t, "a", e.fl), 100)
+	cs := &countingStore{}
+	pb := e.pinboard(func(c *placement.Config) { c.MaxRefusedNames = 1 }, func(s store.Store) store.Store { cs.Store = s; return cs })
+	ctx := context.Background()
+	resolve := func(id string) proxy.Route {
+		t.Helper()
+		rt, err := pb.res.Resolve(ctx, []byte(ns+"/"+id))
+		if err != nil || rt.Session == nil {
+			t.Fatalf("Resolve %s = %v, %v", id, rt, err)
+		}
+		return rt
+	}
+	step := func(what, id string, wantLookups int) {
+		t.Helper()
+		l0, r0 := cs.lookupsAndReads()
+		resolve(id)
+		l, r := cs.lookupsAndReads()
+		if l-l0 != wantLookups || r-r0 != 1 {
+			t.Fatalf("%s: %d Lookups among %d placement reads; want %d of 1", what, l-l0, r-r0, wantLookups)
+		}
+	}
+	x, y := resolve("x"), resolve("y")
+	pb.res.Refused([]byte(ns+"/x"), x)
+	step("the miss after a refusal", "x", 1)
+	pb.res.OnInvalidate(store.Invalidation{Placement: ns + "/x"})
+	step("the next miss", "x", 0)
+	pb.res.Refused([]byte(ns+"/x"), x)
+	pb.res.Refused([]byte(ns+"/y"), y) // beyond MaxRefusedNames: not remembered
+	step("a refused name beyond the bound", "y", 0)
+	step("the remembered one", "x", 1)
 }

@@ -52,8 +52,10 @@ func TestObservability(t *testing.T) {
 			t.Fatalf("POST /counter/%s/incr via the pinboard = %d %s", id, code, body)
 		}
 	}
-	// The claim's own write invalidates (Redis tracking) the entry put
-	// after it: the first GET misses and caches, the second hits.
+	// A claim leaves its route cached (its own write does not invalidate
+	// it), so both GETs hit, except that the pinboard's very first claim
+	// loads the place script (NOSCRIPT) and, that once, hears of its own
+	// write: a1's first GET may miss.
 	for range 2 {
 		if code, _, body := do(t, "GET", "http://"+pb.public+"/counter/a1/", nil); code != 200 || !bytes.Contains(body, []byte(`"count":1`)) {
 			t.Fatalf("GET /counter/a1/ = %d %s", code, body)
@@ -108,11 +110,9 @@ func TestObservability(t *testing.T) {
 		}
 	}
 	for series, least := range map[string]float64{
-		`pinned_placecache_hits_total{cache="placements"}`:                    1, // the second GET
-		`pinned_placecache_misses_total{cache="placements"}`:                  5, // 3 claims, the first GET, the stream
-		`pinned_placecache_refused_puts_total{cache="placements"}`:            1, // puts raced by the claims' invalidations
-		`pinned_placecache_invalidations_total{cache="placements"}`:           1,
-		`pinned_placecache_entries{cache="placements"}`:                       1,
+		`pinned_placecache_hits_total{cache="placements"}`:                    2, // the second GET, the stream
+		`pinned_placecache_misses_total{cache="placements"}`:                  3, // 3 claims
+		`pinned_placecache_entries{cache="placements"}`:                       2,
 		`pinned_proxy_upstream_duration_seconds_count`:                        6,
 		`pinned_registry_heartbeats_total`:                                    1,
 		`pinned_registry_request_duration_seconds_count{endpoint="register"}`: 1,
