@@ -136,9 +136,15 @@ func eventually(t *testing.T, within time.Duration, what string, cond func() boo
 	}
 }
 
+// workers lists the pinboard's workers; nil while its store answers 503.
 func workers(t *testing.T, pb *pinboard) []wire.WorkerInfo {
 	t.Helper()
 	code, _, body := do(t, "GET", "http://"+pb.public+wire.PathWorkers, map[string]string{"Authorization": "Bearer " + token})
+	if code == 503 {
+		// The store is still connecting (or briefly down): the registry
+		// says so with 503 + Retry-After; callers poll.
+		return nil
+	}
 	if code != 200 {
 		t.Fatalf("GET /registry/workers = %d %s", code, body)
 	}
