@@ -58,7 +58,7 @@ const (
 
 var (
 	pinboardReady = regexp.MustCompile(`msg="pinboard listening".* public=(\S+) admin=(\S+)`)
-	counterReady  = regexp.MustCompile(`msg="counter demo listening".* addr=(\S+)`)
+	counterReady  = regexp.MustCompile(`msg="counter demo listening".* addr=(\S+) admin=(\S+)`) // fleet mode: /metrics on the loopback admin listener
 	goroutinesRE  = regexp.MustCompile(`(?m)^go_goroutines (\d+)`)
 )
 
@@ -159,8 +159,9 @@ func (t *tally) record(err error, resp *fasthttp.Response) {
 // worker is one counter worker process.
 type worker struct {
 	*proctest.Proc
-	addr string
-	inc  int
+	addr  string // the public listener, advertised to the pinboard
+	admin string // the loopback admin listener: /metrics
+	inc   int
 }
 
 func startWorker(t *testing.T, n, inc int, addr, pinboard string) *worker {
@@ -177,7 +178,7 @@ func startWorker(t *testing.T, n, inc int, addr, pinboard string) *worker {
 	for {
 		code, _, err := fasthttp.GetTimeout(nil, "http://"+addr+"/healthz", time.Second)
 		if err == nil && code == 200 {
-			return &worker{Proc: p, addr: addr, inc: inc}
+			return &worker{Proc: p, addr: addr, admin: p.Ready()[2], inc: inc}
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("%s not registered within 20 s:\n%s", p.Spec.Name, p.Log())
@@ -373,7 +374,16 @@ func TestSoak(t *testing.T) {
 	for n := 1; n <= 3; n++ {
 		w := startWorker(t, n, 1, proctest.FreeAddr(t), public)
 		ws = append(ws, w)
-		procs = append(procs, &proc{name: w.Spec.Name, pid: w.Pid, metrics: "http://" + w.addr + "/metrics"})
+		procs = append(procs, &proc{name: w.Spec.Name, pid: w.Pid, metrics: "http://" + w.admin + "/metrics"})
+	}
+	// A soak that cannot sample a process fails now, not after its whole duration.
+	for _, p := range procs {
+		if p.metrics == "" {
+			continue
+		}
+		if code, _, err := fasthttp.GetTimeout(nil, p.metrics, 5*time.Second); err != nil || code != 200 {
+			t.Fatalf("%s: GET %s = %d %v: the soak could not sample it", p.name, p.metrics, code, err)
+		}
 	}
 	hc := &fasthttp.Client{MaxConnsPerHost: maxInFlight + calibrateConns, MaxIdemponentCallAttempts: 1,
 		ReadTimeout: reqTimeout, WriteTimeout: reqTimeout, MaxIdleConnDuration: 30 * time.Second}
@@ -418,7 +428,7 @@ func TestSoak(t *testing.T) {
 			<-old.Exited()
 			w := startWorker(t, n+1, old.inc+1, old.addr, public)
 			ws[n] = w
-			procs = append(procs, &proc{name: w.Spec.Name, pid: w.Pid, metrics: "http://" + w.addr + "/metrics"})
+			procs = append(procs, &proc{name: w.Spec.Name, pid: w.Pid, metrics: "http://" + w.admin + "/metrics"})
 			kills++
 			killedAt = append(killedAt, now.Sub(began))
 			t.Logf("%v: killed %s, %s registered", now.Sub(began).Round(time.Second), old.Spec.Name, w.Spec.Name)
