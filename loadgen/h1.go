@@ -49,6 +49,7 @@ const (
 	psUntilClose               // body delimited by the connection's close
 	psChunkSize                // chunk size digits
 	psChunkExt                 // chunk extension, up to CR
+	psChunkSizeWS              // whitespace after the size digits, up to CR
 	psChunkSizeLF              // LF after the size line
 	psChunkData                // remain bytes of chunk data left
 	psChunkDataCR              // CR after chunk data
@@ -173,9 +174,21 @@ func (p *respParser) chunkByte(c byte) error {
 			return nil
 		case p.digits == 0:
 			return errChunkSize
-		case c == ';' || c == ' ' || c == '\t':
+		case c == ';':
 			p.state = psChunkExt
+		case c == ' ' || c == '\t':
+			// Whitespace may only trail the size: "0 0" or "5 ;x" is
+			// malformed (Go's net/http refuses both as well).
+			p.state = psChunkSizeWS
 		case c == '\r':
+			p.state = psChunkSizeLF
+		default:
+			return errChunkSize
+		}
+	case psChunkSizeWS:
+		switch c {
+		case ' ', '\t':
+		case '\r':
 			p.state = psChunkSizeLF
 		default:
 			return errChunkSize
