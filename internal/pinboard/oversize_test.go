@@ -88,6 +88,15 @@ func TestStoreOutageAnsweredAtOnce(t *testing.T) {
 	if !strings.Contains(h.Store, "unavailable") {
 		t.Fatalf("/healthz store = %q; want unavailable", h.Store)
 	}
+	// /healthz turns 503 on its own failed ping; the circuit opens once
+	// the prober's ping has failed too ("failing fast"): from then on
+	// Redis is known to be down.
+	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(h.Store, "failing fast"); h = r.waitHealth(t, 503) {
+		if time.Now().After(deadline) {
+			t.Fatalf("/healthz store = %q; the circuit never opened", h.Store)
+		}
+		time.Sleep(20 * time.Millisecond) // polling the pinboard's view of an external process
+	}
 	hb := `{"sessionId":"AAAAAAAAAAAAAAAAAAAAAAAA"}`
 	for i := range 20 {
 		req := "GET " + wire.PathWorkers + " HTTP/1.1\r\nHost: h\r\nAuthorization: Bearer " + token + "\r\n\r\n" // reads: Redis's client retries them
