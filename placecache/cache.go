@@ -38,8 +38,12 @@ type Config struct {
 	TTL time.Duration
 	// Clock defaults to clock.Real.
 	Clock clock.Clock
+	// RefreshAhead, when positive, is how long before its expiry an entry
+	// counts as due for a refresh: GetAhead then tells one caller per entry
+	// to re-read it (see GetAhead). Zero: never (GetAhead is Get).
+	RefreshAhead time.Duration
 	// Metrics, when set, receives hits, misses, invalidations, evictions,
-	// refused puts and size.
+	// refused puts, refreshes and size.
 	Metrics *metrics.Set
 }
 
@@ -52,6 +56,13 @@ type Cache[V any] struct {
 	perShard int
 	ttl      time.Duration
 	clock    clock.Clock
+	// ahead is Config.RefreshAhead. due holds, per slot (names hashed
+	// into it), the stamp of the entry whose refresh GetAhead last handed
+	// out: one refresh per entry, lock-free; a collision of two names only
+	// costs one of them its refresh (its entry then expires as without).
+	ahead time.Duration
+	due   []atomic.Uint64
+	dueN  atomic.Uint64 // refreshes handed out
 }
 
 type entry[V any] struct {
@@ -85,8 +96,8 @@ func New[V any](cfg Config) (*Cache[V], error) {
 			return nil, fmt.Errorf("placecache: Config.Name %q must be letters, digits and '_'", cfg.Name)
 		}
 	}
-	if cfg.Shards < 0 || cfg.MaxEntries < 0 || cfg.TTL < 0 {
-		return nil, errors.New("placecache: Config.Shards, MaxEntries and TTL must not be negative")
+	if cfg.Shards < 0 || cfg.MaxEntries < 0 || cfg.TTL < 0 || cfg.RefreshAhead < 0 {
+		return nil, errors.New("placecache: Config.Shards, MaxEntries, TTL and RefreshAhead must not be negative")
 	}
 	if cfg.Shards == 0 {
 		cfg.Shards = DefaultShards
@@ -106,6 +117,10 @@ func New[V any](cfg Config) (*Cache[V], error) {
 		perShard: max(1, (cfg.MaxEntries+n-1)/n),
 		ttl:      cfg.TTL,
 		clock:    clock.Or(cfg.Clock),
+		ahead:    cfg.RefreshAhead,
+	}
+	if c.ahead > 0 {
+		c.due = make([]atomic.Uint64, dueSlots)
 	}
 	for i := range c.shards {
 		c.shards[i].m = make(map[string]entry[V])
@@ -115,6 +130,9 @@ func New[V any](cfg Config) (*Cache[V], error) {
 	}
 	return c, nil
 }
+
+// dueSlots is the size of the refresh table (Config.RefreshAhead): 64 KiB.
+const dueSlots = 1 << 13
 
 func (c *Cache[V]) shardOf(name []byte) (uint32, *shard[V]) {
 	i := uint32(maphash.Bytes(c.seed, name) & c.mask)
@@ -141,6 +159,40 @@ func (c *Cache[V]) Get(name []byte, now clock.Instant) (V, bool) {
 		s.misses.Add(1)
 	}
 	return v, ok
+}
+
+// GetAhead is Get that also reports, for a live entry within
+// Config.RefreshAhead of its expiry, whether this caller should refresh it:
+// re-read the store in the background (never on the request's path) and
+// Put what it read, with a token from Begin taken before that read, as for
+// a miss. The entry keeps being served meanwhile, until its expiry at the
+// latest, so names asked for at least once per RefreshAhead never miss.
+// Of the callers that see an entry due, one is told to refresh it (rarely
+// none, when two names share a slot of the refresh table). It does not
+// allocate.
+func (c *Cache[V]) GetAhead(name []byte, now clock.Instant) (v V, ok, refresh bool) {
+	h := maphash.Bytes(c.seed, name)
+	s := &c.shards[h&c.mask]
+	s.mu.RLock()
+	e, found := s.m[string(name)]
+	s.mu.RUnlock()
+	age := now.Sub(e.at)
+	if !found || age >= c.ttl {
+		s.misses.Add(1)
+		return v, false, false
+	}
+	s.hits.Add(1)
+	if c.ahead <= 0 || age < c.ttl-c.ahead {
+		return e.v, true, false
+	}
+	// The stamp names this entry: a refreshed entry has another at.
+	stamp := (h ^ uint64(e.at.Wall().UnixNano())) | 1
+	slot := &c.due[(h>>32)&(dueSlots-1)]
+	if old := slot.Load(); old == stamp || !slot.CompareAndSwap(old, stamp) {
+		return e.v, true, false
+	}
+	c.dueN.Add(1)
+	return e.v, true, true
 }
 
 // Peek is Get without counting a hit or a miss: a second look at a name
@@ -286,7 +338,9 @@ func (c *Cache[V]) Len() int {
 // Stats is a snapshot of the cache's counters.
 type Stats struct {
 	Hits, Misses, Invalidations, Evictions, RefusedPuts uint64
-	Size                                                int
+	// Refreshes counts the refreshes GetAhead handed out.
+	Refreshes uint64
+	Size      int
 }
 
 // Stats sums the per-shard counters.
@@ -300,6 +354,7 @@ func (c *Cache[V]) Stats() Stats {
 		st.Evictions += s.evictions.Load()
 		st.RefusedPuts += s.refused.Load()
 	}
+	st.Refreshes = c.dueN.Load()
 	st.Size = c.Len()
 	return st
 }
@@ -312,5 +367,6 @@ func (c *Cache[V]) writeMetrics(w io.Writer) {
 	metrics.WriteCounterUint64(w, "pinned_placecache_invalidations_total"+l, st.Invalidations)
 	metrics.WriteCounterUint64(w, "pinned_placecache_evictions_total"+l, st.Evictions)
 	metrics.WriteCounterUint64(w, "pinned_placecache_refused_puts_total"+l, st.RefusedPuts)
+	metrics.WriteCounterUint64(w, "pinned_placecache_refreshes_total"+l, st.Refreshes)
 	metrics.WriteGaugeUint64(w, "pinned_placecache_entries"+l, uint64(st.Size))
 }

@@ -140,6 +140,74 @@ func TestTTL(t *testing.T) {
 	}
 }
 
+// GetAhead hands out one refresh per entry once the entry is within
+// RefreshAhead of its expiry, keeps serving it until then, never serves it
+// past its expiry, and hands out the next refresh only for the entry the
+// refresh put; an invalidation in flight refuses the refresh's Put.
+func TestGetAhead(t *testing.T) {
+	fc := clock.NewFake(time.Unix(1000, 0))
+	set := metrics.NewSet()
+	c := newCache(t, Config{TTL: 10 * time.Second, RefreshAhead: 2 * time.Second, Clock: fc, Metrics: set})
+	name := []byte("/ns/a")
+	c.Put(name, "s1", c.Begin(name))
+	fc.Advance(7999 * time.Millisecond)
+	if v, ok, refresh := c.GetAhead(name, c.Now()); !ok || v != "s1" || refresh {
+		t.Fatalf("GetAhead before the refresh window = %q, %v, %v; want s1, true, false", v, ok, refresh)
+	}
+	fc.Advance(time.Millisecond)
+	if v, ok, refresh := c.GetAhead(name, c.Now()); !ok || v != "s1" || !refresh {
+		t.Fatalf("GetAhead in the refresh window = %q, %v, %v; want s1, true, true", v, ok, refresh)
+	}
+	for range 3 {
+		if _, ok, refresh := c.GetAhead(name, c.Now()); !ok || refresh {
+			t.Fatalf("GetAhead after the refresh was handed out = %v, %v; want true, false", ok, refresh)
+		}
+	}
+	// The refresh never happened: the entry expires as usual.
+	fc.Advance(2 * time.Second)
+	if _, ok, refresh := c.GetAhead(name, c.Now()); ok || refresh {
+		t.Fatalf("GetAhead at the TTL = %v, %v; want a miss", ok, refresh)
+	}
+	// A refresh that completes extends the entry, whose own refresh comes
+	// a TTL later.
+	c.Put(name, "s1", c.Begin(name))
+	fc.Advance(8 * time.Second)
+	_, _, refresh := c.GetAhead(name, c.Now())
+	if !refresh {
+		t.Fatal("no refresh handed out in the window")
+	}
+	tok := c.Begin(name)
+	c.Put(name, "s2", tok)
+	fc.Advance(9 * time.Second)
+	if v, ok, refresh := c.GetAhead(name, c.Now()); !ok || v != "s2" || !refresh {
+		t.Fatalf("GetAhead of the refreshed entry = %q, %v, %v; want s2, true, true", v, ok, refresh)
+	}
+	// An invalidation between the refresh's Begin and its Put wins.
+	tok = c.Begin(name)
+	c.Invalidate(string(name))
+	if c.Put(name, "stale", tok) {
+		t.Fatal("a refresh's Put was accepted after an invalidation")
+	}
+	if _, ok, _ := c.GetAhead(name, c.Now()); ok {
+		t.Fatal("entry served after an invalidation")
+	}
+	if st := c.Stats(); st.Refreshes != 3 {
+		t.Fatalf("Stats.Refreshes = %d; want 3", st.Refreshes)
+	}
+	var b bytes.Buffer
+	set.WritePrometheus(&b)
+	if !strings.Contains(b.String(), `pinned_placecache_refreshes_total{cache="placements"} 3`) {
+		t.Fatalf("metrics lack the refresh count:\n%s", b.String())
+	}
+	// Without RefreshAhead, GetAhead never asks for a refresh.
+	c0 := newCache(t, Config{TTL: 10 * time.Second, Clock: fc})
+	c0.Put(name, "s", c0.Begin(name))
+	fc.Advance(9999 * time.Millisecond)
+	if _, ok, refresh := c0.GetAhead(name, c0.Now()); !ok || refresh {
+		t.Fatalf("GetAhead without RefreshAhead = %v, %v; want true, false", ok, refresh)
+	}
+}
+
 // PutUntil serves an entry until the lower cache's until or the TTL,
 // whichever ends first; a zero until is the TTL.
 func TestPutUntil(t *testing.T) {

@@ -8,11 +8,7 @@ import (
 
 func BenchmarkGetHitParallel(b *testing.B) {
 	c, _ := New[string](Config{})
-	names := make([][]byte, 1024)
-	for i := range names {
-		names[i] = []byte(fmt.Sprintf("/counter/id-%d", i))
-		c.Put(names[i], "session", c.Begin(names[i]))
-	}
+	names := filled(c)
 	var next atomic.Uint32
 	b.ReportAllocs()
 	b.ResetTimer()
@@ -44,18 +40,46 @@ func BenchmarkMissAndFill(b *testing.B) {
 	}
 }
 
-func BenchmarkGetHit(b *testing.B) {
-	c, _ := New[string](Config{})
+// filled puts 1024 names into c and returns them.
+func filled(c *Cache[string]) [][]byte {
 	names := make([][]byte, 1024)
 	for i := range names {
 		names[i] = []byte(fmt.Sprintf("/counter/id-%d", i))
 		c.Put(names[i], "session", c.Begin(names[i]))
 	}
+	return names
+}
+
+func BenchmarkGetHit(b *testing.B) {
+	c, _ := New[string](Config{})
+	names := filled(c)
 	now := c.Now()
 	b.ReportAllocs()
 	for i := 0; b.Loop(); i++ {
 		if _, ok := c.Get(names[i%len(names)], now); !ok {
 			b.Fatal("miss")
 		}
+	}
+}
+
+// BenchmarkGetAheadHit is BenchmarkGetHit through GetAhead, refreshing on:
+// (fresh) entries not due, and (due) every entry within RefreshAhead, its
+// refresh handed out already (the refresh table's load and compare).
+func BenchmarkGetAheadHit(b *testing.B) {
+	for _, due := range []bool{false, true} {
+		b.Run(fmt.Sprintf("due=%v", due), func(b *testing.B) {
+			c, _ := New[string](Config{RefreshAhead: DefaultTTL / 4})
+			if due {
+				c, _ = New[string](Config{RefreshAhead: DefaultTTL})
+			}
+			names := filled(c)
+			now := c.Now()
+			b.ReportAllocs()
+			for i := 0; b.Loop(); i++ {
+				if _, ok, _ := c.GetAhead(names[i%len(names)], now); !ok {
+					b.Fatal("miss")
+				}
+			}
+		})
 	}
 }

@@ -22,10 +22,16 @@
 //
 // # Invariants
 //
-//   - Get and Peek never allocate and take only their shard's read lock; no
-//     lock or counter is shared by all requests (counters live in the shards
-//     and are summed when metrics are written). Get counts a hit or a miss;
-//     Peek, a second look after a Get missed, counts nothing.
+//   - GetAhead (Config.RefreshAhead) hands out at most one refresh per
+//     entry (none for an entry whose slot in the refresh table another
+//     name took meanwhile); a refresh is an ordinary Begin, store read and
+//     Put, so the invariants below hold for it as for a miss.
+//   - Get, GetAhead and Peek never allocate and take only their shard's
+//     read lock; no lock or counter is shared by all requests (counters
+//     live in the shards and are summed when metrics are written; the
+//     refresh table is touched only by entries due for a refresh). Get
+//     and GetAhead count a hit or a miss; Peek, a second look after a Get
+//     missed, counts nothing.
 //   - An entry is never returned after an Invalidate/InvalidateAll that
 //     completed before the Get started, and never returned once older than
 //     Config.TTL (the safety net when an invalidation is lost; keep it at or

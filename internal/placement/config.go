@@ -36,6 +36,14 @@ const (
 	// refused (Refused) that wait for their next miss, which re-reads the
 	// placement through the store's client-side cache.
 	DefaultMaxRefusedNames = 16 << 10
+	// DefaultMaxRefreshes bounds the refreshes waiting for Run's
+	// refreshers (see Config.RefreshAhead); a refresh due beyond it is
+	// dropped (and counted): that entry expires, and its next request
+	// misses, as without refreshing.
+	DefaultMaxRefreshes = 4 << 10
+	// DefaultRefreshers is how many refreshes run at once (each one or two
+	// store round trips; Redis pipelines them).
+	DefaultRefreshers = 4
 )
 
 // maxRounds bounds the claim/replace rounds of one miss: each lost round
@@ -56,6 +64,15 @@ type Config struct {
 	// the store: the safety net when an invalidation is lost. Each hot
 	// placement is re-read once per CacheTTL. At most Lease; default Lease.
 	CacheTTL time.Duration
+	// RefreshAhead is how long before a cached placement expires a request
+	// for it has Run re-read it in the background (one store read; the
+	// entry keeps being served meanwhile), so that a name asked for at
+	// least once per RefreshAhead never waits for the store. Default
+	// CacheTTL/4; negative turns refreshing off (every entry then expires
+	// and its next request misses).
+	RefreshAhead time.Duration
+	// MaxRefreshes: DefaultMaxRefreshes. Refreshers: DefaultRefreshers.
+	MaxRefreshes, Refreshers int
 	// CacheShards and CacheMaxEntries size the placement cache (placecache
 	// defaults when zero).
 	CacheShards, CacheMaxEntries int
@@ -98,7 +115,8 @@ func (c *Config) setDefaults() error {
 	if c.Store == nil {
 		return ErrNoStore
 	}
-	if c.Lease < 0 || c.CacheTTL < 0 || c.ResolveTimeout < 0 || c.SweepInterval < 0 || c.MaxTunnelChecks < 0 || c.MaxRefusedNames < 0 {
+	if c.Lease < 0 || c.CacheTTL < 0 || c.ResolveTimeout < 0 || c.SweepInterval < 0 || c.MaxTunnelChecks < 0 || c.MaxRefusedNames < 0 ||
+		c.MaxRefreshes < 0 || c.Refreshers < 0 {
 		return errors.New("placement: Config durations and limits must not be negative (zero means the default)")
 	}
 	if c.Lease == 0 {
@@ -112,6 +130,18 @@ func (c *Config) setDefaults() error {
 	}
 	if c.ResolveTimeout == 0 {
 		c.ResolveTimeout = DefaultResolveTimeout
+	}
+	switch {
+	case c.RefreshAhead == 0:
+		c.RefreshAhead = c.CacheTTL / 4
+	case c.RefreshAhead > c.CacheTTL:
+		return fmt.Errorf("placement: RefreshAhead %v exceeds CacheTTL %v", c.RefreshAhead, c.CacheTTL)
+	}
+	if c.MaxRefreshes == 0 {
+		c.MaxRefreshes = DefaultMaxRefreshes
+	}
+	if c.Refreshers == 0 {
+		c.Refreshers = DefaultRefreshers
 	}
 	if c.AvoidFor == 0 {
 		c.AvoidFor = DefaultAvoidFor

@@ -149,10 +149,20 @@
 // would ask the server again, so the two caches together never serve a
 // value longer than one TTL after Redis last confirmed it.
 //
+// A hot placement does not wait for that re-read: a Lookup that finds its
+// entry within RefreshAhead (a quarter of CacheTTL by default) of its
+// expiry queues the name, and Run's refreshers re-read it from the server
+// while the entry is still served (refresh.go). The entry is extended only
+// when the server names the same live session and epoch, from a read that
+// began after the shard's last invalidation; otherwise it is dropped and
+// the next request takes the ordinary miss path. A refresh never places an
+// instance.
+//
 // # Invariants
 //
-//   - Lookup (and Resolve on a hit) allocates nothing and takes only its
-//     cache shard's read lock. r.mu (misses in flight, sessions) is never
+//   - Lookup (and Resolve on a hit) allocates nothing, except the name's
+//     copy for a due refresh (once per entry), and takes only its cache
+//     shard's read lock. r.mu (misses in flight, sessions) is never
 //     taken on a hit, and never held across a store call or a network call
 //     (memstore calls OnInvalidate from the writer's goroutine).
 //   - Every route to a session carries the same *proxy.Session until the
@@ -164,8 +174,9 @@
 //     (compare-and-set from a session the store reported gone); the resolver
 //     never deletes or overwrites a live session's placement.
 //   - A session found gone is forgotten (its record, not the routes cached
-//     with it). Run is the only goroutine the package starts; it ends when
-//     its ctx ends or Close is called; OnMoved runs on it.
+//     with it). Run and its refreshers (which Run waits for) are the only
+//     goroutines the package starts; they end when Run's ctx ends or Close
+//     is called; OnMoved runs on Run's.
 //
 // # Callers must not assume
 //

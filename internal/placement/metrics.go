@@ -24,6 +24,11 @@ type resolverMetrics struct {
 	sessionsDropped     *metrics.Counter // sessions forgotten because they were gone
 	tunnelChecks        *metrics.Counter
 	tunnelChecksDropped *metrics.Counter
+	refreshExtended     *metrics.Counter // refreshes that extended the entry
+	refreshChanged      *metrics.Counter // refreshes that found another holder or epoch, or a dead holder
+	refreshRefused      *metrics.Counter // refreshes whose Put an invalidation refused
+	refreshFailed       *metrics.Counter // refreshes whose store read failed
+	refreshDropped      *metrics.Counter // refreshes dropped on a full queue
 }
 
 func (m *resolverMetrics) register(s *metrics.Set, r *Resolver) {
@@ -39,5 +44,10 @@ func (m *resolverMetrics) register(s *metrics.Set, r *Resolver) {
 	m.sessionsDropped = s.GetOrCreateCounter("pinned_placement_sessions_dropped_total")
 	m.tunnelChecks = s.GetOrCreateCounter("pinned_placement_tunnel_checks_total")
 	m.tunnelChecksDropped = s.GetOrCreateCounter("pinned_placement_tunnel_checks_dropped_total")
+	m.refreshExtended = s.GetOrCreateCounter(`pinned_placement_refreshes_total{result="extended"}`)
+	m.refreshChanged = s.GetOrCreateCounter(`pinned_placement_refreshes_total{result="changed"}`)
+	m.refreshRefused = s.GetOrCreateCounter(`pinned_placement_refreshes_total{result="refused"}`)
+	m.refreshFailed = s.GetOrCreateCounter(`pinned_placement_refreshes_total{result="failed"}`)
+	m.refreshDropped = s.GetOrCreateCounter(`pinned_placement_refreshes_total{result="dropped"}`)
 	s.GetOrCreateGauge("pinned_placement_sessions", func() float64 { return float64(r.Sessions()) })
 }

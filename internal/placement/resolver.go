@@ -54,6 +54,8 @@ type Resolver struct {
 	checks   map[string]struct{} // placement names whose tunnels Run must check
 	watched  map[string]int      // open tunnels by placement name (Watch/Unwatch)
 	wake     chan struct{}
+
+	refreshQ chan string // names due for a refresh (refresh.go)
 }
 
 // session is what the resolver keeps per worker session.
@@ -93,6 +95,8 @@ func New(cfg Config) (*Resolver, error) {
 		TTL:        cfg.CacheTTL,
 		Clock:      cfg.Clock,
 		Metrics:    cfg.Metrics,
+		// Negative (off) becomes zero: GetAhead never asks.
+		RefreshAhead: max(cfg.RefreshAhead, 0),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("placement: %w", err)
@@ -112,6 +116,7 @@ func New(cfg Config) (*Resolver, error) {
 		checks:   make(map[string]struct{}),
 		watched:  make(map[string]int),
 		wake:     make(chan struct{}, 1),
+		refreshQ: make(chan string, cfg.MaxRefreshes),
 	}
 	r.ctx, r.cancel = context.WithCancel(context.Background())
 	r.m.register(cfg.Metrics, r)
@@ -125,7 +130,9 @@ func (r *Resolver) Metrics() *metrics.Set { return r.cfg.Metrics }
 func (r *Resolver) CacheStats() placecache.Stats { return r.cache.Stats() }
 
 // Lookup implements proxy.Resolver: the cached route of name at now,
-// without allocating, blocking or touching the store. now is the request's
+// without blocking or touching the store, and without allocating but when
+// the route is due for a refresh (once per CacheTTL per name, see
+// refresh.go). now is the request's
 // time (fasthttp's RequestCtx.Time), converted by clock.FromTime; with an
 // injected Config.Clock, that clock is read instead.
 func (r *Resolver) Lookup(name []byte, now time.Time) (proxy.Route, bool) {
@@ -135,7 +142,11 @@ func (r *Resolver) Lookup(name []byte, now time.Time) (proxy.Route, bool) {
 	} else {
 		at = r.clock.Now()
 	}
-	return r.cache.Get(name, at)
+	rt, ok, refresh := r.cache.GetAhead(name, at)
+	if refresh {
+		r.queueRefresh(name)
+	}
+	return rt, ok
 }
 
 // Resolve implements proxy.Resolver: the route of name, read from the store

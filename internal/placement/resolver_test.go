@@ -450,6 +450,8 @@ func TestConfig(t *testing.T) {
 	for _, cfg := range []placement.Config{
 		{Store: e.st, Lease: time.Second, CacheTTL: 2 * time.Second},
 		{Store: e.st, ResolveTimeout: -1},
+		{Store: e.st, CacheTTL: time.Second, RefreshAhead: 2 * time.Second},
+		{Store: e.st, MaxRefreshes: -1},
 	} {
 		if _, err := placement.New(cfg); err == nil {
 			t.Errorf("New(%+v) accepted a bad config", cfg)
@@ -525,11 +527,12 @@ func TestTunnelChecksDroppedCounted(t *testing.T) {
 
 // Routes resolved together do not all expire together: each is cached for
 // CacheTTL less a random fifth at most, so their re-reads spread over the
-// last fifth of the TTL instead of landing in one instant.
+// last fifth of the TTL instead of landing in one instant (refresh-ahead
+// off: the lookups below would otherwise extend them).
 func TestFreshRoutesExpireSpread(t *testing.T) {
 	e := newEnv(t, "memory")
 	e.register(startHost(t, "a", e.fl), 1000)
-	pb := e.pinboard(nil, nil)
+	pb := e.pinboard(func(c *placement.Config) { c.RefreshAhead = -1 }, nil)
 	ctx := context.Background()
 	names := make([][]byte, 40)
 	for i := range names {

@@ -21,13 +21,21 @@ var ErrRunning = errors.New("placement: Run called twice")
 //     not read the store);
 //   - the sweep: every SweepInterval it asks the store about every session
 //     it knows and forgets those that are gone, so that records of dead
-//     workers do not accumulate.
+//     workers do not accumulate;
+//   - refreshes: Config.Refreshers goroutines re-read the cached
+//     placements that requests found due (Config.RefreshAhead, refresh.go).
 //
-// Run owns no other goroutine. Call it once.
+// Run waits for its refreshers before it returns. Call it once.
 func (r *Resolver) Run(ctx context.Context) error {
 	if !r.ran.CompareAndSwap(false, true) {
 		return ErrRunning
 	}
+	refreshers := make(chan struct{})
+	go func() {
+		defer close(refreshers)
+		r.runRefreshers(ctx)
+	}()
+	defer func() { <-refreshers }()
 	sweep := r.clock.NewTimer(r.cfg.SweepInterval)
 	defer sweep.Stop()
 	for {

@@ -200,6 +200,18 @@ type CachedLookups interface {
 	LookupUntil(ctx context.Context, ns, id string) (p Placement, until time.Time, err error)
 }
 
+// FreshLookups is implemented by a Store whose Lookup may be answered from
+// a client-side cache: LookupFresh is Lookup asked of the server itself,
+// past that cache and without changing it or what the server tracks for it.
+// Its answer is confirmed by the server now, so a layer caching it on top
+// may keep it for its whole own lifetime from now. The placement resolver
+// refreshes hot placements with it before they expire (a key the
+// client-side cache holds is tracked, so a change of it still reaches
+// OnInvalidate).
+type FreshLookups interface {
+	LookupFresh(ctx context.Context, ns, id string) (Placement, error)
+}
+
 // Store is the directory. All methods are safe for concurrent use and honour
 // ctx cancellation.
 type Store interface {

@@ -63,6 +63,24 @@ func (s *Store) LookupUntil(ctx context.Context, ns, id string) (store.Placement
 	return p, until, err
 }
 
+// LookupFresh implements store.FreshLookups: a GET of the placement key
+// on the server, outside the client-side cache (no tracking is asked for;
+// the key stays tracked as long as a cached read of it is).
+func (s *Store) LookupFresh(ctx context.Context, ns, id string) (store.Placement, error) {
+	c, err := s.get(ctx)
+	if err != nil {
+		return store.Placement{}, err
+	}
+	v, err := c.Do(ctx, c.B().Get().Key(wire.KeyPlacement(ns, id)).Build()).ToString()
+	if rueidis.IsRedisNil(err) {
+		return store.Placement{}, nil
+	}
+	if err != nil {
+		return store.Placement{}, s.wrap(ctx, "placement", err)
+	}
+	return parsePlacement(v)
+}
+
 // parsePlacement decodes a placement key's value ("" is none).
 func parsePlacement(v string) (store.Placement, error) {
 	if v == "" {

@@ -149,6 +149,8 @@ var _ interface {
 	store.Store
 	store.Reaper
 	store.Alarms
+	store.CachedLookups
+	store.FreshLookups
 } = (*Store)(nil)
 
 // New validates cfg and returns a Store that is not connected yet. It does
