@@ -59,6 +59,7 @@ const (
 	EnvRestartFence      = "PINBOARD_RESTART_FENCE"          // -restart-fence
 	EnvLoops             = "PINBOARD_LOOPS"                  // -loops
 	EnvNoHotIDs          = "PINBOARD_NO_HOT_IDS"             // -no-hot-ids
+	EnvRefreshAhead      = "PINBOARD_CACHE_REFRESH_AHEAD"    // -cache-refresh-ahead
 	EnvEpochTTL          = "PINBOARD_EPOCH_TTL"              // -epoch-ttl
 	EnvStoreProbe        = "PINBOARD_STORE_PROBE"            // -store-probe
 	EnvStoreProbeTimeout = "PINBOARD_STORE_PROBE_TIMEOUT"    // -store-probe-timeout
@@ -110,6 +111,10 @@ type Settings struct {
 	// no request (the console's hot ids and traffic stay empty), which
 	// costs nothing on the request path.
 	NoHotIDs bool
+	// RefreshAhead is placement.Config.RefreshAhead: how long before a
+	// cached placement expires a request for it has it re-read in the
+	// background. Zero: a quarter of the lease; negative: off.
+	RefreshAhead time.Duration
 	// Loops is the number of event loops serving the public port
 	// (proxy.Front); 0 serves it with fasthttp's goroutine per connection
 	// alone. ParseSettings defaults it to the number of CPUs.
@@ -261,6 +266,29 @@ Exit status: 0 after a clean shutdown, 1 when a listener fails,
 	}, Format: func(j bool) string { return map[bool]string{false: "text", true: "json"}[j] }}, "log-format", EnvLogFormat, "format", "log records on stderr as text or json")
 	set.Bool(&s.Dev, "dev", "", "development mode: in-memory store (nothing survives a restart), a generated token printed on stdout")
 	set.Bool(&s.NoHotIDs, "no-hot-ids", EnvNoHotIDs, "record no request in the console's hot-id sketch (GET /registry/hot and /registry/traffic stay empty)")
+	set.Var(cmdline.Parsed[time.Duration]{P: &s.RefreshAhead, Parse: func(v string) (time.Duration, error) {
+		switch v {
+		case "off":
+			return -1, nil
+		case "lease/4":
+			return 0, nil
+		}
+		d, err := time.ParseDuration(v)
+		if err != nil || d <= 0 {
+			return 0, errors.New("want a positive duration up to the lease, lease/4, or off")
+		}
+		return d, nil
+	}, Format: func(d time.Duration) string {
+		switch {
+		case d < 0:
+			return "off"
+		case d == 0:
+			return "lease/4"
+		}
+		return d.String()
+	}}, "cache-refresh-ahead", EnvRefreshAhead, "duration|lease/4|off",
+		"a request for a cached placement this close to its expiry (the lease after Redis last confirmed it) has it\n"+
+			"re-read in the background, so that hot ids never wait for Redis; off = the first request after each expiry waits")
 	s.Loops = proxy.DefaultLoops()
 	set.Var(cmdline.Parsed[int]{P: &s.Loops, Parse: func(v string) (int, error) {
 		n, err := strconv.Atoi(v)
@@ -276,6 +304,9 @@ Exit status: 0 after a clean shutdown, 1 when a listener fails,
 		s.RestartFence = fence.d
 		if fence.lease {
 			s.RestartFence = s.Lease
+		}
+		if s.RefreshAhead > s.Lease {
+			return fmt.Errorf("%s %v exceeds the lease %v: a placement is re-read at the latest one lease after Redis confirmed it", EnvRefreshAhead, s.RefreshAhead, s.Lease)
 		}
 		if err := s.Alarms.check(); err != nil {
 			return err

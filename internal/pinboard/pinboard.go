@@ -157,7 +157,7 @@ func New(cfg Config) (*Pinboard, error) {
 		if !cfg.NoHotIDs {
 			pc.Recorder = p.hot // every routed request feeds the console's hot ids
 		}
-		dp, err := newDataPlane(p.st, reg.Lease(), root, p.dpSet, p.clock, control, pc)
+		dp, err := newDataPlane(p.st, reg.Lease(), cfg.RefreshAhead, root, p.dpSet, p.clock, control, pc)
 		if err != nil {
 			p.st.Close()
 			return nil, fmt.Errorf("cannot build the data plane: %w", err)

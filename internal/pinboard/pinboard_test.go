@@ -77,6 +77,24 @@ func TestParseSettings(t *testing.T) {
 	if s, err := ParseSettings([]string{"-epoch-ttl", "2h"}, envOf(map[string]string{EnvToken: token, EnvEpochTTL: "1h"}), io.Discard); err != nil || s.EpochTTL != 2*time.Hour {
 		t.Errorf("-epoch-ttl 2h over %s=1h: %v, %v", EnvEpochTTL, s.EpochTTL, err)
 	}
+	for _, c := range []struct {
+		v    string
+		want time.Duration
+		bad  bool
+	}{{"", 0, false}, {"lease/4", 0, false}, {"off", -1, false}, {"3s", 3 * time.Second, false}, {"11s", 0, true}, {"0s", 0, true}, {"soon", 0, true}} {
+		env := map[string]string{EnvToken: token}
+		if c.v != "" {
+			env[EnvRefreshAhead] = c.v
+		}
+		s, err := ParseSettings(nil, envOf(env), io.Discard)
+		if c.bad {
+			if err == nil || !strings.Contains(err.Error(), EnvRefreshAhead) {
+				t.Errorf("%s=%s: %v; want an error naming it", EnvRefreshAhead, c.v, err)
+			}
+		} else if err != nil || s.RefreshAhead != c.want {
+			t.Errorf("%s=%q: %v, %v; want %v", EnvRefreshAhead, c.v, s.RefreshAhead, err, c.want)
+		}
+	}
 	if _, err := ParseSettings(nil, envOf(map[string]string{EnvToken: token, EnvEpochTTL: "10ms"}), io.Discard); err == nil || !strings.Contains(err.Error(), EnvEpochTTL) {
 		t.Errorf("%s=10ms: %v; want an error naming it", EnvEpochTTL, err)
 	}
