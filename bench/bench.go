@@ -349,7 +349,11 @@ func (r *Results) write(o *Options) error {
 	if r.Smoke {
 		md.WriteString("**Smoke run**: about a second per measurement, one round. It checks that the suites work; its numbers are not measurements.\n\n")
 	}
-	fmt.Fprintf(&md, "Started %s UTC. Command: `%s`.\n\n", r.Started.Format("2006-01-02 15:04"), o.Command)
+	cmdline := o.Command
+	if vars := passThrough(os.Environ(), "PINBOARD_", nil); len(vars) > 0 {
+		cmdline = strings.Join(vars, " ") + " " + cmdline // they reach every pinboard (startPinboard)
+	}
+	fmt.Fprintf(&md, "Started %s UTC. Command: `%s`.\n\n", r.Started.Format("2006-01-02 15:04"), cmdline)
 	busy := fmt.Sprintf("%.0f%% of all cores busy over 2 s before the run (threshold %.0f%%)", 100*r.Busy, 100*o.MaxBusy)
 	if r.Busy > o.MaxBusy && !r.Smoke {
 		busy += " — **the machine was loaded (-force): numbers are only indicative**"

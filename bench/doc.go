@@ -13,6 +13,8 @@
 // request count; targets alternate in rounds (A B C … A B C …) and reported
 // figures are medians over rounds, ratios medians of per-round ratios; a
 // full run refuses a loaded machine (Options.MaxBusy) unless forced, and the
-// report states the load seen, the pinning and the versions. Nothing here is
-// imported by the library packages.
+// report states the load seen, the pinning and the versions. PINBOARD_*
+// variables in the bench's environment reach every pinboard it starts
+// (never over the ones the rig sets) and are written into the report's
+// command line. Nothing here is imported by the library packages.
 package bench

@@ -3,6 +3,7 @@ package bench
 import (
 	"math"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -106,5 +107,15 @@ Transfer/sec:     24.76MB
 	}
 	if _, err := parseWrk("wrk: cannot connect\n"); err == nil {
 		t.Error("parseWrk accepted output without a count")
+	}
+}
+
+// The bench passes the operator's PINBOARD_* settings to its pinboards,
+// never over the ones the rig sets, and nothing else.
+func TestPassThrough(t *testing.T) {
+	got := passThrough([]string{"PINBOARD_LOOPS=0", "PINBOARD_LISTEN=0.0.0.0:80", "HOME=/root", "PINNED_LISTEN=x", "PINBOARD_CACHE_REFRESH_AHEAD=off"},
+		"PINBOARD_", []string{"PINBOARD_LISTEN=127.0.0.1:0"})
+	if want := []string{"PINBOARD_LOOPS=0", "PINBOARD_CACHE_REFRESH_AHEAD=off"}; !slices.Equal(got, want) {
+		t.Fatalf("passThrough = %q; want %q", got, want)
 	}
 }

@@ -61,3 +61,23 @@ func parseCommandStats(s string) map[string]int64 {
 }
 
 func jsonMarshal(v any) ([]byte, error) { return json.MarshalIndent(v, "", "  ") }
+
+// cacheCounters are the pinboard's placement cache counters.
+type cacheCounters struct{ misses, refreshes float64 }
+
+// placementCounters reads the pinboard's placement cache misses and
+// extended refreshes from its admin /metrics.
+func placementCounters(admin string) (cacheCounters, error) {
+	code, body := httpGet("http://"+admin+"/metrics", 5*time.Second)
+	if code != 200 {
+		return cacheCounters{}, fmt.Errorf("pinboard /metrics on %s: status %d", admin, code)
+	}
+	c := cacheCounters{
+		misses:    metricValue(body, `pinned_placecache_misses_total{cache="placements"}`),
+		refreshes: metricValue(body, `pinned_placement_refreshes_total{result="extended"}`),
+	}
+	if c.misses < 0 || c.refreshes < 0 {
+		return c, fmt.Errorf("pinboard /metrics on %s lacks the placement cache counters", admin)
+	}
+	return c, nil
+}

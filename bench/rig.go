@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -134,15 +135,20 @@ func (r *rig) startRedis() (*proc, error) {
 	return p, nil
 }
 
-// startPinboard runs a pinboard binary on Redis at redisAddr.
+// startPinboard runs a pinboard binary on Redis at redisAddr. PINBOARD_*
+// variables in the bench's own environment reach it too (try a setting in
+// any suite: PINBOARD_CACHE_REFRESH_AHEAD=off go run ./cmd/bench ...),
+// except those the rig sets itself.
 func (r *rig) startPinboard(name, bin, redisAddr string) (*proc, error) {
+	env := []string{
+		"PINBOARD_LISTEN=127.0.0.1:0", "PINBOARD_ADMIN_LISTEN=127.0.0.1:0",
+		"PINBOARD_REDIS_URL=redis://" + redisAddr + "/0", "PINBOARD_TOKEN=" + token,
+		"PINBOARD_RESTART_FENCE=0s", // the rig's Redis has just started; nothing to fence
+	}
+	env = append(env, passThrough(os.Environ(), "PINBOARD_", env)...)
 	p, err := r.start(name, r.o.PinProxy, procrun.Spec{
-		Bin: bin,
-		Env: []string{
-			"PINBOARD_LISTEN=127.0.0.1:0", "PINBOARD_ADMIN_LISTEN=127.0.0.1:0",
-			"PINBOARD_REDIS_URL=redis://" + redisAddr + "/0", "PINBOARD_TOKEN=" + token,
-			"PINBOARD_RESTART_FENCE=0s", // the rig's Redis has just started; nothing to fence
-		},
+		Bin:   bin,
+		Env:   env,
 		Ready: pinboardReady,
 	})
 	if err != nil {
@@ -485,4 +491,18 @@ func rssKiB(pid int) (rss, hwm int64) {
 		}
 	}
 	return rss, hwm
+}
+
+// passThrough returns the entries of environ whose names start with prefix
+// and are not set in fixed.
+func passThrough(environ []string, prefix string, fixed []string) []string {
+	var out []string
+	for _, kv := range environ {
+		k, _, _ := strings.Cut(kv, "=")
+		if !strings.HasPrefix(k, prefix) || slices.ContainsFunc(fixed, func(f string) bool { return strings.HasPrefix(f, k+"=") }) {
+			continue
+		}
+		out = append(out, kv)
+	}
+	return out
 }

@@ -568,6 +568,10 @@ func (s *session) redisSuite(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	cacheBefore, err := placementCounters(f.pinboard.admin)
+	if err != nil {
+		return err
+	}
 	for round := 1; round <= s.o.Rounds; round++ {
 		t0 := time.Now()
 		rep, _, err := f.runLoadgen(ctx, "redis-load", append(common, "-duration", s.o.Duration.String(), "-requests", "0")...)
@@ -584,6 +588,10 @@ func (s *session) redisSuite(ctx context.Context) error {
 		smp.Workload, smp.Target, smp.Round = "steady", "pinboard", round
 		s.res.Samples = append(s.res.Samples, smp)
 		s.logf("  redis round %d: %d requests, %d commands (idle window %d)", round, rep.Requests.Sent, sum(load[len(load)-1].calls), sum(idle[round-1].calls))
+	}
+	cacheAfter, err := placementCounters(f.pinboard.admin)
+	if err != nil {
+		return err
 	}
 	totals := map[string][2]int64{}
 	var reqs, loadCalls, idleCalls int64
@@ -615,6 +623,13 @@ func (s *session) redisSuite(ctx context.Context) error {
 	s.res.Values["redis commands/request"] = perReq
 	s.res.Values["redis commands/request net of idle"] = netPerReq
 	s.res.Values["redis requests"] = float64(reqs)
+	var missPerReq, refreshPerSec float64
+	if reqs > 0 {
+		missPerReq = (cacheAfter.misses - cacheBefore.misses) / float64(reqs)
+		refreshPerSec = (cacheAfter.refreshes - cacheBefore.refreshes) / max(loadSecs, 1e-9)
+	}
+	s.res.Values["redis placement misses/request"] = missPerReq
+	s.res.Values["redis placement refreshes/s"] = refreshPerSec
 	b := &s.md
 	b.WriteString("## redis (steady state)\n\n")
 	fmt.Fprintf(b, "Requests through pinboard over %d ids already placed (uniform, closed loop, 64 connections); `INFO commandstats` deltas over each "+
@@ -623,6 +638,9 @@ func (s *session) redisSuite(ctx context.Context) error {
 		keys, settle, s.o.Rounds, s.o.Rounds, s.o.Duration)
 	fmt.Fprintf(b, "**Redis commands per request: %s** (all commands in the load windows ÷ all their requests); net of the idle background: %s. Requests measured: %d over %.1f s.\n\n",
 		fmtNum(perReq, 5), fmtNum(netPerReq, 5), reqs, loadSecs)
+	fmt.Fprintf(b, "**Requests that waited for Redis (placement cache misses) per request: %s**; placements refreshed ahead of their expiry in the "+
+		"background: %s per second (the pinboard's `pinned_placecache_misses_total` and `pinned_placement_refreshes_total{result=\"extended\"}` over the load windows).\n\n",
+		fmtNum(missPerReq, 5), fmtNum(refreshPerSec, 1))
 	var names []string
 	for k := range totals {
 		names = append(names, k)
