@@ -140,6 +140,10 @@
 // read together are not all re-read together at every later TTL.
 // PlacementUntil (store.CachedPlacements) tells the layer above when the
 // entry behind an answer expires, so that it does not keep the value longer.
+// LookupFresh (store.FreshLookups) is a plain GET outside rueidis's cache:
+// the server's answer now, for a layer above that refreshes a value before
+// the cache entry behind it expires (the key stays tracked as long as that
+// entry lives, and after it until the key changes).
 //
 // OnInvalidate receives: Invalidation{Placement: "/ns/id"} for a tracked
 // pinned:p: key, Invalidation{Session: sid} for a tracked pinned:s: key, and
