@@ -130,11 +130,12 @@ func (r *Resolver) Metrics() *metrics.Set { return r.cfg.Metrics }
 func (r *Resolver) CacheStats() placecache.Stats { return r.cache.Stats() }
 
 // Lookup implements proxy.Resolver: the cached route of name at now,
-// without blocking or touching the store, and without allocating but when
-// the route is due for a refresh (once per CacheTTL per name, see
-// refresh.go). now is the request's
-// time (fasthttp's RequestCtx.Time), converted by clock.FromTime; with an
-// injected Config.Clock, that clock is read instead.
+// without blocking or touching the store, and without allocating except
+// when the route is due for a refresh (at most once per cache lifetime per
+// name: the name is copied into Run's queue, see refresh.go). now is the
+// request's time (fasthttp's RequestCtx.Time), converted by
+// clock.FromTime; with an injected Config.Clock, that clock is read
+// instead.
 func (r *Resolver) Lookup(name []byte, now time.Time) (proxy.Route, bool) {
 	var at clock.Instant
 	if r.fastTime {
