@@ -59,7 +59,9 @@
 //   - Planted bugs (TestPlantedBugs): the binaries are built with the
 //     pinned_faults tag and each run switches one fault on through
 //     PINNED_FAULTS (internal/faults), with the one nemesis that exposes
-//     it; the checker must fail. A release build cannot be switched. The
+//     it; the checker must fail, in one of two runs on fresh clusters (a
+//     bug shows only when the nemesis lands in its window). A release
+//     build cannot be switched. The
 //     store's placement writes without their checks (replace_no_compare,
 //     claim_no_nx) show as two live instances of one id.
 //   - Failover (TestSentinelFailover): Redis as a primary, a replica and
