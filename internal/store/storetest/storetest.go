@@ -556,7 +556,7 @@ func testClaimConcurrent(t *testing.T, h Harness, _ *Invalidations) {
 
 // testLookupOrClaim: the placement when there is one (nothing written,
 // nothing indexed), a claim under a new epoch when there is none.
-func testLookupOrClaim(t *testing.T, h Harness, _ *Invalidations) {
+func testLookupOrClaim(t *testing.T, h Harness, inv *Invalidations) {
 	register(t, h, sess("s1", "c1", "http://h1", "/a"))
 	register(t, h, sess("s2", "c2", "http://h2", "/a"))
 	p1, claimed, err := h.Store.LookupOrClaim(bg, "/a", "x", "s1")
@@ -564,14 +564,14 @@ func testLookupOrClaim(t *testing.T, h Harness, _ *Invalidations) {
 		t.Fatalf("LookupOrClaim of a new id = %+v, claimed %v, %v; want claimed", p1, claimed, err)
 	}
 	p1 = mustPlace(t, "LookupOrClaim of a new id", store.Placement{}, p1, err, "s1")
-	lookup(t, h, "/a", "x", p1)
+	lookup(t, h, inv, "/a", "x", p1)
 	for _, sid := range []string{"s2", "s1"} {
 		p, claimed, err := h.Store.LookupOrClaim(bg, "/a", "x", sid)
 		if err != nil || claimed || p.Session != "s1" || p.Epoch != p1.Epoch || !p.Since.Equal(p1.Since) {
 			t.Fatalf("LookupOrClaim by %s of a placed id = %+v, claimed %v, %v; want %+v unchanged", sid, p, claimed, err, p1)
 		}
 	}
-	lookup(t, h, "/a", "x", p1)
+	lookup(t, h, inv, "/a", "x", p1)
 	if c, _ := h.Store.PlacementCounts(bg, "s1"); c["/a"] != 1 {
 		t.Fatalf("PlacementCounts(s1) = %v; want /a: 1", c)
 	}
@@ -596,7 +596,7 @@ func testLookupOrClaim(t *testing.T, h Harness, _ *Invalidations) {
 
 // testLookupOrClaimConcurrent: of concurrent calls for one new id exactly
 // one claims, and all answer its placement.
-func testLookupOrClaimConcurrent(t *testing.T, h Harness, _ *Invalidations) {
+func testLookupOrClaimConcurrent(t *testing.T, h Harness, inv *Invalidations) {
 	const n = 16
 	got := make([]store.Placement, n)
 	claims := make([]bool, n)
@@ -626,7 +626,7 @@ func testLookupOrClaimConcurrent(t *testing.T, h Harness, _ *Invalidations) {
 	if winners != 1 {
 		t.Fatalf("%d calls claimed; want exactly one", winners)
 	}
-	lookup(t, h, "/a", "race", got[0])
+	lookup(t, h, inv, "/a", "race", got[0])
 	if c, _ := h.Store.PlacementCounts(bg, got[0].Session); c["/a"] != 1 {
 		t.Fatalf("winner's PlacementCounts = %v; want /a: 1", c)
 	}
@@ -679,20 +679,23 @@ func mustPlace(t *testing.T, what string, after store.Placement, p store.Placeme
 // reads are served from a client-side cache refreshed by asynchronous
 // invalidations (Redis: a read right after a write made through another
 // connection may still be served the old value until that connection has
-// processed the write's invalidation, see the store package doc) is given
-// up to 5 s to read it.
-func lookup(t *testing.T, h Harness, ns, id string, want store.Placement) {
+// processed the write's invalidation, see the store package doc) is read
+// again after each invalidation, for up to 5 s.
+func lookup(t *testing.T, h Harness, inv *Invalidations, ns, id string, want store.Placement) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.NewTimer(5 * time.Second)
+	defer deadline.Stop()
 	for {
+		ch := inv.next() // before the read: an invalidation after it wakes us
 		got, err := h.Store.Lookup(bg, ns, id)
 		if err == nil && got.Since.Equal(want.Since) && got.Session == want.Session && got.Epoch == want.Epoch {
 			return
 		}
-		if time.Now().After(deadline) {
+		select {
+		case <-ch:
+		case <-deadline.C:
 			t.Fatalf("Lookup(%s, %s) = %+v, %v; want %+v", ns, id, got, err, want)
 		}
-		time.Sleep(time.Millisecond) // polling a cache an asynchronous invalidation refreshes
 	}
 }
 
@@ -700,25 +703,25 @@ func lookup(t *testing.T, h Harness, ns, id string, want store.Placement) {
 // replace: failover from a dead session) is followed by a strictly larger
 // epoch, a lost claim or replace allocates none, and Lookup reads exactly
 // what the winning write returned.
-func testEpochs(t *testing.T, h Harness, _ *Invalidations) {
-	lookup(t, h, "/a", "x", store.Placement{})
+func testEpochs(t *testing.T, h Harness, inv *Invalidations) {
+	lookup(t, h, inv, "/a", "x", store.Placement{})
 	p1, err := h.Store.ClaimPlacement(bg, "/a", "x", "s1")
 	p1 = mustPlace(t, "first ClaimPlacement", store.Placement{}, p1, err, "s1")
-	lookup(t, h, "/a", "x", p1)
+	lookup(t, h, inv, "/a", "x", p1)
 	if p, err := h.Store.ClaimPlacement(bg, "/a", "x", "s2"); err != nil || p != p1 && !(p.Session == p1.Session && p.Epoch == p1.Epoch && p.Since.Equal(p1.Since)) {
 		t.Fatalf("losing ClaimPlacement = %+v, %v; want the winner's placement %+v", p, err, p1)
 	}
 	if p, err := h.Store.ReplacePlacement(bg, "/a", "x", "s9", "s2"); err != nil || p.Session != "s1" || p.Epoch != p1.Epoch {
 		t.Fatalf("ReplacePlacement from the wrong holder = %+v, %v; want %+v unchanged", p, err, p1)
 	}
-	lookup(t, h, "/a", "x", p1)
+	lookup(t, h, inv, "/a", "x", p1)
 	p2, err := h.Store.ReplacePlacement(bg, "/a", "x", "s1", "s2")
 	p2 = mustPlace(t, "ReplacePlacement s1 -> s2 (failover)", p1, p2, err, "s2")
-	lookup(t, h, "/a", "x", p2)
+	lookup(t, h, inv, "/a", "x", p2)
 	if ok, err := h.Store.Release(bg, "/a", "x", "s2"); !ok || err != nil {
 		t.Fatalf("Release = %v, %v", ok, err)
 	}
-	lookup(t, h, "/a", "x", store.Placement{})
+	lookup(t, h, inv, "/a", "x", store.Placement{})
 	if p, err := h.Store.ReplacePlacement(bg, "/a", "x", "s2", "s3"); err != nil || p.Session != "" || p.Epoch != 0 {
 		t.Fatalf("ReplacePlacement of a released placement = %+v, %v; want none", p, err)
 	}
@@ -743,7 +746,7 @@ func testEpochs(t *testing.T, h Harness, _ *Invalidations) {
 	}
 }
 
-func testEpochsConcurrent(t *testing.T, h Harness, _ *Invalidations) {
+func testEpochsConcurrent(t *testing.T, h Harness, inv *Invalidations) {
 	const n = 16
 	got := make([]store.Placement, n)
 	var wg sync.WaitGroup
@@ -762,12 +765,12 @@ func testEpochsConcurrent(t *testing.T, h Harness, _ *Invalidations) {
 			t.Fatalf("concurrent claims returned %+v; want one winning placement for all", got)
 		}
 	}
-	lookup(t, h, "/a", "race", got[0])
+	lookup(t, h, inv, "/a", "race", got[0])
 }
 
 // testEpochsReap: a placement collected with its dead session (Reap, the
 // janitor after a kill -9) is followed by a larger epoch.
-func testEpochsReap(t *testing.T, h Harness, _ *Invalidations) {
+func testEpochsReap(t *testing.T, h Harness, inv *Invalidations) {
 	register(t, h, sess("dead", "c1", "http://h1", "/a"))
 	p1, err := h.Store.ClaimPlacement(bg, "/a", "x", "dead")
 	p1 = mustPlace(t, "ClaimPlacement", store.Placement{}, p1, err, "dead")
@@ -775,7 +778,7 @@ func testEpochsReap(t *testing.T, h Harness, _ *Invalidations) {
 	if st, err := h.Store.(store.Reaper).Reap(bg, 0); err != nil || st.Placements != 1 {
 		t.Fatalf("Reap = %+v, %v; want the dead session's placement", st, err)
 	}
-	lookup(t, h, "/a", "x", store.Placement{})
+	lookup(t, h, inv, "/a", "x", store.Placement{})
 	p2, err := h.Store.ClaimPlacement(bg, "/a", "x", "next")
 	mustPlace(t, "ClaimPlacement after Reap", p1, p2, err, "next")
 }
@@ -783,7 +786,7 @@ func testEpochsReap(t *testing.T, h Harness, _ *Invalidations) {
 // testEpochsFlush: the store forgets everything (FLUSHALL; a Redis
 // restarted without persistence forgets the same), epoch counters
 // included; the time floor alone keeps the next epoch above the last one.
-func testEpochsFlush(t *testing.T, h Harness, _ *Invalidations) {
+func testEpochsFlush(t *testing.T, h Harness, inv *Invalidations) {
 	last := store.Placement{}
 	for i := range 5 { // the counter runs ahead of the microsecond clock
 		p, err := h.Store.ClaimPlacement(bg, "/a", "x", "s1")
