@@ -2,7 +2,6 @@ package placement
 
 import (
 	"context"
-	"sync"
 	"time"
 
 	"github.com/pinned-go/pinned/internal/store"
@@ -49,25 +48,19 @@ func (r *Resolver) queueRefresh(name []byte) {
 	}
 }
 
-// runRefreshers runs Config.Refreshers goroutines taking names from the
-// queue until ctx or the resolver ends, and waits for them.
-func (r *Resolver) runRefreshers(ctx context.Context) {
-	var wg sync.WaitGroup
-	for range r.cfg.Refreshers {
-		wg.Go(func() {
-			for {
-				select {
-				case <-ctx.Done():
-					return
-				case <-r.ctx.Done():
-					return
-				case key := <-r.refreshQ:
-					r.refresh(ctx, key)
-				}
-			}
-		})
+// refresher takes names from the queue and refreshes them until ctx or the
+// resolver ends; Run runs Config.Refreshers of them.
+func (r *Resolver) refresher(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-r.ctx.Done():
+			return
+		case key := <-r.refreshQ:
+			r.refresh(ctx, key)
+		}
 	}
-	wg.Wait()
 }
 
 // refresh re-reads the placement of key and extends its cached route, or
@@ -89,36 +82,33 @@ func (r *Resolver) refresh(ctx context.Context, key string) {
 	var (
 		pl    store.Placement
 		until time.Time
+		sess  *proxy.Session
+		gone  = true // unless the holder is read below
 	)
 	if err == nil {
 		pl, until, err = r.refreshRead(ctx, ns, id)
 	}
 	if err == nil && pl.Session == cur.Session.ID && pl.Epoch == cur.Epoch {
-		var (
-			sess *proxy.Session
-			gone bool
-		)
 		sess, gone, err = r.holderSession(ctx, key, pl.Session, live)
-		if err == nil && !gone && sess == cur.Session {
-			if r.cache.PutUntil(name, cur, tok, until) {
-				r.m.refreshExtended.Inc()
-			} else {
-				r.m.refreshRefused.Inc()
-			}
-			return
-		}
 	}
-	if err != nil {
+	switch {
+	case err != nil:
 		// Undecided: the entry runs out as it would have; its next
 		// request's miss reports the failure if it persists.
 		r.m.refreshFailed.Inc()
 		if r.errLog.Allow() {
 			r.log.Warn("cannot refresh a cached placement", "name", key, "err", err)
 		}
-		return
+	case !gone && sess == cur.Session:
+		if r.cache.PutUntil(name, cur, tok, until) {
+			r.m.refreshExtended.Inc()
+		} else {
+			r.m.refreshRefused.Inc()
+		}
+	default: // another holder or epoch, or the holder is gone
+		r.m.refreshChanged.Inc()
+		r.cache.InvalidateIf(name, func(v proxy.Route) bool { return v == cur })
 	}
-	r.m.refreshChanged.Inc()
-	r.cache.InvalidateIf(name, func(v proxy.Route) bool { return v == cur })
 }
 
 // refreshRead reads the placement of (ns, id) from the store's server and

@@ -3,6 +3,7 @@ package placement
 import (
 	"context"
 	"errors"
+	"sync"
 
 	"github.com/pinned-go/pinned/internal/store"
 	"github.com/pinned-go/pinned/internal/wire"
@@ -30,12 +31,11 @@ func (r *Resolver) Run(ctx context.Context) error {
 	if !r.ran.CompareAndSwap(false, true) {
 		return ErrRunning
 	}
-	refreshers := make(chan struct{})
-	go func() {
-		defer close(refreshers)
-		r.runRefreshers(ctx)
-	}()
-	defer func() { <-refreshers }()
+	var refreshers sync.WaitGroup
+	defer refreshers.Wait()
+	for range r.cfg.Refreshers {
+		refreshers.Go(func() { r.refresher(ctx) })
+	}
 	sweep := r.clock.NewTimer(r.cfg.SweepInterval)
 	defer sweep.Stop()
 	for {
