@@ -14,9 +14,8 @@ import (
 // A cached placement expires CacheTTL after the store last confirmed it
 // (less a random fifth). Without refreshing, the first request after that
 // waits for a store read: on Redis one round trip, once per CacheTTL for
-// every hot name, which at a few thousand requests per second over a
-// thousand names is a percent or two of all requests and puts a Redis round
-// trip into the proxy's p99. With RefreshAhead, a Lookup that finds its
+// every hot name (0.27 % of the requests of the bench's redis suite, 1000
+// ids at ~34 000 req/s; none with refreshing). With RefreshAhead, a Lookup that finds its
 // entry within RefreshAhead of its expiry queues the name (once per entry:
 // placecache.GetAhead), and Run's refreshers re-read it while the entry is
 // still served:
