@@ -27,5 +27,10 @@ func ParseAdvertiseURL(s string) (addr, pathPrefix string, err error) {
 	if u.Port() == "" {
 		addr = net.JoinHostPort(u.Hostname(), "80")
 	}
+	// url.Parse lets some hosts through that are not dialable, such as "]":
+	// what is returned must split back into a host and a port.
+	if host, _, serr := net.SplitHostPort(addr); serr != nil || host == "" {
+		return "", "", fmt.Errorf("advertise URL %q has no usable host: must be http://host:port[/path]", s)
+	}
 	return addr, strings.TrimRight(u.EscapedPath(), "/"), nil
 }
