@@ -3,6 +3,8 @@ package loadgen
 import (
 	"bytes"
 	"errors"
+
+	"github.com/pinned-go/pinned/internal/wire"
 )
 
 // The event-loop engine reads HTTP/1.1 responses with respParser: an
@@ -163,7 +165,7 @@ func (p *respParser) eof() error {
 func (p *respParser) chunkByte(c byte) error {
 	switch p.state {
 	case psChunkSize:
-		d := unhex(c)
+		d := wire.Unhex(c)
 		switch {
 		case d >= 0:
 			if p.remain >= 1<<58 {
@@ -467,18 +469,6 @@ func equalFold(b []byte, s string) bool {
 		}
 	}
 	return true
-}
-
-func unhex(c byte) int {
-	switch {
-	case '0' <= c && c <= '9':
-		return int(c - '0')
-	case 'a' <= c && c <= 'f':
-		return int(c-'a') + 10
-	case 'A' <= c && c <= 'F':
-		return int(c-'A') + 10
-	}
-	return -1
 }
 
 // tokenByte marks the RFC 9110 tchar bytes.

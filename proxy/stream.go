@@ -207,7 +207,7 @@ func (x *lx) sizeLine(out, line []byte) ([]byte, bool) {
 	var size int64
 	i := 0
 	for ; i < len(line); i++ {
-		d := unhex(line[i])
+		d := wire.Unhex(line[i])
 		if d < 0 {
 			break
 		}
@@ -259,18 +259,6 @@ func (x *lx) trailerLine(out, line []byte) ([]byte, bool) {
 		st.trail = append(st.trail, line...)
 	}
 	return out, true
-}
-
-func unhex(c byte) int {
-	switch {
-	case '0' <= c && c <= '9':
-		return int(c - '0')
-	case 'a' <= c && c <= 'f':
-		return int(c-'a') + 10
-	case 'A' <= c && c <= 'F':
-		return int(c-'A') + 10
-	}
-	return -1
 }
 
 // clientDrained: everything relayed so far is written; go on reading the

@@ -2,6 +2,7 @@ package wire
 
 import (
 	"encoding/json"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -191,6 +192,19 @@ func TestParseAdvertiseURL(t *testing.T) {
 	for _, bad := range []string{"https://h:1", "http://u:p@h:1", "http://h:1/?q=1", "http://h:1/?", "http://h:1/#f", "http:h", "http://", "h:1", "%"} {
 		if _, _, err := ParseAdvertiseURL(bad); err == nil {
 			t.Errorf("ParseAdvertiseURL(%q) accepted", bad)
+		}
+	}
+}
+
+// Unhex agrees with strconv on every byte.
+func TestUnhex(t *testing.T) {
+	for c := range 256 {
+		want := -1
+		if v, err := strconv.ParseUint(string(rune(c)), 16, 8); err == nil && c < 128 {
+			want = int(v)
+		}
+		if got := Unhex(byte(c)); got != want {
+			t.Errorf("Unhex(%q) = %d, want %d", byte(c), got, want)
 		}
 	}
 }
