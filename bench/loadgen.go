@@ -60,6 +60,24 @@ func (s *session) loadgenSuite(ctx context.Context) error {
 		{openName, generatorRun{"loadgen", append([]string{"-rate", strconv.Itoa(rate)}, common...)}},
 		{openName + "-coalesce", generatorRun{"loadgen", append([]string{"-rate", strconv.Itoa(rate), "-coalesce", "250us"}, common...)}},
 	}
+	// The machine's floor first, on the quiet machine: one thread sleeping
+	// until slots 1/rate apart, with no HTTP in it (8 s; 1 s in smoke).
+	floorFor := 8 * time.Second
+	if s.o.Smoke {
+		floorFor = time.Second
+	}
+	gap := time.Second / time.Duration(rate)
+	if f, err := measureSleepFloor(int(floorFor/gap), gap); err != nil {
+		s.note("machine floor not measured: %v", err)
+	} else {
+		v := s.res.Values
+		v["floor wake cpu us"] = f.cpuUs
+		v["floor late p99 us"] = float64(f.p99) / 1e3
+		v["floor late p99.9 us"] = float64(f.p999) / 1e3
+		v["floor late max us"] = float64(f.max) / 1e3
+		s.logf("  machine floor: %d sleeps %v apart: %.1f µs CPU per wake-up, late p99 %v p99.9 %v max %v",
+			f.wakes, f.gap, f.cpuUs, f.p99, f.p999, f.max)
+	}
 	measure := func(workload string, g generatorRun, d time.Duration, round int) (Sample, error) {
 		if g.name == "wrk" {
 			return s.measureWrk(ctx, r, c, wrk, url, workload, d, round)
@@ -276,6 +294,15 @@ func (s *session) loadgenReport(openName string, rate int, withWrk bool) {
 		v["closed-64 loadgen/wrk cpu"] = r
 		fmt.Fprintf(b, "Closed loop, CPU per request loadgen ÷ wrk (median of per-round ratios): **%s**; throughput ratio: %s.\n\n",
 			fmtNum(r, 2), fmtNum(ratio(s.pick("closed-64", "loadgen"), s.pick("closed-64", "wrk"), rateOf), 2))
+	}
+	if cpu, ok := v["floor wake cpu us"]; ok {
+		fmt.Fprintf(b, "**This machine's floor** (measured once before the rounds, on the quiet machine: one goroutine locked to its thread "+
+			"sleeps until absolute times %v apart, as the open loop does, with raw `clock_nanosleep` and a timer slack of 1 ns, and "+
+			"does nothing else): **%s µs of CPU per wake-up**; woken late by p99 %s µs, p99.9 %s µs, max **%s µs**. "+
+			"No open loop that sleeps until its slots spends less per request or sends more punctually than that here; "+
+			"profiles/README.md compares it with C (`profiles/wake.c`, `profiles/lateness.c`).\n\n",
+			time.Second/time.Duration(rate), fmtNum(cpu, 1), fmtNum(v["floor late p99 us"], 0), fmtNum(v["floor late p99.9 us"], 0),
+			fmtNum(v["floor late max us"], 0))
 	}
 	defer func() { s.res.Markdown = b.String() }()
 	if s.o.Smoke {

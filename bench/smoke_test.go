@@ -114,6 +114,10 @@ func TestSmoke(t *testing.T) {
 	positive("loadgen", "closed-64 loadgen cpu us/req")
 	positive("loadgen", "open-2k loadgen cpu us/req")
 	positive("loadgen", "open-2k-coalesce loadgen lag p99 us")
+	positive("loadgen", "floor wake cpu us")
+	if !strings.Contains(suite["loadgen"].Markdown, "This machine's floor") {
+		t.Error("the loadgen report does not show the machine's floor")
+	}
 	if _, err := exec.LookPath(wrkPath); err == nil {
 		positive("loadgen", "closed-64 wrk rate")
 		positive("loadgen", "closed-64 loadgen/wrk cpu")
