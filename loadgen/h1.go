@@ -235,10 +235,10 @@ func (p *respParser) chunkByte(c byte) error {
 		}
 		return p.countTrailer()
 	case psTrailerLine:
-		switch c {
-		case '\r':
+		switch {
+		case c == '\r':
 			p.state = psTrailerLF
-		case '\n', 0:
+		case !fieldValueByte[c]:
 			return errTrailer
 		}
 		return p.countTrailer()
@@ -391,15 +391,22 @@ func parseStatusLine(line []byte) (status int, http10 bool, err error) {
 }
 
 // splitField splits "name: value" with the value's optional whitespace
-// trimmed; the name must be a token and no line may hold CR, LF or NUL.
+// trimmed; the name must be a token and the value may hold no control
+// byte but HTAB (as net/http: CR, LF and NUL would make the framing
+// uncertain, and the other controls are invalid in a field value).
 func splitField(line []byte) (name, value []byte, ok bool) {
 	i := bytes.IndexByte(line, ':')
-	if i <= 0 || bytes.IndexAny(line, "\r\n\x00") >= 0 {
+	if i <= 0 {
 		return nil, nil, false
 	}
 	name = line[:i]
 	for _, c := range name {
 		if !tokenByte[c] {
+			return nil, nil, false
+		}
+	}
+	for _, c := range line[i+1:] {
+		if !fieldValueByte[c] {
 			return nil, nil, false
 		}
 	}
@@ -470,6 +477,16 @@ func equalFold(b []byte, s string) bool {
 	}
 	return true
 }
+
+// fieldValueByte marks the bytes a field value (or a trailer's) may hold:
+// HTAB, SP, VCHAR and obs-text (RFC 9110 section 5.5); every other control
+// byte is refused, as net/http refuses it.
+var fieldValueByte = func() (t [256]bool) {
+	for c := range 256 {
+		t[c] = c == '\t' || (c >= 0x20 && c != 0x7f)
+	}
+	return t
+}()
 
 // tokenByte marks the RFC 9110 tchar bytes.
 var tokenByte = func() (t [256]bool) {
