@@ -52,14 +52,7 @@ func (s *Store) LookupUntil(ctx context.Context, ns, id string) (store.Placement
 	if at := res.CachePXAT(); at > 0 {
 		until = time.UnixMilli(at)
 	}
-	v, err := res.ToString()
-	if rueidis.IsRedisNil(err) {
-		return store.Placement{}, until, nil
-	}
-	if err != nil {
-		return store.Placement{}, until, s.wrap(ctx, "placement", err)
-	}
-	p, err := parsePlacement(v)
+	p, err := s.placementOf(ctx, res)
 	return p, until, err
 }
 
@@ -71,7 +64,12 @@ func (s *Store) LookupFresh(ctx context.Context, ns, id string) (store.Placement
 	if err != nil {
 		return store.Placement{}, err
 	}
-	v, err := c.Do(ctx, c.B().Get().Key(wire.KeyPlacement(ns, id)).Build()).ToString()
+	return s.placementOf(ctx, c.Do(ctx, c.B().Get().Key(wire.KeyPlacement(ns, id)).Build()))
+}
+
+// placementOf decodes the reply to a GET of a placement key (nil is none).
+func (s *Store) placementOf(ctx context.Context, res rueidis.RedisResult) (store.Placement, error) {
+	v, err := res.ToString()
 	if rueidis.IsRedisNil(err) {
 		return store.Placement{}, nil
 	}
