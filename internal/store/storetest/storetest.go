@@ -786,7 +786,7 @@ func testEpochsReap(t *testing.T, h Harness, inv *Invalidations) {
 // testEpochsFlush: the store forgets everything (FLUSHALL; a Redis
 // restarted without persistence forgets the same), epoch counters
 // included; the time floor alone keeps the next epoch above the last one.
-func testEpochsFlush(t *testing.T, h Harness, inv *Invalidations) {
+func testEpochsFlush(t *testing.T, h Harness, _ *Invalidations) {
 	last := store.Placement{}
 	for i := range 5 { // the counter runs ahead of the microsecond clock
 		p, err := h.Store.ClaimPlacement(bg, "/a", "x", "s1")
