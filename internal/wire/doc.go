@@ -1,7 +1,9 @@
 // Package wire holds everything that crosses a process boundary in pinned:
 // the registry's JSON bodies, the data-plane header names and reasons, the
-// URL paths, the Redis key schema and the grammar of namespaces and ids.
-// Registry, worker, proxy and host all import it; nothing here does I/O.
+// URL paths, the Redis key schema and the grammar of namespaces and ids,
+// and the one HTTP/1.1 framing helper two parsers share ([Unhex]).
+// Registry, worker, proxy, host and loadgen import it; nothing here does
+// I/O.
 // docs/protocol.md describes all of it for readers of the protocol; a test
 // fails when a string constant here is missing from it.
 //

@@ -200,7 +200,7 @@ func TestParseAdvertiseURL(t *testing.T) {
 func TestUnhex(t *testing.T) {
 	for c := range 256 {
 		want := -1
-		if v, err := strconv.ParseUint(string(rune(c)), 16, 8); err == nil && c < 128 {
+		if v, err := strconv.ParseUint(string(rune(c)), 16, 8); err == nil {
 			want = int(v)
 		}
 		if got := Unhex(byte(c)); got != want {
