@@ -50,6 +50,9 @@ type Options struct {
 	// NoPeers skips nginx and HAProxy; Install installs them when missing,
 	// and wrk for the loadgen suite.
 	NoPeers, Install bool
+	// Wrk2 is the path of a wrk2 binary for the loadgen suite's wrk2 rows
+	// (empty: "wrk2" on PATH; rows skipped when there is none).
+	Wrk2 string
 	// PinGen, PinProxy and PinBackend are taskset CPU lists for the load
 	// generator, the proxies (pinboard, nginx, HAProxy) and the backends
 	// (counter workers, redis-server); empty means not pinned.

@@ -3,7 +3,7 @@
 // pinboard vs nginx vs HAProxy), activation, streaming, websocket, Redis
 // commands per request, memory per idle instance, durable alarms (lateness
 // healthy and after an outage of every worker, Redis commands per alarm),
-// loadgen itself against wrk, and the profile capture behind profiles/.
+// loadgen itself against wrk (and wrk2 when present), and the profile capture behind profiles/.
 // cmd/bench is its command line; bench/README.md says how
 // to run and read it.
 //

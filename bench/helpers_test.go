@@ -110,6 +110,46 @@ Transfer/sec:     24.76MB
 	}
 }
 
+// wrk2's summary (the head and tail of a real run against the local
+// counter): its percentiles read "50.000%", and neither "99.900%" nor the
+// detailed spectrum below them may be mistaken for them.
+func TestParseWrk2(t *testing.T) {
+	out := `Running 8s test @ http://127.0.0.1:7300/counter/bench/
+  2 threads and 64 connections
+  Thread Stats   Avg      Stdev     Max   +/- Stdev
+    Latency     1.32ms  616.22us   5.46ms   65.82%
+    Req/Sec       -nan      -nan   0.00      0.00%
+  Latency Distribution (HdrHistogram - Recorded Latency)
+ 50.000%    1.28ms
+ 75.000%    1.73ms
+ 90.000%    2.15ms
+ 99.000%    2.86ms
+ 99.900%    3.65ms
+ 99.990%    4.90ms
+ 99.999%    5.11ms
+100.000%    5.47ms
+
+  Detailed Percentile spectrum:
+       Value   Percentile   TotalCount 1/(1-Percentile)
+
+       0.059     0.000000            1         1.00
+       1.276     0.500000        44769         2.00
+       6.587     1.000000        89522          inf
+#[Mean    =        1.289, StdDeviation   =        0.596]
+----------------------------------------------------------
+  89537 requests in 8.00s, 18.02MB read
+Requests/sec:  11191.36
+Transfer/sec:      2.25MB
+`
+	r, err := parseWrk(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.requests != 89537 || r.rate != 11191.36 || r.p50 != 1.28 || r.p99 != 2.86 || r.errors != 0 {
+		t.Errorf("parseWrk(wrk2) = %+v", r)
+	}
+}
+
 // The bench passes the operator's PINBOARD_* settings to its pinboards,
 // never over the ones the rig sets, and nothing else.
 func TestPassThrough(t *testing.T) {

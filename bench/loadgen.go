@@ -18,10 +18,18 @@ import (
 // The loadgen suite measures the instrument: loadgen and wrk side by side
 // on the same direct counter, closed loop (rate and CPU per request of
 // each) and loadgen's open loop at 12 000 req/s (its schedule lag, CPU per
-// request and latency), in alternated rounds.
+// request and latency), in alternated rounds. When wrk2 (Gil Tene's
+// open-loop fork of wrk, not packaged by Debian) is available, it runs the
+// same open loop in the same rounds: the reference open-loop generator's
+// cost on the same machine.
 
 // wrkPath is where Debian's wrk package puts the binary.
 const wrkPath = "/usr/bin/wrk"
+
+// wrk2Name is the name the suite looks wrk2 up by on PATH when
+// Options.Wrk2 is empty (its own build names the binary wrk, so install it
+// under this name).
+const wrk2Name = "wrk2"
 
 // loadgenSuitePath is the fixed path both generators request: wrk has no
 // id templates without a Lua script, so loadgen uses the same single id.
@@ -29,7 +37,7 @@ const loadgenSuitePath = "/counter/bench/"
 
 // generatorRun is one measured run of a generator.
 type generatorRun struct {
-	name string // "loadgen" or "wrk"
+	name string // "loadgen", "wrk" or "wrk2"
 	args []string
 }
 
@@ -44,6 +52,13 @@ func (s *session) loadgenSuite(ctx context.Context) error {
 	if err != nil {
 		wrk = ""
 		s.note("wrk rows skipped: wrk is not installed (cmd/bench -install installs it from the distribution's packages)")
+	}
+	wrk2 := s.o.Wrk2
+	if wrk2 == "" {
+		if wrk2, err = exec.LookPath(wrk2Name); err != nil {
+			wrk2 = ""
+			s.note("wrk2 rows skipped: no wrk2 on PATH and no -wrk2 (bench/README.md says how to build it)")
+		}
 	}
 	rate := 12000
 	if s.o.Smoke {
@@ -60,6 +75,13 @@ func (s *session) loadgenSuite(ctx context.Context) error {
 		{openName, generatorRun{"loadgen", append([]string{"-rate", strconv.Itoa(rate)}, common...)}},
 		{openName + "-coalesce", generatorRun{"loadgen", append([]string{"-rate", strconv.Itoa(rate), "-coalesce", "250us"}, common...)}},
 	}
+	if wrk2 != "" {
+		runs = append(runs, struct {
+			workload string
+			gen      generatorRun
+		}{openName, generatorRun{"wrk2", []string{"-R", strconv.Itoa(rate)}}})
+	}
+	skip := func(g generatorRun) bool { return g.name == "wrk" && wrk == "" }
 	// The machine's floor first, on the quiet machine: one thread sleeping
 	// until slots 1/rate apart, with no HTTP in it (8 s; 1 s in smoke).
 	floorFor := 8 * time.Second
@@ -79,13 +101,16 @@ func (s *session) loadgenSuite(ctx context.Context) error {
 			f.wakes, f.gap, f.cpuUs, f.p99, f.p999, f.max)
 	}
 	measure := func(workload string, g generatorRun, d time.Duration, round int) (Sample, error) {
-		if g.name == "wrk" {
-			return s.measureWrk(ctx, r, c, wrk, url, workload, d, round)
+		switch g.name {
+		case "wrk":
+			return s.measureWrk(ctx, r, c, "wrk", wrk, g.args, url, workload, d, round)
+		case "wrk2":
+			return s.measureWrk(ctx, r, c, "wrk2", wrk2, g.args, url, workload, d, round)
 		}
 		return s.measureLoadgen(ctx, r, c, url, workload, g.args, d, round)
 	}
 	for _, x := range runs {
-		if x.gen.name == "wrk" && wrk == "" {
+		if skip(x.gen) {
 			continue
 		}
 		if _, err := measure(x.workload, x.gen, s.o.Warmup, 0); err != nil {
@@ -94,7 +119,7 @@ func (s *session) loadgenSuite(ctx context.Context) error {
 	}
 	for round := 1; round <= s.o.Rounds; round++ {
 		for _, x := range runs {
-			if x.gen.name == "wrk" && wrk == "" {
+			if skip(x.gen) {
 				continue
 			}
 			smp, err := measure(x.workload, x.gen, s.o.Duration, round)
@@ -104,7 +129,7 @@ func (s *session) loadgenSuite(ctx context.Context) error {
 			s.res.Samples = append(s.res.Samples, smp)
 		}
 	}
-	s.loadgenReport(openName, rate, wrk != "")
+	s.loadgenReport(openName, rate, wrk != "", wrk2 != "")
 	return nil
 }
 
@@ -134,12 +159,13 @@ func (s *session) measureLoadgen(ctx context.Context, r *rig, c *proc, url, work
 	return smp, nil
 }
 
-// measureWrk runs wrk (closed loop, one thread per CPU, 64 connections)
-// against the counter.
-func (s *session) measureWrk(ctx context.Context, r *rig, c *proc, wrk, url, workload string, d time.Duration, round int) (Sample, error) {
+// measureWrk runs wrk or wrk2 (name; the binary at path) against the
+// counter: one thread per CPU, 64 connections, plus extra (wrk2's -R rate).
+func (s *session) measureWrk(ctx context.Context, r *rig, c *proc, name, path string, extra []string, url, workload string, d time.Duration, round int) (Sample, error) {
 	secs := max(1, int(math.Round(d.Seconds())))
-	args := []string{"-t", strconv.Itoa(runtime.NumCPU()), "-c", "64", "-d", strconv.Itoa(secs) + "s", "--latency", url + loadgenSuitePath}
-	bin, full := pinned(s.o.PinGen, wrk, args...)
+	args := append([]string{"-t", strconv.Itoa(runtime.NumCPU()), "-c", "64", "-d", strconv.Itoa(secs) + "s"}, extra...)
+	args = append(args, "--latency", url+loadgenSuitePath)
+	bin, full := pinned(s.o.PinGen, path, args...)
 	win := snapshotCPU(c)
 	busy0, total0, _ := machineTicks()
 	cmd := exec.CommandContext(ctx, bin, full...)
@@ -151,13 +177,13 @@ func (s *session) measureWrk(ctx context.Context, r *rig, c *proc, wrk, url, wor
 	}
 	other := otherBusy(busy0, total0, cpu[c]+genCPU)
 	if err != nil {
-		return Sample{}, fmt.Errorf("wrk %s: %v\n%s", strings.Join(args, " "), err, tail(out, 2000))
+		return Sample{}, fmt.Errorf("%s %s: %v\n%s", name, strings.Join(args, " "), err, tail(out, 2000))
 	}
 	res, err := parseWrk(string(out))
 	if err != nil {
-		return Sample{}, fmt.Errorf("wrk output: %w\n%s", err, tail(out, 2000))
+		return Sample{}, fmt.Errorf("%s output: %w\n%s", name, err, tail(out, 2000))
 	}
-	smp := Sample{Workload: workload, Target: "wrk", Round: round, Rate: res.rate, P50: res.p50, P99: res.p99,
+	smp := Sample{Workload: workload, Target: name, Round: round, Rate: res.rate, P50: res.p50, P99: res.p99,
 		Sent: res.requests, Errors: res.errors, CPUus: map[string]float64{}, OtherBusy: other}
 	if smp.Errors > 0 {
 		smp.ErrorDetail = res.errorText
@@ -166,7 +192,7 @@ func (s *session) measureWrk(ctx context.Context, r *rig, c *proc, wrk, url, wor
 		smp.CPUus["generator"] = genCPU * 1e6 / n
 		smp.CPUus["backend"] = cpu[c] * 1e6 / n
 	}
-	s.logf("  %-20s wrk     round %d: %8.0f/s p99 %.2f ms, CPU %.1f µs/req", workload, round, smp.Rate, smp.P99, smp.CPUus["generator"])
+	s.logf("  %-20s %-7s round %d: %8.0f/s p99 %.2f ms, CPU %.1f µs/req", workload, name, round, smp.Rate, smp.P99, smp.CPUus["generator"])
 	return smp, nil
 }
 
@@ -181,7 +207,7 @@ func otherBusy(busy0, total0 uint64, ownCPU float64) float64 {
 	return math.Max(0, float64(busy1-busy0)-ownCPU*clkTck) / float64(total1-total0)
 }
 
-// wrkResult is what parseWrk reads from wrk's output.
+// wrkResult is what parseWrk reads from wrk's (or wrk2's) output.
 type wrkResult struct {
 	requests, errors int64
 	rate, p50, p99   float64 // req/s, ms
@@ -191,12 +217,13 @@ type wrkResult struct {
 var (
 	wrkRequests = regexp.MustCompile(`(?m)^\s*(\d+) requests in `)
 	wrkRate     = regexp.MustCompile(`(?m)^Requests/sec:\s*([\d.]+)`)
-	wrkPct      = regexp.MustCompile(`(?m)^\s*(50|99)%\s+([\d.]+)(us|ms|s|m)\s*$`)
+	wrkPct      = regexp.MustCompile(`(?m)^\s*(50|99)(?:\.0+)?%\s+([\d.]+)(us|ms|s|m)\s*$`)
 	wrkSocket   = regexp.MustCompile(`(?m)^\s*Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)`)
 	wrkStatus   = regexp.MustCompile(`(?m)^\s*Non-2xx or 3xx responses: (\d+)`)
 )
 
-// parseWrk reads wrk's summary (run with --latency).
+// parseWrk reads wrk's summary (run with --latency), or wrk2's, whose
+// percentiles read "50.000%" where wrk's read "50%".
 func parseWrk(out string) (wrkResult, error) {
 	var r wrkResult
 	m := wrkRequests.FindStringSubmatch(out)
@@ -240,16 +267,23 @@ func parseWrk(out string) (wrkResult, error) {
 }
 
 // loadgenReport writes the suite's section and values.
-func (s *session) loadgenReport(openName string, rate int, withWrk bool) {
+func (s *session) loadgenReport(openName string, rate int, withWrk, withWrk2 bool) {
 	b := &s.md
 	b.WriteString("## loadgen (the instrument)\n\n")
+	wrk2Order, wrk2About := "", ""
+	if withWrk2 {
+		wrk2Order = ", wrk2 open"
+		wrk2About = " wrk2 (Gil Tene's open-loop fork of wrk, one thread per CPU, 64 connections, `-R` the same rate) sends each connection's " +
+			"requests on its own schedule, corrects its latencies for coordinated omission, and times its sends with a millisecond event-loop " +
+			"timer: its latencies include that timer's lateness, and it reports no schedule lag."
+	}
 	fmt.Fprintf(b, "loadgen and wrk (%s, closed loop, one thread per CPU, 64 connections) against the same local-mode counter, `GET %s` "+
 		"(one id: wrk has no id templates), alternated in every round (loadgen closed, wrk closed, loadgen open, loadgen open with "+
-		"`-coalesce 250us`), %d rounds; medians over rounds. Generator CPU per request is the process's utime+stime over the run "+
-		"(wait4 rusage, the same for both) ÷ requests; loadgen's own figure (getrusage during Run) is beside it. Schedule lag is how "+
-		"late loadgen sent each open-loop request (its own slop). loadgen runs its event-loop engine, one loop per CPU.\n\n",
-		wrkVersion(), loadgenSuitePath, s.o.Rounds)
-	gens := []string{"loadgen", "wrk"}
+		"`-coalesce 250us`%s), %d rounds; medians over rounds. Generator CPU per request is the process's utime+stime over the run "+
+		"(wait4 rusage, the same for every generator) ÷ requests; loadgen's own figure (getrusage during Run) is beside it. Schedule lag is how "+
+		"late loadgen sent each open-loop request (its own slop). loadgen runs its event-loop engine, one loop per CPU.%s\n\n",
+		wrkVersion(), loadgenSuitePath, wrk2Order, s.o.Rounds, wrk2About)
+	gens := []string{"loadgen", "wrk", "wrk2"}
 	cpu := func(role string) func(Sample) float64 {
 		return func(x Sample) float64 { return nanIfMissing(x.CPUus, role) }
 	}
@@ -265,7 +299,7 @@ func (s *session) loadgenReport(openName string, rate int, withWrk bool) {
 				errs += x.Errors + x.Unsent
 			}
 			lag := func(f func(Sample) float64) string {
-				if g == "wrk" || w == "closed-64" {
+				if g != "loadgen" || w == "closed-64" {
 					return "–"
 				}
 				return fmtNum(medianOf(m, f)*1000, 0)
@@ -279,10 +313,12 @@ func (s *session) loadgenReport(openName string, rate int, withWrk bool) {
 			s.res.Values[key+" rate"] = medianOf(m, rateOf)
 			s.res.Values[key+" cpu us/req"] = medianOf(m, cpu("generator"))
 			s.res.Values[key+" errors"] = float64(errs)
+			if g != "wrk" && w != "closed-64" {
+				s.res.Values[key+" p99 ms"] = medianOf(m, p99Of)
+			}
 			if g == "loadgen" && w != "closed-64" {
 				s.res.Values[key+" lag p99 us"] = medianOf(m, func(x Sample) float64 { return x.ScheduleLagP99Ms * 1000 })
 				s.res.Values[key+" lag max us"] = maxOf(m, func(x Sample) float64 { return x.ScheduleLagMaxMs * 1000 })
-				s.res.Values[key+" p99 ms"] = medianOf(m, p99Of)
 			}
 		}
 	}
@@ -313,10 +349,15 @@ func (s *session) loadgenReport(openName string, rate int, withWrk bool) {
 	if !ok {
 		wrkText = "– (wrk not installed)"
 	}
+	wrk2Text := "– (wrk2 not found)"
+	if x, ok := v[openName+" wrk2 cpu us/req"]; ok {
+		wrk2Text = fmtNum(x, 1) + " µs"
+	}
 	fmt.Fprintf(b, "#### against the targets of issue 13\n\n")
 	table(b, []string{"figure", "target", "measured"}, [][]string{
 		{fmt.Sprintf("loadgen open-loop CPU per request at %d req/s", rate), "≤ " + wrkText, fmtNum(v[openName+" loadgen cpu us/req"], 1) + " µs"},
 		{"… with -coalesce 250us", "", fmtNum(v[openName+"-coalesce loadgen cpu us/req"], 1) + " µs"},
+		{fmt.Sprintf("wrk2's open-loop CPU per request at %d req/s (the reference open loop, in C)", rate), "", wrk2Text},
 		{fmt.Sprintf("schedule lag p99 at %d req/s", rate), "≤ 100 µs", fmtNum(v[openName+" loadgen lag p99 us"], 0) + " µs"},
 		{fmt.Sprintf("schedule lag max at %d req/s (largest of the rounds)", rate), "≤ 2 000 µs", fmtNum(v[openName+" loadgen lag max us"], 0) + " µs"},
 	})

@@ -124,6 +124,12 @@ func TestSmoke(t *testing.T) {
 	} else if !strings.Contains(strings.Join(suite["loadgen"].Notes, "\n"), "wrk rows skipped") {
 		t.Errorf("wrk is not installed but the loadgen suite does not say it skipped it: %q", suite["loadgen"].Notes)
 	}
+	if _, err := exec.LookPath(wrk2Name); err == nil {
+		positive("loadgen", "open-2k wrk2 cpu us/req")
+		positive("loadgen", "open-2k wrk2 p99 ms")
+	} else if !strings.Contains(strings.Join(suite["loadgen"].Notes, "\n"), "wrk2 rows skipped") {
+		t.Errorf("wrk2 is not on PATH but the loadgen suite does not say it skipped it: %q", suite["loadgen"].Notes)
+	}
 	for _, x := range suite["loadgen"].Samples {
 		if x.Target == "loadgen" && !(x.CPUus["generator-self"] > 0) {
 			t.Errorf("loadgen %s round %d: no CPU per request in its own report", x.Workload, x.Round)
