@@ -331,6 +331,15 @@ func (s *session) loadgenReport(openName string, rate int, withWrk, withWrk2 boo
 		fmt.Fprintf(b, "Closed loop, CPU per request loadgen ÷ wrk (median of per-round ratios): **%s**; throughput ratio: %s.\n\n",
 			fmtNum(r, 2), fmtNum(ratio(s.pick("closed-64", "loadgen"), s.pick("closed-64", "wrk"), rateOf), 2))
 	}
+	if withWrk2 {
+		lg, w2 := s.pick(openName, "loadgen"), s.pick(openName, "wrk2")
+		r := ratio(lg, w2, cpu("generator"))
+		v[openName+" loadgen/wrk2 cpu"] = r
+		fmt.Fprintf(b, "Open loop at %d req/s, CPU per request loadgen ÷ wrk2 (median of per-round ratios): **%s**; p50 ratio %s, p99 ratio %s "+
+			"(wrk2's rate: %s req/s, median; it staggers its connects 5 ms apart, so it ramps up first).\n\n",
+			rate, fmtNum(r, 2), fmtNum(ratio(lg, w2, func(x Sample) float64 { return x.P50 }), 3), fmtNum(ratio(lg, w2, p99Of), 3),
+			fmtNum(medianOf(w2, rateOf), 0))
+	}
 	if cpu, ok := v["floor wake cpu us"]; ok {
 		fmt.Fprintf(b, "**This machine's floor** (measured once before the rounds, on the quiet machine: one goroutine locked to its thread "+
 			"sleeps until absolute times %v apart, as the open loop does, with raw `clock_nanosleep` and a timer slack of 1 ns, and "+

@@ -127,6 +127,7 @@ func TestSmoke(t *testing.T) {
 	if _, err := exec.LookPath(wrk2Name); err == nil {
 		positive("loadgen", "open-2k wrk2 cpu us/req")
 		positive("loadgen", "open-2k wrk2 p99 ms")
+		positive("loadgen", "open-2k loadgen/wrk2 cpu")
 	} else if !strings.Contains(strings.Join(suite["loadgen"].Notes, "\n"), "wrk2 rows skipped") {
 		t.Errorf("wrk2 is not on PATH but the loadgen suite does not say it skipped it: %q", suite["loadgen"].Notes)
 	}
