@@ -8,13 +8,26 @@
  *   chrt -f 10 /tmp/lateness                       # the same at real-time priority
  *   taskset -c 0 sh -c 'while :; do :; done' &     # a busy CPU 0 beside it ...
  *   taskset -c 1 /tmp/lateness                     # ... and the sleeper on CPU 1
+ *   /tmp/lateness 100000                           # with a 100 us EEVDF slice
+ *
+ * An argument sets the sleeper's scheduling slice in ns (sched_setattr,
+ * SCHED_OTHER with sched_runtime; no privilege needed on kernels 6.12+).
  */
+#define _GNU_SOURCE
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
 #include <sys/prctl.h>
+#include <stdint.h>
+#include <unistd.h>
+#include <sys/syscall.h>
+struct sched_attr { uint32_t size, sched_policy; uint64_t sched_flags; int32_t sched_nice; uint32_t sched_priority;
+  uint64_t sched_runtime, sched_deadline, sched_period; uint32_t util_min, util_max; };
 static int cmp(const void*a,const void*b){long x=*(long*)a,y=*(long*)b;return x<y?-1:x>y;}
 int main(int argc,char**argv){
+  long slice=argc>1?atol(argv[1]):0;
+  if(slice>0){struct sched_attr a={0}; a.size=sizeof a; a.sched_runtime=slice;
+    if(syscall(SYS_sched_setattr,0,&a,0)!=0){perror("sched_setattr");return 1;}}
   int n=96000; long ns=83333; long *late=malloc(n*sizeof(long));
   prctl(PR_SET_TIMERSLACK,1,0,0,0);
   struct timespec d,t; clock_gettime(CLOCK_MONOTONIC,&d);
