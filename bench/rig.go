@@ -301,7 +301,10 @@ func (r *rig) startNginx(backend string) (*proc, error) {
 // nginxConf: static upstream with keep-alive (no per-request connection
 // churn), HTTP/1.1 upstream, no access log, response buffering off for the
 // streamed bodies (/blob, read in 64 KiB pieces), request buffering off,
-// WebSocket upgrades passed on for /ws (nginx's documented setup).
+// WebSocket upgrades passed on for /ws (nginx's documented setup), and
+// X-Forwarded-For, -Proto and -Host set as the pinboard sets them, so that
+// every proxy hands its backend the same fields (proxy_set_header is not
+// inherited by a location that sets its own, hence the repetition).
 const nginxConf = `daemon off;
 master_process on;
 worker_processes auto;
@@ -329,6 +332,9 @@ http {
       proxy_pass http://backend;
       proxy_http_version 1.1;
       proxy_set_header Connection "";
+      proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;
+      proxy_set_header X-Forwarded-Proto $scheme;
+      proxy_set_header X-Forwarded-Host $http_host;
       proxy_request_buffering off;
     }
     location ~ /ws$ {
@@ -336,6 +342,9 @@ http {
       proxy_http_version 1.1;
       proxy_set_header Upgrade $http_upgrade;
       proxy_set_header Connection "upgrade";
+      proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;
+      proxy_set_header X-Forwarded-Proto $scheme;
+      proxy_set_header X-Forwarded-Host $http_host;
       proxy_read_timeout 300s;
       proxy_send_timeout 300s;
       proxy_buffering off;
@@ -344,6 +353,9 @@ http {
       proxy_pass http://backend;
       proxy_http_version 1.1;
       proxy_set_header Connection "";
+      proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;
+      proxy_set_header X-Forwarded-Proto $scheme;
+      proxy_set_header X-Forwarded-Host $http_host;
       proxy_buffering off;
       proxy_buffer_size 64k;
       proxy_buffers 8 64k;
@@ -387,7 +399,8 @@ func (r *rig) startHAProxy(backend string) (*proc, error) {
 }
 
 // haproxyConf: one frontend, one static server, keep-alive both ways with
-// idle server connections shared (http-reuse always), no logging. The
+// idle server connections shared (http-reuse always), no logging,
+// X-Forwarded-For, -Proto and -Host set as the pinboard sets them. The
 // server takes 512 requests at a time and queues the rest for up to 1 s
 // (503 beyond), as the pinboard does per worker by default
 // (PINBOARD_WORKER_MAX_CONNS, PINBOARD_WORKER_QUEUE_TIMEOUT).
@@ -402,8 +415,11 @@ defaults
   timeout queue 1s
   option http-keep-alive
   http-reuse always
+  option forwardfor
 frontend fe
   bind %s
+  http-request set-header X-Forwarded-Proto http
+  http-request set-header X-Forwarded-Host %%[req.hdr(host)]
   default_backend be
 backend be
   server w1 %s maxconn 512
