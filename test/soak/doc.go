@@ -13,6 +13,7 @@
 //
 //	go test ./test/soak -run TestSoak -v -timeout 40m -soak-duration 30m -soak-report docs/soak.md
 //	go test ./test/soak -run TestSoak -v -soak-duration 3m -soak-kill-every 1m     # a short check
+//	go test ./test/soak -run TestSoak -soak-duration 1m -soak-kill-every 20s -soak-sample 5s   # CI's
 //
 // Choices:
 //
