@@ -10,6 +10,7 @@ import (
 
 	"github.com/pinned-go/pinned/internal/history"
 	"github.com/pinned-go/pinned/internal/testkit/redistest"
+	"github.com/pinned-go/pinned/internal/wire"
 )
 
 // alarmCounter is a counter that records its alarm runs in a history file.
@@ -147,10 +148,13 @@ func TestAlarmWakesAnIdleEvictedInstance(t *testing.T) {
 	c := startAlarmCounter(t, pb, "c", "-idle-timeout", "500ms")
 	at := setAlarm(t, pb, "sleepy", "wake", 4*time.Second)
 	eventually(t, 4*time.Second, "sleepy is evicted", func() bool { return len(c.events(t, history.KindTeardown, "sleepy")) == 1 })
-	w, _ := workerAt(t, pb, c.addr)
-	if w.Placements["/counter"] != 0 {
-		t.Fatalf("placements after the eviction = %v; want none", w.Placements)
-	}
+	// The teardown is recorded before the worker's release reaches the
+	// store: wait for the release (well before the alarm re-places the id).
+	var w wire.WorkerInfo
+	eventually(t, 2*time.Second, "sleepy's placement is released", func() bool {
+		w, _ = workerAt(t, pb, c.addr)
+		return w.Placements["/counter"] == 0
+	}, func() string { return fmt.Sprintf("placements %v", w.Placements) })
 	eventually(t, 10*time.Second, "the alarm fires", func() bool { return len(c.events(t, history.KindAlarm, "sleepy")) == 1 })
 	f := c.events(t, history.KindAlarm, "sleepy")[0]
 	acts := c.events(t, history.KindActivate, "sleepy")
