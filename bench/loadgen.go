@@ -41,6 +41,12 @@ type generatorRun struct {
 	args []string
 }
 
+// suiteRun is one of the suite's runs: a generator on a workload.
+type suiteRun struct {
+	workload string
+	gen      generatorRun
+}
+
 func (s *session) loadgenSuite(ctx context.Context) error {
 	r, c, err := s.startLocalCounter()
 	if err != nil {
@@ -66,20 +72,14 @@ func (s *session) loadgenSuite(ctx context.Context) error {
 	}
 	openName := fmt.Sprintf("open-%dk", rate/1000)
 	common := []string{"-path", loadgenSuitePath, "-c", "64"}
-	runs := []struct {
-		workload string
-		gen      generatorRun
-	}{
+	runs := []suiteRun{
 		{"closed-64", generatorRun{"loadgen", common}},
 		{"closed-64", generatorRun{"wrk", nil}},
 		{openName, generatorRun{"loadgen", append([]string{"-rate", strconv.Itoa(rate)}, common...)}},
 		{openName + "-coalesce", generatorRun{"loadgen", append([]string{"-rate", strconv.Itoa(rate), "-coalesce", "250us"}, common...)}},
 	}
 	if wrk2 != "" {
-		runs = append(runs, struct {
-			workload string
-			gen      generatorRun
-		}{openName, generatorRun{"wrk2", []string{"-R", strconv.Itoa(rate)}}})
+		runs = append(runs, suiteRun{openName, generatorRun{"wrk2", []string{"-R", strconv.Itoa(rate)}}})
 	}
 	skip := func(g generatorRun) bool { return g.name == "wrk" && wrk == "" }
 	// The machine's floor first, on the quiet machine: one thread sleeping
