@@ -336,17 +336,17 @@ func (s *session) loadgenReport(openName string, rate int, withWrk, withWrk2 boo
 		r := ratio(lg, w2, cpu("generator"))
 		v[openName+" loadgen/wrk2 cpu"] = r
 		fmt.Fprintf(b, "Open loop at %d req/s, CPU per request loadgen ÷ wrk2 (median of per-round ratios): **%s**; p50 ratio %s, p99 ratio %s "+
-			"(wrk2's rate: %s req/s, median; it staggers its connects 5 ms apart, so it ramps up first).\n\n",
+			"(wrk2's rate: %s req/s, median; its CPU per request is taken at the rate it reached).\n\n",
 			rate, fmtNum(r, 2), fmtNum(ratio(lg, w2, func(x Sample) float64 { return x.P50 }), 3), fmtNum(ratio(lg, w2, p99Of), 3),
 			fmtNum(medianOf(w2, rateOf), 0))
 	}
-	if cpu, ok := v["floor wake cpu us"]; ok {
+	if wake, ok := v["floor wake cpu us"]; ok {
 		fmt.Fprintf(b, "**This machine's floor** (measured once before the rounds, on the quiet machine: one goroutine locked to its thread "+
 			"sleeps until absolute times %v apart, as the open loop does, with raw `clock_nanosleep` and a timer slack of 1 ns, and "+
 			"does nothing else): **%s µs of CPU per wake-up**; woken late by p99 %s µs, p99.9 %s µs, max **%s µs**. "+
 			"No open loop that sleeps until its slots spends less per request or sends more punctually than that here; "+
 			"profiles/README.md compares it with C (`profiles/wake.c`, `profiles/lateness.c`).\n\n",
-			time.Second/time.Duration(rate), fmtNum(cpu, 1), fmtNum(v["floor late p99 us"], 0), fmtNum(v["floor late p99.9 us"], 0),
+			time.Second/time.Duration(rate), fmtNum(wake, 1), fmtNum(v["floor late p99 us"], 0), fmtNum(v["floor late p99.9 us"], 0),
 			fmtNum(v["floor late max us"], 0))
 	}
 	defer func() { s.res.Markdown = b.String() }()
