@@ -226,7 +226,7 @@ func (l *loop) nextWake(now clock.Instant) (clock.Instant, bool) {
 	w := l.w
 	if l.sess != nil {
 		if cur := w.current.Load(); cur != nil {
-			consider(cur.sent.Add(cur.expiresIn - w.cfg.LeaseBuffer + faults.LateWatchdogDelay())) // the watchdog
+			consider(cur.Deadline(w.cfg.LeaseBuffer).Add(faults.LateWatchdogDelay())) // the watchdog
 		}
 		if !l.stopping && l.inflight < maxInflightHeartbeats {
 			consider(l.nextSend)
@@ -434,7 +434,7 @@ func (l *loop) onHeartbeat(r result, now clock.Instant) error {
 		if l.troubled || late {
 			attrs := []any{"ackDelay", now.Sub(r.sent), "remaining", w.Remaining()}
 			if prev != nil {
-				attrs = append(attrs, "sinceLastRenew", r.sent.Sub(prev.sent))
+				attrs = append(attrs, "sinceLastRenew", r.sent.Sub(prev.Sent))
 			}
 			l.log.Warn("lease renewed late", attrs...)
 		}
@@ -483,7 +483,7 @@ func (l *loop) lose(cause error, now clock.Instant) {
 	}
 	attrs := []any{"reason", lossLabel(cause), "instances", n}
 	if old != nil {
-		attrs = append(attrs, "renewSent", old.sent.Wall(), "sinceRenewSent", now.Sub(old.sent))
+		attrs = append(attrs, "renewSent", old.Sent.Wall(), "sinceRenewSent", now.Sub(old.Sent))
 	}
 	if errors.Is(cause, ErrStopped) {
 		l.log.Info("lease released: the worker stopped", attrs...)

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"time"
 
 	"github.com/VictoriaMetrics/metrics"
@@ -100,6 +101,13 @@ type Config struct {
 	// request uses the request's time (RequestCtx.Time) instead of reading
 	// the clock again.
 	Clock clock.Clock
+	// Rand, when set, returns a uniform number in [0, n) for the resolver's
+	// random choices (the two candidates of a placement, the spread of cache
+	// lifetimes), so that a run can be replayed from a seed (the protocol's
+	// simulation, internal/sim, drives a resolver from one goroutine). It may
+	// be called concurrently from every request's goroutine. Nil means
+	// math/rand/v2's generator.
+	Rand func(n int64) int64
 	// Logger receives the resolver's events, tagged logger=pinned.placement.
 	// Nil means slog.Default().
 	Logger *slog.Logger
@@ -157,6 +165,9 @@ func (c *Config) setDefaults() error {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
+	}
+	if c.Rand == nil {
+		c.Rand = rand.Int64N
 	}
 	if c.Metrics == nil {
 		c.Metrics = metrics.NewSet()

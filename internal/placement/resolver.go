@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -497,7 +496,7 @@ func (r *Resolver) claimed(name []byte, tok placecache.Token, ns, id, c string, 
 // later TTL.
 func (r *Resolver) freshUntil() time.Time {
 	ttl := r.cfg.CacheTTL
-	return r.clock.Now().Wall().Add(ttl - rand.N(ttl/5+1))
+	return r.clock.Now().Wall().Add(ttl - time.Duration(r.cfg.Rand(int64(ttl/5+1))))
 }
 
 // holderSession returns the holder's session, or gone when the store no
