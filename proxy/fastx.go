@@ -330,6 +330,10 @@ func (x *lx) RunTask() {
 
 func (x *lx) resolveFailed(err error) {
 	p := x.lp.p
+	if errors.Is(err, ErrUnknownNamespace) {
+		x.fail(&p.replies.unknownNamespace)
+		return
+	}
 	if errors.Is(err, ErrNoWorker) {
 		x.fail(&p.replies.noWorker)
 		return

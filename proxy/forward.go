@@ -212,9 +212,14 @@ func (p *Proxy) route(ctx *fasthttp.RequestCtx, name []byte) (Route, error) {
 	return rt, err
 }
 
-// resolveFailed answers a request whose route could not be resolved: 503
-// no_worker for ErrNoWorker, 503 store for anything else.
+// resolveFailed answers a request whose route could not be resolved: 404
+// unknown_namespace for ErrUnknownNamespace, 503 no_worker for
+// ErrNoWorker, 503 store for anything else.
 func (p *Proxy) resolveFailed(ctx *fasthttp.RequestCtx, name []byte, err error) {
+	if errors.Is(err, ErrUnknownNamespace) {
+		p.reply(ctx, &p.replies.unknownNamespace)
+		return
+	}
 	if errors.Is(err, ErrNoWorker) {
 		p.reply(ctx, &p.replies.noWorker)
 		return

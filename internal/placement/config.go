@@ -42,6 +42,12 @@ const (
 	// dropped (and counted): that entry expires, and its next request
 	// misses, as without refreshing.
 	DefaultMaxRefreshes = 4 << 10
+	// DefaultNamespaceMemory is how long after the resolver last saw a live
+	// session serving a namespace it answers a request for it, when none is
+	// live, with ErrNoWorker (503) rather than ErrUnknownNamespace (404).
+	DefaultNamespaceMemory = 10 * time.Minute
+	// maxNamespaces bounds the namespaces remembered for NamespaceMemory.
+	maxNamespaces = 4096
 	// DefaultRefreshers is how many refreshes run at once (each one or two
 	// store round trips; Redis pipelines them).
 	DefaultRefreshers = 4
@@ -89,6 +95,14 @@ type Config struct {
 	// within CacheTTL and not asked for since), a refused name's next miss
 	// is an ordinary one: a LookupOrClaim round trip.
 	MaxRefusedNames int
+	// NamespaceMemory is how long after the resolver last saw a live session
+	// serving a namespace a request for it, with no live session, is
+	// answered ErrNoWorker (503 no_worker: its workers may be coming back)
+	// rather than ErrUnknownNamespace (404). The store also remembers a
+	// namespace until its last session is collected (store.NamespaceKnown),
+	// which covers a resolver that just started. Default
+	// DefaultNamespaceMemory; negative: only the store's memory.
+	NamespaceMemory time.Duration
 	// OnMoved, when set, is called by Run after it read the holder of a
 	// watched placement name (Watch) that was invalidated or just watched:
 	// holder is the session holding name now ("" for nobody), and the
@@ -156,6 +170,9 @@ func (c *Config) setDefaults() error {
 	}
 	if c.SweepInterval == 0 {
 		c.SweepInterval = DefaultSweepInterval
+	}
+	if c.NamespaceMemory == 0 {
+		c.NamespaceMemory = DefaultNamespaceMemory
 	}
 	if c.MaxTunnelChecks == 0 {
 		c.MaxTunnelChecks = DefaultMaxTunnelChecks

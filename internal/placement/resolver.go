@@ -49,6 +49,9 @@ type Resolver struct {
 	// (Refused), with when and how, until their next miss takes them
 	// (recheck).
 	refused map[string]refusal
+	// served holds when each namespace was last seen with a live session
+	// (misses only), for NamespaceMemory, at most maxNamespaces of them.
+	served map[string]clock.Instant
 
 	checksMu sync.Mutex
 	checks   map[string]struct{} // placement names whose tunnels Run must check
@@ -126,6 +129,7 @@ func New(cfg Config) (*Resolver, error) {
 		sessions: make(map[string]*session),
 		unusable: make(map[string]struct{}),
 		refused:  make(map[string]refusal),
+		served:   make(map[string]clock.Instant),
 		checks:   make(map[string]struct{}),
 		watched:  make(map[string]int),
 		wake:     make(chan struct{}, 1),
@@ -369,9 +373,10 @@ func (r *Resolver) load(key string, name []byte) (proxy.Route, error) {
 	if len(live) == 0 {
 		// Any holder would be dead (a live holder serves ns): no
 		// placement read, so requests for unserved namespaces cost Redis
-		// nothing beyond the cached membership read.
-		return proxy.Route{}, r.noWorker(ns)
+		// nothing beyond the cached membership reads.
+		return proxy.Route{}, r.unserved(ctx, key, ns)
 	}
+	r.sawServed(ns)
 	var (
 		pl    store.Placement
 		until time.Time
@@ -601,6 +606,46 @@ func (r *Resolver) Sessions() int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return len(r.sessions)
+}
+
+// sawServed records that ns has a live session now.
+func (r *Resolver) sawServed(ns string) {
+	now := r.clock.Now()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, ok := r.served[ns]; !ok && len(r.served) >= maxNamespaces {
+		for k, at := range r.served {
+			if now.Elapsed(at, r.cfg.NamespaceMemory) {
+				delete(r.served, k)
+			}
+		}
+		if len(r.served) >= maxNamespaces {
+			return // full of recent ones: the store still remembers ns
+		}
+	}
+	r.served[ns] = now
+}
+
+// unserved is the error for a namespace no live session serves: no_worker
+// when it was served recently (this resolver saw a live session within
+// NamespaceMemory, or the store still has one of its sessions), else
+// unknown_namespace.
+func (r *Resolver) unserved(ctx context.Context, key, ns string) error {
+	r.mu.Lock()
+	at, seen := r.served[ns]
+	r.mu.Unlock()
+	if seen && !r.clock.Now().Elapsed(at, r.cfg.NamespaceMemory) {
+		return r.noWorker(ns)
+	}
+	known, err := r.st.NamespaceKnown(ctx, ns)
+	if err != nil {
+		return r.storeErr(key, "cannot read the namespace", err)
+	}
+	if known {
+		return r.noWorker(ns)
+	}
+	r.m.unknownNamespace.Inc()
+	return fmt.Errorf("namespace %s: %w", ns, proxy.ErrUnknownNamespace)
 }
 
 func (r *Resolver) noWorker(ns string) error {

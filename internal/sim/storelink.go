@@ -234,6 +234,14 @@ func (l *storeLink) NamespaceSessions(ctx context.Context, ns string) ([]store.S
 	return slices.Clone(s), nil
 }
 
+// NamespaceKnown implements store.Store (read from the server).
+func (l *storeLink) NamespaceKnown(ctx context.Context, ns string) (bool, error) {
+	if l.stalled() {
+		return false, errSilent
+	}
+	return l.Store.NamespaceKnown(ctx, ns)
+}
+
 // Session implements store.Store (read from the server).
 func (l *storeLink) Session(ctx context.Context, id string) (store.Session, error) {
 	if l.stalled() {

@@ -231,6 +231,12 @@ type Store interface {
 	Sessions(ctx context.Context) ([]Session, error)
 	// NamespaceSessions returns the live sessions serving ns.
 	NamespaceSessions(ctx context.Context, ns string) ([]Session, error)
+	// NamespaceKnown reports whether a session registered for ns is live,
+	// or ended but not collected yet (Reap's grace): whether ns was served
+	// recently. The proxy answers a namespace that no live session serves
+	// 503 no_worker when it is known (its workers may come back) and 404
+	// unknown_namespace otherwise.
+	NamespaceKnown(ctx context.Context, ns string) (bool, error)
 	// CurrentSession returns the current session id of a client, or "".
 	CurrentSession(ctx context.Context, clientID string) (string, error)
 	// Push queues m for the client's next heartbeat ack.
