@@ -31,6 +31,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -40,12 +41,12 @@ import (
 	"github.com/pinned-go/pinned/loadgen"
 )
 
-// Exit codes.
+// Exit codes: those every pinned command shares (cmdline), and 3.
 const (
-	exitOK        = 0
-	exitErrorRate = 1
-	exitUsage     = 2
-	exitRun       = 3
+	exitOK        = cmdline.ExitOK
+	exitErrorRate = cmdline.ExitFailed
+	exitUsage     = cmdline.ExitUsage
+	exitRun       = 3 // interrupted, or a report could not be written
 )
 
 // maxFileSize bounds a header file.
@@ -121,13 +122,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if len(args) > 0 && args[0] == "plot" {
 		return plotCommand(args[1:], stdout, stderr)
 	}
-	cfg, opts, err := parseFlags(args, stderr)
-	if errors.Is(err, flag.ErrHelp) {
-		return exitOK
-	}
-	if err != nil {
-		fmt.Fprintln(stderr, "loadgen:", err)
-		return exitUsage
+	cfg, opts, err := parseFlags(args, stdout)
+	if err != nil { // every error of the flags is a usage error
+		return cmdline.Exit(stderr, "loadgen", cmdline.Usage(err))
 	}
 	if !opts.quiet {
 		cfg.Progress = stderr
@@ -145,8 +142,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	r, err := loadgen.New(cfg)
 	if err != nil {
-		fmt.Fprintln(stderr, "loadgen:", err)
-		return exitUsage
+		return cmdline.Exit(stderr, "loadgen", cmdline.Usage(err))
 	}
 	if r.Engine() != loadgen.EngineLoop {
 		runtime.GOMAXPROCS(procs)
@@ -159,7 +155,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return writeReports(rep, opts, stdout, stderr)
 }
 
-func parseFlags(args []string, stderr io.Writer) (loadgen.Config, options, error) {
+// parseFlags reads the command line into a loadgen.Config and the options;
+// -h and -version write to stdout.
+func parseFlags(args []string, stdout io.Writer) (loadgen.Config, options, error) {
 	var (
 		cfg         loadgen.Config
 		opts        options
@@ -232,7 +230,7 @@ above -max-error-rate; 2 bad flags or config; 3 interrupted or output failed.`)
 	set.String(&opts.hgrmPath, "hgrm", "", "file", "", "write the latency distribution in HdrHistogram's .hgrm text format to file")
 	set.Bool(&opts.quiet, "quiet", "", "no progress line on stderr")
 	set.Float(&opts.maxErrorRate, "max-error-rate", "", -1, "exit 1 if the error rate (failed+unsent)/(sent+unsent) exceeds this fraction; negative: only when nothing succeeded")
-	if err := set.Parse(args, nil, stderr); err != nil {
+	if err := set.Parse(args, nil, stdout); err != nil {
 		return cfg, opts, err
 	}
 	scheduled, err := parseRate(&cfg, rate, ramp, step)
@@ -463,12 +461,13 @@ func writeFile(path string, fn func(io.Writer) error) error {
 // loadgen plot [-title T] -o plot.html a.json b.json ...
 func plotCommand(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("loadgen plot", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs.SetOutput(stderr) // the flag package's own error lines
 	out := fs.String("o", "", "")
 	title := fs.String("title", "", "")
+	usage := stdout // -h; after a usage error, stderr
 	fs.Usage = func() {
 		// Written out: flag.PrintDefaults leaves out empty defaults.
-		fmt.Fprint(stderr, `Usage: loadgen plot [-title T] -o plot.html report.json...
+		fmt.Fprint(usage, `Usage: loadgen plot [-title T] -o plot.html report.json...
 
 Overlays saved JSON reports (-json) on one HTML page.
 
@@ -478,10 +477,12 @@ Overlays saved JSON reports (-json) on one HTML page.
       plot title (empty: "loadgen latency")
 `)
 	}
+	if slices.Contains(args, "-h") || slices.Contains(args, "-help") || slices.Contains(args, "--help") {
+		fs.Usage()
+		return exitOK
+	}
+	usage = stderr
 	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return exitOK
-		}
 		return exitUsage
 	}
 	if *out == "" || fs.NArg() == 0 {

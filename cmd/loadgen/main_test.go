@@ -19,10 +19,14 @@ import (
 	"github.com/valyala/fasthttp"
 	"go.uber.org/goleak"
 
+	"github.com/pinned-go/pinned/internal/testkit/proctest"
 	"github.com/pinned-go/pinned/internal/testkit/tlstest"
 	"github.com/pinned-go/pinned/internal/wire"
 	"github.com/pinned-go/pinned/loadgen"
 )
+
+// builder builds the command for TestCommandLine.
+var builder proctest.Builder
 
 func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m,
@@ -30,7 +34,37 @@ func TestMain(m *testing.M) {
 		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*TCPDialer).tcpAddrsClean"),
 		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*workerPool).Start.func2"),
 		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.updateServerDate.func1"),
+		goleak.Cleanup(func(code int) {
+			builder.Cleanup()
+			os.Exit(code)
+		}),
 	)
+}
+
+// TestCommandLine runs the built command: -h and -version print to stdout.
+func TestCommandLine(t *testing.T) {
+	bin := builder.Build(t, "github.com/pinned-go/pinned/cmd/loadgen")
+	for _, c := range []struct {
+		args   []string
+		code   int
+		stderr string
+	}{
+		{[]string{"-h"}, 0, ""},
+		{[]string{"plot", "-h"}, 0, ""},
+		{[]string{"-version"}, 0, ""},
+	} {
+		r := proctest.Run(t, bin, c.args)
+		if r.Code != c.code || !strings.Contains(r.Stderr, c.stderr) || (c.stderr == "") != (r.Stderr == "") || (c.code == 2 && r.Stdout != "") {
+			t.Errorf("loadgen %q: exit %d, stderr %q, stdout %q; want %d and %q", c.args, r.Code, r.Stderr, r.Stdout, c.code, c.stderr)
+		}
+	}
+	if r := proctest.Run(t, bin, []string{"-h"}); !strings.HasPrefix(r.Stdout, "Usage: loadgen [flags]") {
+		t.Errorf("loadgen -h printed %q on stdout", r.Stdout)
+	}
+	if r := proctest.Run(t, bin, []string{"plot", "-h"}); !strings.HasPrefix(r.Stdout, "Usage: loadgen plot") {
+		t.Errorf("loadgen plot -h printed %q on stdout", r.Stdout)
+	}
+	proctest.CheckVersion(t, "loadgen", proctest.Run(t, bin, []string{"-version"}).Stdout)
 }
 
 type quiet struct{}
@@ -252,30 +286,30 @@ func TestMixFile(t *testing.T) {
 // TestHelpListsEveryFlagWithItsDefault: -h documents every flag, with its
 // default even when it is zero, false or empty.
 func TestHelpListsEveryFlagWithItsDefault(t *testing.T) {
-	code, _, stderr := runArgs("-h")
-	if code != exitOK {
-		t.Fatalf("-h: exit %d", code)
+	code, stdout, stderr := runArgs("-h")
+	if code != exitOK || stderr != "" {
+		t.Fatalf("-h: exit %d, stderr %q; want 0 and the usage on stdout", code, stderr)
 	}
 	fs := flag.NewFlagSet("x", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	n := 0
-	for _, line := range strings.Split(stderr, "\n") {
+	for _, line := range strings.Split(stdout, "\n") {
 		if strings.HasPrefix(line, "  -") {
 			n++
 		}
 	}
 	for _, name := range []string{"url", "path", "rate", "ramp", "step", "c", "engine", "loops", "coalesce", "max-workers", "duration", "requests", "warmup",
 		"scenario", "mix", "body-size", "body-file", "method", "H", "dist", "keys", "zipf-s", "id-prefix", "run-id", "seed", "timeout",
-		"conn-wait", "drain", "max-latency", "insecure", "cacert", "label", "json", "plot", "hgrm", "quiet", "max-error-rate"} {
-		i := strings.Index(stderr, "\n  -"+name+" ")
+		"conn-wait", "drain", "max-latency", "insecure", "cacert", "label", "json", "plot", "hgrm", "quiet", "max-error-rate", "version"} {
+		i := strings.Index(stdout, "\n  -"+name+" ")
 		if i < 0 {
-			i = strings.Index(stderr, "\n  -"+name+"\n")
+			i = strings.Index(stdout, "\n  -"+name+"\n")
 		}
 		if i < 0 {
 			t.Errorf("-h does not list -%s", name)
 			continue
 		}
-		rest := stderr[i+1:]
+		rest := stdout[i+1:]
 		if j := strings.Index(rest[1:], "\n  -"); j >= 0 {
 			rest = rest[:j+1]
 		}
@@ -283,12 +317,15 @@ func TestHelpListsEveryFlagWithItsDefault(t *testing.T) {
 			t.Errorf("-h lists -%s without its default:\n%s", name, rest)
 		}
 	}
-	if n != 37 {
-		t.Errorf("-h lists %d flags; the test knows 37: update one of them", n)
+	if n != 38 {
+		t.Errorf("-h lists %d flags; the test knows 38: update one of them", n)
 	}
-	code, _, stderr = runArgs("plot", "-h")
-	if code != exitOK || !strings.Contains(stderr, "-o file (default \"\")") || !strings.Contains(stderr, "-title string (default \"\")") {
-		t.Errorf("plot -h: exit %d\n%s", code, stderr)
+	code, stdout, stderr = runArgs("plot", "-h")
+	if code != exitOK || stderr != "" || !strings.Contains(stdout, "-o file (default \"\")") || !strings.Contains(stdout, "-title string (default \"\")") {
+		t.Errorf("plot -h: exit %d, stderr %q\n%s", code, stderr, stdout)
+	}
+	if code, stdout, stderr = runArgs("plot", "-o"); code != exitUsage || stdout != "" || !strings.Contains(stderr, "Usage: loadgen plot") {
+		t.Errorf("plot -o without a value: exit %d, stdout %q, stderr %q; want 2 and the usage on stderr", code, stdout, stderr)
 	}
 }
 

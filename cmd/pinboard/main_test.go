@@ -25,6 +25,7 @@ import (
 
 	"github.com/pinned-go/pinned/internal/testkit/fakeworker"
 	"github.com/pinned-go/pinned/internal/testkit/logtest"
+	"github.com/pinned-go/pinned/internal/testkit/proctest"
 	"github.com/pinned-go/pinned/internal/testkit/redistest"
 	"github.com/pinned-go/pinned/internal/wire"
 )
@@ -334,6 +335,12 @@ func TestHelpExitsZero(t *testing.T) {
 	if n := strings.Count(help, " string ("); n > 1 {
 		t.Errorf("pinboard -h shows %d settings as plain strings; want typed ones:\n%s", n, help)
 	}
+}
+
+// -version prints the module version and VCS revision on stdout and exits
+// 0, whatever the configuration (no token needed).
+func TestVersion(t *testing.T) {
+	proctest.CheckVersion(t, "pinboard", proctest.Run(t, build(t), []string{"-version"}).Stdout)
 }
 
 // An unknown PINBOARD_* variable (a typo) is reported by one warning line.

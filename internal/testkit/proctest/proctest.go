@@ -11,11 +11,18 @@
 package proctest
 
 import (
+	"bytes"
+	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"regexp"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/pinned-go/pinned/internal/testkit/procrun"
 )
@@ -99,4 +106,54 @@ func FreeAddr(tb testing.TB) string {
 	}
 	defer l.Close()
 	return l.Addr().String()
+}
+
+// Result is how a command run to its end ended.
+type Result struct {
+	Code           int // the exit status
+	Stdout, Stderr string
+}
+
+// Run runs bin with args to its end and returns its exit status and output.
+// env holds KEY=value entries; PATH and HOME are inherited, nothing else.
+// The run is bounded by 30 s: past that the process is killed and the test
+// fails.
+func Run(tb testing.TB, bin string, args []string, env ...string) Result {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME")}, env...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	var exit *exec.ExitError
+	switch {
+	case ctx.Err() != nil:
+		tb.Fatalf("%s %q did not end within 30 s:\n%s", filepath.Base(bin), args, stderr.String())
+	case err != nil && !errors.As(err, &exit):
+		tb.Fatalf("%s %q: %v", filepath.Base(bin), args, err)
+	}
+	return Result{Code: cmd.ProcessState.ExitCode(), Stdout: stdout.String(), Stderr: stderr.String()}
+}
+
+// versionLine is what -version prints (cmdline.Version).
+var versionLine = regexp.MustCompile(`^(\S+) github\.com/pinned-go/pinned \S+, revision (?:([0-9a-f]{40})(?: \([^)]*\))?|unknown \(built without VCS stamping[^)]*\)), go1\.\d+\S*\n$`)
+
+// CheckVersion fails tb unless out is the -version output of the command
+// name: its name, pinned's module and version, the VCS revision (the
+// checkout's HEAD, when the binary was stamped with it and git can tell)
+// and the Go version, on one line.
+func CheckVersion(tb testing.TB, name, out string) {
+	tb.Helper()
+	m := versionLine.FindStringSubmatch(out)
+	if m == nil || m[1] != name {
+		tb.Fatalf("-version printed %q; want %q, the module, its revision and the Go version on one line", out, name)
+	}
+	if m[2] == "" {
+		return // built without VCS stamping (a git worktree, or -buildvcs=false)
+	}
+	if head, err := exec.Command("git", "rev-parse", "HEAD").Output(); err == nil && strings.TrimSpace(string(head)) != m[2] {
+		tb.Errorf("-version names revision %s; the checkout is at %s", m[2], strings.TrimSpace(string(head)))
+	}
 }
