@@ -54,24 +54,8 @@ func TestFlags(t *testing.T) {
 // TestCommandLine runs the built command: exit status 2 and the message
 // for bad flags and an unknown suite, -h and -version on stdout.
 func TestCommandLine(t *testing.T) {
-	bin := builder.Build(t, "github.com/pinned-go/pinned/cmd/bench")
-	for _, c := range []struct {
-		args   []string
-		code   int
-		stderr string
-	}{
-		{[]string{"-suite", "nope"}, 2, `bench: -suite: unknown suite "nope"; want one of [`},
-		{[]string{"-rounds", "x"}, 2, `bench: -rounds="x": want an integer`},
-		{[]string{"-h"}, 0, ""},
-		{[]string{"-version"}, 0, ""},
-	} {
-		r := proctest.Run(t, bin, c.args)
-		if r.Code != c.code || !strings.Contains(r.Stderr, c.stderr) || (c.stderr == "") != (r.Stderr == "") {
-			t.Errorf("bench %q: exit %d, stderr %q; want %d and %q", c.args, r.Code, r.Stderr, c.code, c.stderr)
-		}
-	}
-	if r := proctest.Run(t, bin, []string{"-h"}); !strings.HasPrefix(r.Stdout, "Usage: bench [flags]") {
-		t.Errorf("bench -h printed %q on stdout", r.Stdout)
-	}
-	proctest.CheckVersion(t, "bench", proctest.Run(t, bin, []string{"-version"}).Stdout)
+	proctest.CheckCommandLine(t, builder.Build(t, "github.com/pinned-go/pinned/cmd/bench"), "bench", []proctest.Case{
+		{Args: []string{"-suite", "nope"}, Code: 2, Stderr: `bench: -suite: unknown suite "nope"; want one of [`},
+		{Args: []string{"-rounds", "x"}, Code: 2, Stderr: `bench: -rounds="x": want an integer`},
+	})
 }

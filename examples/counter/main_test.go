@@ -9,14 +9,12 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"os"
 	"regexp"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/fasthttp/websocket"
-	"go.uber.org/goleak"
 
 	"github.com/pinned-go/pinned/fence"
 	"github.com/pinned-go/pinned/internal/cmdline"
@@ -30,51 +28,26 @@ import (
 // as processes.
 var builder proctest.Builder
 
-func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m, append(leakcheck.Options(), goleak.Cleanup(func(code int) {
-		builder.Cleanup()
-		os.Exit(code)
-	}))...)
-}
+func TestMain(m *testing.M) { leakcheck.VerifyTestMain(m, builder.Cleanup) }
 
 // TestCommandLine runs the built counter: every setting it cannot run
 // with, alone or together, is exit status 2 with a message naming it and
 // what is wrong, before anything starts; -h and -version print to stdout
 // and exit 0.
 func TestCommandLine(t *testing.T) {
-	bin := builder.Build(t, "github.com/pinned-go/pinned/examples/counter")
-	for _, c := range []struct {
-		args, env []string
-		code      int
-		stderr    string // what stderr must hold ("" for an exit 0: nothing)
-		not       string // what it must not
-	}{
-		{[]string{"-listen", ":99999"}, nil, 2, `counter: -listen (PINNED_LISTEN)=":99999": want host:port with a port from 0 to 65535`, ""},
-		{nil, []string{"PINNED_MAX_INSTANCES=-3"}, 2, `counter: PINNED_MAX_INSTANCES="-3": want a positive number of instances`, ""},
-		{nil, []string{"PINNED_PINBOARD_URL=http://127.0.0.1:1"}, 2,
-			"counter: fleet mode needs PINNED_PINBOARD_URL, PINNED_TOKEN and PINNED_ADVERTISE_URL; missing [PINNED_TOKEN PINNED_ADVERTISE_URL]", ""},
-		{[]string{"-admin-listen", ":99999"}, nil, 2, `counter: -admin-listen (PINNED_ADMIN_LISTEN)=":99999": want host:port with a port from 0 to 65535`, "loopback"},
-		{[]string{"-admin-listen", "0.0.0.0:9091"}, nil, 2, "the admin listener must be on a loopback address, such as 127.0.0.1:9091", ""},
-		{[]string{"-shutdown-timeout", "0s"}, nil, 2, `-shutdown-timeout (PINNED_SHUTDOWN_TIMEOUT)="0s": want a positive duration`, ""},
-		{nil, []string{"PINNED_PINBOARD_URL=ftp://127.0.0.1:1", "PINNED_TOKEN=t", "PINNED_ADVERTISE_URL=http://127.0.0.1:2"}, 2, "PinboardURL", ""},
-		{[]string{"-nope"}, nil, 2, "counter: flag provided but not defined: -nope (see counter -h)", ""},
-		{[]string{"-h"}, nil, 0, "", ""},
-		{[]string{"-version"}, nil, 0, "", ""},
-	} {
-		// Never the default port: a command that wrongly starts must not
-		// take 127.0.0.1:8080 (the flag, when a case gives one, wins).
-		r := proctest.Run(t, bin, c.args, append(c.env, "PINNED_LISTEN=127.0.0.1:0")...)
-		if r.Code != c.code || !strings.Contains(r.Stderr, c.stderr) || (c.stderr == "") != (r.Stderr == "") || (c.not != "" && strings.Contains(r.Stderr, c.not)) {
-			t.Errorf("counter %q %q: exit %d, stderr %q; want %d and %q", c.args, c.env, r.Code, r.Stderr, c.code, c.stderr)
-		}
-		if c.code == 2 && r.Stdout != "" {
-			t.Errorf("counter %q %q wrote %q on stdout", c.args, c.env, r.Stdout)
-		}
-	}
-	if r := proctest.Run(t, bin, []string{"-h"}); !strings.HasPrefix(r.Stdout, "Usage: counter [flags]") || !strings.Contains(r.Stdout, "-version bool") {
-		t.Errorf("counter -h printed %q on stdout", r.Stdout)
-	}
-	proctest.CheckVersion(t, "counter", proctest.Run(t, bin, []string{"-version"}).Stdout)
+	// Never the default port: a command that wrongly starts must not take
+	// 127.0.0.1:8080 (a case's -listen, the flag, wins).
+	proctest.CheckCommandLine(t, builder.Build(t, "github.com/pinned-go/pinned/examples/counter"), "counter", []proctest.Case{
+		{Args: []string{"-listen", ":99999"}, Code: 2, Stderr: `counter: -listen (PINNED_LISTEN)=":99999": want host:port with a port from 0 to 65535`},
+		{Env: []string{"PINNED_MAX_INSTANCES=-3"}, Code: 2, Stderr: `counter: PINNED_MAX_INSTANCES="-3": want a positive number of instances`},
+		{Env: []string{"PINNED_PINBOARD_URL=http://127.0.0.1:1"}, Code: 2,
+			Stderr: "counter: fleet mode needs PINNED_PINBOARD_URL, PINNED_TOKEN and PINNED_ADVERTISE_URL; missing [PINNED_TOKEN PINNED_ADVERTISE_URL]"},
+		{Args: []string{"-admin-listen", ":99999"}, Code: 2, Stderr: `counter: -admin-listen (PINNED_ADMIN_LISTEN)=":99999": want host:port with a port from 0 to 65535`, Not: "loopback"},
+		{Args: []string{"-admin-listen", "0.0.0.0:9091"}, Code: 2, Stderr: "the admin listener must be on a loopback address, such as 127.0.0.1:9091"},
+		{Args: []string{"-shutdown-timeout", "0s"}, Code: 2, Stderr: `-shutdown-timeout (PINNED_SHUTDOWN_TIMEOUT)="0s": want a positive duration`},
+		{Env: []string{"PINNED_PINBOARD_URL=ftp://127.0.0.1:1", "PINNED_TOKEN=t", "PINNED_ADVERTISE_URL=http://127.0.0.1:2"}, Code: 2, Stderr: "PinboardURL"},
+		{Args: []string{"-nope"}, Code: 2, Stderr: "counter: flag provided but not defined: -nope (see counter -h)"},
+	}, "PINNED_LISTEN=127.0.0.1:0")
 }
 
 // TestFleetModeNamesThePinboardAndTheTokenVariable runs the built counter

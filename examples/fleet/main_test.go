@@ -11,13 +11,11 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/fasthttp/websocket"
-	"go.uber.org/goleak"
 
 	"github.com/pinned-go/pinned/internal/testkit/leakcheck"
 	"github.com/pinned-go/pinned/internal/testkit/logtest"
@@ -28,39 +26,18 @@ import (
 // builder builds the demo for TestCommandLine.
 var builder proctest.Builder
 
-func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m, append(leakcheck.Options(), goleak.Cleanup(func(code int) {
-		builder.Cleanup()
-		os.Exit(code)
-	}))...)
-}
+func TestMain(m *testing.M) { leakcheck.VerifyTestMain(m, builder.Cleanup) }
 
 // TestCommandLine runs the built demo: a flag it cannot run with is exit
 // status 2 naming that flag (never a pinboard variable the demo does not
 // read), before anything listens; -h and -version print to stdout.
 func TestCommandLine(t *testing.T) {
-	bin := builder.Build(t, "github.com/pinned-go/pinned/examples/fleet")
-	for _, c := range []struct {
-		args   []string
-		code   int
-		stderr string
-	}{
-		{[]string{"-listen", ":99999"}, 2, `fleet: -listen=":99999": want host:port with a port from 0 to 65535`},
-		{[]string{"-admin-listen", "127.0.0.1:65536"}, 2, `fleet: -admin-listen="127.0.0.1:65536": want host:port with a port from 0 to 65535`},
-		{[]string{"-workers", "0"}, 2, "fleet: -workers 0: want 1 to 16"},
-		{[]string{"extra"}, 2, `fleet: unexpected argument "extra" (see fleet -h)`},
-		{[]string{"-h"}, 0, ""},
-		{[]string{"-version"}, 0, ""},
-	} {
-		r := proctest.Run(t, bin, c.args)
-		if r.Code != c.code || !strings.Contains(r.Stderr, c.stderr) || (c.stderr == "") != (r.Stderr == "") || strings.Contains(r.Stderr, "PINBOARD_") {
-			t.Errorf("fleet %q: exit %d, stderr %q; want %d and %q", c.args, r.Code, r.Stderr, c.code, c.stderr)
-		}
-	}
-	if r := proctest.Run(t, bin, []string{"-h"}); !strings.HasPrefix(r.Stdout, "Usage: fleet [flags]") || !strings.Contains(r.Stdout, "-version bool") {
-		t.Errorf("fleet -h printed %q on stdout", r.Stdout)
-	}
-	proctest.CheckVersion(t, "fleet", proctest.Run(t, bin, []string{"-version"}).Stdout)
+	proctest.CheckCommandLine(t, builder.Build(t, "github.com/pinned-go/pinned/examples/fleet"), "fleet", []proctest.Case{
+		{Args: []string{"-listen", ":99999"}, Code: 2, Stderr: `fleet: -listen=":99999": want host:port with a port from 0 to 65535`, Not: "PINBOARD_"},
+		{Args: []string{"-admin-listen", "127.0.0.1:65536"}, Code: 2, Stderr: `fleet: -admin-listen="127.0.0.1:65536": want host:port with a port from 0 to 65535`, Not: "PINBOARD_"},
+		{Args: []string{"-workers", "0"}, Code: 2, Stderr: "fleet: -workers 0: want 1 to 16"},
+		{Args: []string{"extra"}, Code: 2, Stderr: `fleet: unexpected argument "extra" (see fleet -h)`},
+	})
 }
 
 func TestLoadOptions(t *testing.T) {

@@ -137,6 +137,36 @@ func Run(tb testing.TB, bin string, args []string, env ...string) Result {
 	return Result{Code: cmd.ProcessState.ExitCode(), Stdout: stdout.String(), Stderr: stderr.String()}
 }
 
+// Case is one run of a command in CheckCommandLine's table.
+type Case struct {
+	Args, Env []string
+	Code      int    // the exit status wanted
+	Stderr    string // what stderr must hold; "": nothing at all
+	Not       string // what stderr must not hold ("": no such check)
+}
+
+// CheckCommandLine runs the command name (its binary bin) once per case,
+// with env added to each case's, and fails tb for every run whose exit
+// status or stderr is not the case's, or that exits 2 (a usage error)
+// having written to stdout; then checks that -h prints the usage on
+// stdout and -version the version (CheckVersion), both exiting 0 with
+// nothing on stderr.
+func CheckCommandLine(tb testing.TB, bin, name string, cases []Case, env ...string) {
+	tb.Helper()
+	cases = append(cases, Case{Args: []string{"-h"}}, Case{Args: []string{"-version"}})
+	for _, c := range cases {
+		r := Run(tb, bin, c.Args, append(c.Env, env...)...)
+		if r.Code != c.Code || !strings.Contains(r.Stderr, c.Stderr) || (c.Stderr == "") != (r.Stderr == "") ||
+			(c.Not != "" && strings.Contains(r.Stderr, c.Not)) || (r.Code == 2 && r.Stdout != "") {
+			tb.Errorf("%s %q %q: exit %d, stderr %q, stdout %q; want %d and stderr %q", name, c.Args, c.Env, r.Code, r.Stderr, r.Stdout, c.Code, c.Stderr)
+		}
+	}
+	if r := Run(tb, bin, []string{"-h"}, env...); !strings.HasPrefix(r.Stdout, "Usage: "+name+" [flags]") || !strings.Contains(r.Stdout, "-version bool") {
+		tb.Errorf("%s -h printed %q on stdout; want the usage, -version included", name, r.Stdout)
+	}
+	CheckVersion(tb, name, Run(tb, bin, []string{"-version"}, env...).Stdout)
+}
+
 // versionLine is what -version prints (cmdline.Version).
 var versionLine = regexp.MustCompile(`^(\S+) github\.com/pinned-go/pinned \S+, revision (?:([0-9a-f]{40})(?: \([^)]*\))?|unknown \(built without VCS stamping[^)]*\)), go1\.\d+\S*\n$`)
 
