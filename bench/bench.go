@@ -121,7 +121,9 @@ type Sample struct {
 	Workload string `json:"workload"`
 	Target   string `json:"target"`
 	Round    int    `json:"round"`
-	// Rate is the achieved rate: requests (or websocket round trips) per second.
+	// Rate is the achieved rate: requests (or websocket round trips) per
+	// second, failed ones included, as wrk counts them (loadgen's own
+	// achievedRate counts successes only; Goodput is the 2xx rate).
 	Rate float64 `json:"rate"`
 	// MBps is response body megabytes (10^6) per second.
 	MBps             float64 `json:"mbps,omitempty"`
