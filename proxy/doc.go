@@ -200,7 +200,9 @@
 // Every answer the proxy makes itself is a wire.Error JSON body; every 503
 // carries Retry-After and X-Pinned-Reason.
 //
-//   - Resolve fails: 503 no_worker (ErrNoWorker) or 503 store.
+//   - Resolve fails: 503 no_worker (ErrNoWorker) or 503 store (logged as a
+//     throttled warning, or at DEBUG when the error wraps ErrNotReady: the
+//     resolver is still starting).
 //   - The session's advertise URL is unusable (wire.ParseAdvertiseURL):
 //     Refused, and 503 unreachable.
 //   - The endpoint is over its cap (MaxConns in flight plus MaxQueue

@@ -338,9 +338,7 @@ func (x *lx) resolveFailed(err error) {
 		x.fail(&p.replies.noWorker)
 		return
 	}
-	if p.errLog.Allow() {
-		p.log.Warn("cannot resolve placement", "name", string(x.name), "err", err)
-	}
+	p.logResolveFailed(x.name, err)
 	x.fail(&p.replies.store)
 }
 

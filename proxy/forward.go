@@ -224,10 +224,19 @@ func (p *Proxy) resolveFailed(ctx *fasthttp.RequestCtx, name []byte, err error) 
 		p.reply(ctx, &p.replies.noWorker)
 		return
 	}
-	if p.errLog.Allow() {
+	p.logResolveFailed(name, err)
+	p.reply(ctx, &p.replies.store)
+}
+
+// logResolveFailed logs a resolver failure other than ErrNoWorker: a
+// throttled warning, or DEBUG for ErrNotReady (the resolver is starting).
+func (p *Proxy) logResolveFailed(name []byte, err error) {
+	switch {
+	case errors.Is(err, ErrNotReady):
+		p.log.Debug("cannot resolve placement yet: the resolver is starting", "name", string(name), "err", err)
+	case p.errLog.Allow():
 		p.log.Warn("cannot resolve placement", "name", string(name), "err", err)
 	}
-	p.reply(ctx, &p.replies.store)
 }
 
 // unusable answers a request routed to a session whose advertise URL the

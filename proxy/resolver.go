@@ -77,6 +77,13 @@ var ErrNoWorker = errors.New("proxy: no worker serves the namespace")
 // ago is ErrNoWorker instead.
 var ErrUnknownNamespace = errors.New("proxy: no worker has served the namespace recently")
 
+// ErrNotReady, wrapped in an error of Resolver.Resolve, says the resolver
+// cannot answer yet because it is still starting (its directory's first
+// connection is being made). The request gets 503 store + Retry-After like
+// any other resolver failure, but nothing has failed yet: the proxy logs it
+// at DEBUG, never as a warning.
+var ErrNotReady = errors.New("proxy: resolver not ready yet")
+
 // Recorder hears of every request the proxy routed, on the request's path:
 // it must be fast, safe for concurrent use, and must not allocate or block.
 // name is the placement name "/<ns>/<id>" (valid only during the call),

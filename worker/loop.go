@@ -380,8 +380,7 @@ func (l *loop) onRegister(r result, now clock.Instant) error {
 	l.nextRegister = now.Add(delay)
 	if rep.err == nil && rep.status == fasthttp.StatusUnauthorized {
 		w.m.registrations[resultUnauthorized].Inc()
-		l.log.Error("registration failed: the pinboard refused the deployment token (401); set Config.Token to the pinboard's token",
-			"reason", "unauthorized", "attempt", l.regFailures, "retryIn", delay)
+		l.log.Error("registration failed: "+w.cfg.tokenRefused(), "reason", "unauthorized", "attempt", l.regFailures, "retryIn", delay)
 		return nil
 	}
 	w.m.registrations[resultFailed].Inc()
@@ -450,7 +449,7 @@ func (l *loop) onHeartbeat(r result, now clock.Instant) error {
 		l.log.Warn("the pinboard does not know the session; registering again", "reason", "reregister")
 		l.lose(ErrReregister, now)
 	case rep.err == nil && rep.status == fasthttp.StatusUnauthorized:
-		l.heartbeatFailed(resultUnauthorized, "the pinboard refused the deployment token (401); set Config.Token to the pinboard's token")
+		l.heartbeatFailed(resultUnauthorized, w.cfg.tokenRefused())
 	default:
 		l.heartbeatFailed(resultFailed, rep.describe())
 	}

@@ -16,7 +16,7 @@ import (
 
 // ErrReleaseRefused is returned (wrapped) by Release when the pinboard
 // refused the call in a way a retry cannot fix (a 4xx other than 408/429):
-// 401 means Config.Token is wrong; 400 means a malformed namespace or id.
+// 401 means Config.Token is wrong (the error says where to set it: TokenSource); 400 means a malformed namespace or id.
 var ErrReleaseRefused = errors.New("the pinboard refused the release")
 
 // Release implements host.Worker: POST /registry/release {clientId,
@@ -64,8 +64,7 @@ func (w *Worker) Release(ctx context.Context, namespace, id string, epoch uint64
 			return nil
 		case last.err == nil && last.status == fasthttp.StatusUnauthorized:
 			w.m.releases[resultUnauthorized].Inc()
-			w.log.Error("release failed: the pinboard refused the deployment token (401); set Config.Token to the pinboard's token",
-				"namespace", namespace, "instance", id)
+			w.log.Error("release failed: "+w.cfg.tokenRefused(), "namespace", namespace, "instance", id)
 			return fmt.Errorf("cannot release %s: %w: %s", wire.PlacementName(namespace, id), ErrReleaseRefused, last.describe())
 		case last.err == nil && last.status < 500 && last.status != fasthttp.StatusRequestTimeout && last.status != fasthttp.StatusTooManyRequests:
 			w.m.releases[resultFailed].Inc()

@@ -20,7 +20,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -48,44 +47,42 @@ type options struct {
 	shutdownTimeout     time.Duration
 }
 
-// loadOptions parses args. For -h it writes every flag to usage and returns
-// flag.ErrHelp.
-func loadOptions(args []string, usage io.Writer) (options, error) {
+// loadOptions parses args. For -h it writes every flag to stdout and
+// returns flag.ErrHelp (-version: the version, cmdline.ErrVersion); every
+// other error is a usage error.
+func loadOptions(args []string, stdout io.Writer) (options, error) {
 	var o options
 	set := cmdline.New("fleet", "", `pinned's fleet demo in one process: a pinboard in development mode and
-counter workers on their own 127.0.0.1 ports. It reads no environment variable.`)
-	set.String(&o.listen, "listen", "", "host:port", "127.0.0.1:8080", "the pinboard's public address (registry and proxy)")
-	set.String(&o.adminListen, "admin-listen", "", "host:port", "127.0.0.1:9090", "the pinboard's admin address (the console, /metrics, /debug/pprof)")
+counter workers on their own 127.0.0.1 ports. It reads no environment variable.
+Exit status: 0 after Ctrl-C, 1 when it fails (a port is taken), 2 for bad flags.`)
+	set.ListenAddr(&o.listen, "listen", "", "127.0.0.1:8080", "the pinboard's public address (registry and proxy)")
+	set.ListenAddr(&o.adminListen, "admin-listen", "", "127.0.0.1:9090", "the pinboard's admin address (the console, /metrics, /debug/pprof)")
 	set.Int(&o.workers, "workers", "", 3, "counter workers to start (1 to 16)")
 	set.Duration(&o.shutdownTimeout, "shutdown-timeout", "", 5*time.Second, "bound on draining each worker at exit")
-	if err := set.Parse(args, nil, usage); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return o, err
-		}
-		return o, fmt.Errorf("fleet: %w", err)
+	if err := set.Parse(args, nil, stdout); err != nil {
+		return o, err
 	}
 	if o.workers < 1 || o.workers > 16 {
-		return o, fmt.Errorf("fleet: -workers %d: want 1 to 16", o.workers)
+		return o, cmdline.Usagef("-workers %d: want 1 to 16", o.workers)
 	}
 	return o, nil
 }
 
 func main() {
-	opts, err := loadOptions(os.Args[1:], os.Stdout)
-	if errors.Is(err, flag.ErrHelp) {
-		os.Exit(0)
-	}
+	os.Exit(mainStatus(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// mainStatus is the whole command; it returns the exit status
+// (cmdline.Status).
+func mainStatus(args []string, stdout, stderr io.Writer) int {
+	opts, err := loadOptions(args, stdout)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(2)
+		return cmdline.Exit(stderr, "fleet", err)
 	}
-	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, opts, logger, func(f fleet) { f.print(os.Stdout) }); err != nil {
-		fmt.Fprintln(os.Stderr, "fleet:", err)
-		os.Exit(1)
-	}
+	return cmdline.Exit(stderr, "fleet", run(ctx, opts, logger, func(f fleet) { f.print(stdout) }))
 }
 
 // fleet is what the demo started: where to reach it.

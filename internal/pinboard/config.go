@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/netip"
 	"os"
 	"strconv"
@@ -133,17 +132,18 @@ type Settings struct {
 
 // ParseSettings reads flags (args, without the program name) and the
 // environment (environ, KEY=VALUE entries as os.Environ). A flag wins over
-// its variable, a variable over the default. Errors name the variable or
-// flag to fix; for -h it writes every setting to usage and returns
-// flag.ErrHelp.
-func ParseSettings(args, environ []string, usage io.Writer) (Settings, error) {
+// its variable, a variable over the default. Errors are usage errors
+// (cmdline.UsageError) naming the variable or flag to fix; for -h it writes
+// every setting to stdout and returns flag.ErrHelp, for -version the
+// version and cmdline.ErrVersion.
+func ParseSettings(args, environ []string, stdout io.Writer) (Settings, error) {
 	var s Settings
 	set, finish := declare(&s)
-	if err := set.Parse(args, environ, usage); err != nil {
+	if err := set.Parse(args, environ, stdout); err != nil {
 		return s, err
 	}
 	s.Unknown = set.Unknown(environ)
-	return s, finish(environ)
+	return s, cmdline.Usage(finish(environ))
 }
 
 // declare puts every setting of the pinboard on a cmdline.Set writing into
@@ -154,10 +154,8 @@ func declare(s *Settings) (set *cmdline.Set, finish func(environ []string) error
 /<namespace>/<id>/... to the worker holding the instance.
 Exit status: 0 after a clean shutdown, 1 when a listener fails,
 2 for a bad configuration. See docs/operations.md.`)
-	s.Listen, s.AdminListen = DefaultListen, DefaultAdminListen
-	set.Var(cmdline.Parsed[string]{P: &s.Listen, Parse: hostPort, Format: id}, "listen", EnvListen, "host:port",
-		"public address: the registry, /healthz and the proxy")
-	set.Var(cmdline.Parsed[string]{P: &s.AdminListen, Parse: hostPort, Format: id}, "admin-listen", EnvAdminListen, "host:port",
+	set.ListenAddr(&s.Listen, "listen", EnvListen, DefaultListen, "public address: the registry, /healthz and the proxy")
+	set.ListenAddr(&s.AdminListen, "admin-listen", EnvAdminListen, DefaultAdminListen,
 		"admin address: /metrics and /debug/pprof (never on the public port)")
 	set.String(&s.RedisURL, "redis-url", EnvRedisURL, "url", DefaultRedisURL,
 		"Redis: redis://[user:pass@]host:port/db, rediss:// for TLS, ?addr=h2:p2 for more cluster seeds,\n"+
@@ -363,21 +361,6 @@ func (f restartFence) String() string {
 		return "lease"
 	}
 	return f.d.String()
-}
-
-func id(s string) string { return s }
-
-// hostPort accepts host:port with a numeric port from 0 to 65535 (0: any
-// free port); the host may be empty (every interface).
-func hostPort(v string) (string, error) {
-	_, port, err := net.SplitHostPort(v)
-	if err == nil {
-		_, err = strconv.ParseUint(port, 10, 16)
-	}
-	if err != nil {
-		return "", errors.New("want host:port with a port from 0 to 65535, such as :8080 or 127.0.0.1:9090")
-	}
-	return v, nil
 }
 
 // minDuration is a duration setting refusing values below least.

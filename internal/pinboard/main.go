@@ -2,8 +2,6 @@ package pinboard
 
 import (
 	"context"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -16,27 +14,23 @@ import (
 	"github.com/pinned-go/pinned/internal/cmdline"
 )
 
-// Exit statuses of Main.
+// Exit statuses of Main: those of every pinned command (cmdline.Status).
 const (
-	ExitOK     = 0
-	ExitFailed = 1 // the pinboard ran and failed (a listener died, a port was taken)
-	ExitConfig = 2 // the configuration is invalid; the message names what to change
+	ExitOK     = cmdline.ExitOK
+	ExitFailed = cmdline.ExitFailed // the pinboard ran and failed (a listener died, a port was taken)
+	ExitConfig = cmdline.ExitUsage  // the configuration is invalid; the message names what to change
 )
 
 // Main is the whole pinboard command: it parses args and the environment
 // (environ, as os.Environ), wires a Pinboard (registry and proxy), and runs
 // it until SIGTERM or SIGINT; SIGHUP re-reads the token file. -h prints
-// every setting to stdout. The dev token, when generated, is printed to
-// stdout; logs go to stderr, starting with a warning per unknown PINBOARD_*
-// variable. It returns the exit status.
+// every setting to stdout, -version the version. The dev token, when
+// generated, is printed to stdout; logs go to stderr, starting with a
+// warning per unknown PINBOARD_* variable. It returns the exit status.
 func Main(args, environ []string, stdout, stderr io.Writer) int {
 	s, err := ParseSettings(args, environ, stdout)
-	if errors.Is(err, flag.ErrHelp) {
-		return ExitOK
-	}
 	if err != nil {
-		fmt.Fprintf(stderr, "pinboard: %v\n", err)
-		return ExitConfig
+		return cmdline.Exit(stderr, "pinboard", err)
 	}
 	hopts := &slog.HandlerOptions{Level: s.LogLevel}
 	var h slog.Handler = slog.NewTextHandler(stderr, hopts)
@@ -48,8 +42,7 @@ func Main(args, environ []string, stdout, stderr io.Writer) int {
 	setProcs(s.Loops, environ, logger)
 	p, err := New(Config{Settings: s, Logger: logger})
 	if err != nil {
-		fmt.Fprintf(stderr, "pinboard: %v\n", err)
-		return ExitConfig
+		return cmdline.Exit(stderr, "pinboard", err)
 	}
 	if s.Dev {
 		fmt.Fprintf(stdout, "pinboard: development mode: in-memory store, nothing survives a restart\n")

@@ -19,6 +19,7 @@ import (
 
 	"github.com/pinned-go/pinned/clock"
 	"github.com/pinned-go/pinned/internal/alarm"
+	"github.com/pinned-go/pinned/internal/cmdline"
 	"github.com/pinned-go/pinned/internal/hotids"
 	"github.com/pinned-go/pinned/internal/registry"
 	"github.com/pinned-go/pinned/internal/store"
@@ -89,7 +90,8 @@ type Pinboard struct {
 }
 
 // New wires a pinboard from cfg. It does no I/O: Run binds, connects and
-// serves.
+// serves. An error in the configuration is a cmdline.UsageError (the
+// command exits 2); failing to set up the event loops is not.
 func New(cfg Config) (*Pinboard, error) {
 	p := &Pinboard{
 		cfg:      cfg,
@@ -104,7 +106,7 @@ func New(cfg Config) (*Pinboard, error) {
 	if cfg.Dev {
 		m, err := memstore.New(memstore.Config{Options: opts, Clock: p.clock, EpochTTL: cfg.EpochTTL})
 		if err != nil {
-			return nil, err
+			return nil, cmdline.Usage(err)
 		}
 		p.st, p.mem = m, m
 	} else {
@@ -112,14 +114,14 @@ func New(cfg Config) (*Pinboard, error) {
 			RestartFence: cfg.RestartFence, EpochTTL: cfg.EpochTTL,
 			CircuitProbeInterval: cfg.StoreProbe, CircuitProbeTimeout: cfg.StoreProbeTimeout, Metrics: p.storeSet})
 		if err != nil {
-			return nil, fmt.Errorf("%s: %w", EnvRedisURL, err)
+			return nil, cmdline.Usagef("%s: %w", EnvRedisURL, err)
 		}
 		p.st, p.redis = r, r
 	}
 	hot, err := hotids.New(cfg.HotIDs)
 	if err != nil {
 		p.st.Close()
-		return nil, err
+		return nil, cmdline.Usage(err)
 	}
 	p.hot = hot
 	hot.RegisterMetrics(p.own)
@@ -144,7 +146,7 @@ func New(cfg Config) (*Pinboard, error) {
 	})
 	if err != nil {
 		p.st.Close()
-		return nil, err
+		return nil, cmdline.Usage(err)
 	}
 	p.reg = reg
 	handler := reg.NewRouter(nil).Handler
@@ -160,7 +162,7 @@ func New(cfg Config) (*Pinboard, error) {
 		dp, err := newDataPlane(p.st, reg.Lease(), cfg.RefreshAhead, root, p.dpSet, p.clock, control, pc)
 		if err != nil {
 			p.st.Close()
-			return nil, fmt.Errorf("cannot build the data plane: %w", err)
+			return nil, cmdline.Usagef("cannot build the data plane: %w", err)
 		}
 		p.dp = dp
 		// The registry and /healthz share the public port with the proxy:
@@ -173,7 +175,7 @@ func New(cfg Config) (*Pinboard, error) {
 		p.public = dp.px.NewServer()
 		if err := p.newAlarmScheduler(root); err != nil {
 			p.st.Close()
-			return nil, err
+			return nil, cmdline.Usage(err)
 		}
 	} else {
 		p.public = &fasthttp.Server{

@@ -655,10 +655,23 @@ func (r *Resolver) noWorker(ns string) error {
 
 func (r *Resolver) storeErr(key, what string, err error) error {
 	r.m.storeErrors.Inc()
-	if r.errLog.Allow() {
-		r.log.Warn("cannot resolve placement", "name", key, "err", fmt.Sprintf("%s: %v", what, err))
+	r.warnStore(err, "cannot resolve placement", "name", key, "err", fmt.Sprintf("%s: %v", what, err))
+	if store.IsConnecting(err) { // the proxy logs the failure quietly too
+		return fmt.Errorf("placement %s: %s: %w (%w)", key, what, err, proxy.ErrNotReady)
 	}
 	return fmt.Errorf("placement %s: %s: %w", key, what, err)
+}
+
+// warnStore logs a failed store call: a warning at most once a second, or
+// DEBUG while the store is still making its first connection
+// (store.IsConnecting: nothing has failed yet). args follow slog's rules.
+func (r *Resolver) warnStore(err error, msg string, args ...any) {
+	switch {
+	case store.IsConnecting(err):
+		r.log.Debug(msg+" (store not connected yet)", args...)
+	case r.errLog.Allow():
+		r.log.Warn(msg, args...)
+	}
 }
 
 // Close cancels store calls in progress and forgets every cached route and
