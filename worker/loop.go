@@ -249,7 +249,7 @@ func (l *loop) start(r result, path string, body any, pair challengePair) {
 	l.calls.Add(1)
 	go func() {
 		defer l.calls.Done()
-		r.reply = w.pinboard.post(path, body, time.Time{})
+		r.reply = w.pinboard.post(path, body, w.callDeadline(time.Time{}))
 		w.challenges.remove(pair.challenge)
 		select {
 		case l.results <- r:

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -50,13 +52,18 @@ func startAdmin(addr string, set *metrics.Set, logger *slog.Logger) (*adminServe
 	return a, nil
 }
 
-// stop closes the admin listener and waits for its server to return; a nil
-// server (no admin listener) does nothing.
-func (a *adminServer) stop() error {
+// stop closes the admin listener and waits for its requests in progress
+// (a profile being captured) until ctx ends; a nil server (no admin
+// listener) does nothing.
+func (a *adminServer) stop(ctx context.Context) error {
 	if a == nil {
 		return nil
 	}
-	err := a.srv.Shutdown()
+	a.ln.Close() // in case Shutdown runs before Serve registered it
+	err := a.srv.ShutdownWithContext(ctx)
+	if errors.Is(err, net.ErrClosed) {
+		err = nil
+	}
 	if serr := <-a.served; serr != nil && err == nil {
 		err = serr
 	}

@@ -33,6 +33,12 @@
 // then answers 200 only while the worker is registered (worker.Ready). On
 // SIGTERM the worker winds down first (new ids 503 draining, idle instances
 // closed and released), then the host and the server stop.
+//
+// Shutdown (SIGTERM or SIGINT) is bounded by -shutdown-timeout
+// (PINNED_SHUTDOWN_TIMEOUT) as a whole, whatever the pinboard does (gone or
+// frozen: the releases give up): what is left at the deadline is aborted.
+// It logs what it waits for once a second and how long it took ("counter
+// stopped"). A second signal exits at once with 128 + its number.
 package main
 
 import (
@@ -43,11 +49,9 @@ import (
 	"log/slog"
 	"net"
 	"os"
-	"os/signal"
 	"strconv"
 	"strings"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/VictoriaMetrics/metrics"
@@ -147,7 +151,7 @@ PINNED_PINBOARD_URL, PINNED_TOKEN and PINNED_ADVERTISE_URL are all set.`)
 		}
 		return d, nil
 	}, Format: time.Duration.String}, "shutdown-timeout", "PINNED_SHUTDOWN_TIMEOUT", "duration",
-		"graceful shutdown bound; then the remaining instances are aborted")
+		"bound on the whole graceful shutdown; then the remaining instances are aborted (a second signal exits at once)")
 	set.String(&o.fleet.pinboardURL, "pinboard-url", "PINNED_PINBOARD_URL", "url", "",
 		"fleet mode: the pinboard's base URL, e.g. http://127.0.0.1:8080")
 	set.String(&o.fleet.advertiseURL, "advertise-url", "PINNED_ADVERTISE_URL", "url", "",
@@ -213,22 +217,24 @@ func mainStatus(args, environ []string, stdout, stderr io.Writer) int {
 	}
 	logger := slog.New(slog.NewTextHandler(stderr, nil))
 	cmdline.Warn(logger, opts.unknown)
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	err = run(ctx, opts, logger, func(l listening) {
-		attrs := []any{"addr", l.addr.String()}
-		if l.admin != nil {
-			attrs = append(attrs, "admin", l.admin.String())
+	sigs := cmdline.NotifySignals(logger)
+	defer sigs.Stop()
+	return sigs.Run(logger, func(ctx context.Context) int {
+		err := run(ctx, opts, logger, func(l listening) {
+			attrs := []any{"addr", l.addr.String()}
+			if l.admin != nil {
+				attrs = append(attrs, "admin", l.admin.String())
+			}
+			logger.Info("counter demo listening", append(attrs, "try", tryHint(opts, l))...)
+		})
+		if cmdline.Status(err) == cmdline.ExitUsage {
+			return cmdline.Exit(stderr, "counter", err)
 		}
-		logger.Info("counter demo listening", append(attrs, "try", tryHint(opts, l))...)
+		if err != nil {
+			logger.Error("counter demo failed", "error", err)
+		}
+		return cmdline.Status(err)
 	})
-	if cmdline.Status(err) == cmdline.ExitUsage {
-		return cmdline.Exit(stderr, "counter", err)
-	}
-	if err != nil {
-		logger.Error("counter demo failed", "error", err)
-	}
-	return cmdline.Status(err)
 }
 
 // tryHint is the command the "listening" line suggests: a request through
@@ -403,7 +409,6 @@ func run(ctx context.Context, opts options, logger *slog.Logger, ready func(list
 			_ = h.Close(context.Background())
 			return err
 		}
-		defer admin.stop()
 	}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
@@ -424,15 +429,23 @@ func run(ctx context.Context, opts options, logger *slog.Logger, ready func(list
 	case err = <-served:
 		served <- err
 	}
-	// Shutdown: unready first (load balancers stop sending); in fleet mode
-	// the worker winds down (new ids 503 draining, instances closed and
-	// released so the pinboard re-places them elsewhere); then close the
-	// host (in-flight work finishes, the rest is aborted at the deadline,
-	// every teardown runs), then the server.
+	// Shutdown, all within one deadline: unready first (load balancers
+	// stop sending); in fleet mode the worker winds down (new ids 503
+	// draining, instances closed and released so the pinboard re-places
+	// them elsewhere; at the deadline the rest are aborted and the calls
+	// to the pinboard given up); then close the host (in-flight work
+	// finishes, the rest is aborted at the deadline, every teardown runs),
+	// then the servers (connections still open at the deadline are left
+	// to the process's exit).
 	serving.Store(false)
-	var errs []error
-	hctx, cancel := context.WithTimeout(context.Background(), opts.shutdownTimeout)
+	deadline := time.Now().Add(opts.shutdownTimeout)
+	hctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
+	logger.Info("shutting down", "timeout", opts.shutdownTimeout, "instances", h.Len())
+	progress := cmdline.StartShutdownLog(logger, deadline, 0, func() []cmdline.Waiting {
+		return []cmdline.Waiting{{What: "instances", N: h.Len()}, {What: "connections", N: int(srv.GetOpenConnectionsCount())}}
+	})
+	var errs []error
 	if err := fl.shutdown(hctx); err != nil {
 		errs = append(errs, fmt.Errorf("counter: stopping the worker: %w", err))
 	}
@@ -442,14 +455,16 @@ func run(ctx context.Context, opts options, logger *slog.Logger, ready func(list
 	}
 	// The host has ended every stream and websocket; what is left are
 	// plain requests answered 503 closing.
-	sctx, cancel := context.WithTimeout(context.Background(), opts.shutdownTimeout)
-	defer cancel()
-	if err := srv.ShutdownWithContext(sctx); err != nil {
+	if err := srv.ShutdownWithContext(hctx); err != nil {
 		errs = append(errs, fmt.Errorf("counter: stopping the server: %w", err))
 	}
 	if err := <-served; err != nil {
 		errs = append(errs, fmt.Errorf("counter: serving: %w", err))
 	}
+	if err := admin.stop(hctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+		errs = append(errs, fmt.Errorf("counter: stopping the admin listener: %w", err))
+	}
+	progress.Done("counter stopped")
 	return errors.Join(errs...)
 }
 

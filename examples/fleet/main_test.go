@@ -87,7 +87,7 @@ func TestFleet(t *testing.T) {
 	done := make(chan error, 1)
 	var logs logtest.Buffer
 	logger := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	go func() { done <- run(ctx, o, logger, func(f fleet) { ready <- f }) }()
+	go func() { done <- run(ctx, o, logger, logger, func(f fleet) { ready <- f }) }()
 	var f fleet
 	select {
 	case f = <-ready:

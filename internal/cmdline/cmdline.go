@@ -22,9 +22,18 @@
 // every command and script here uses -flag. What ff would replace is the
 // environment loop of Parse.
 //
+// The commands' stop is here too (shutdown.go): Signals turns the first
+// SIGTERM or SIGINT into a cancelled context (the graceful shutdown) and a
+// second one into an immediate exit with ExitForced (128 + the signal's
+// number); ShutdownLog logs what a shutdown still waits for, at most once
+// per interval, and how long it took.
+//
 // Invariants: a flag wins over its variable, a variable over the default;
 // every error names the flag or variable to fix and the value given, and is
-// a UsageError; a Set keeps no global state (each command builds its own).
+// a UsageError; a Set keeps no global state (each command builds its own);
+// the goroutine of a Signals ends with Stop, that of a ShutdownLog with
+// Done; only commands (package main and the pinboard's Main) create a
+// Signals, the one process-wide registration (os/signal).
 package cmdline
 
 import (

@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/url"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/VictoriaMetrics/metrics"
@@ -47,6 +48,9 @@ type Config struct {
 	Clock clock.Clock
 	// HotIDs sizes the hot-id sketch (zero fields: hotids' defaults).
 	HotIDs hotids.Config
+	// ProgressEvery is how often a shutdown in progress logs what it
+	// waits for; zero means cmdline.DefaultProgressEvery.
+	ProgressEvery time.Duration
 
 	// wrapDialControl, when set (tests), wraps the registry's address
 	// policy before the proxy dials through it.
@@ -351,9 +355,13 @@ func (p *Pinboard) WriteMetrics(w io.Writer) {
 // Run binds the listeners, connects the store (retrying with backoff while
 // /healthz reports it), serves, and runs the janitor and the data plane
 // until ctx ends; then it shuts down gracefully: /healthz turns 503, after
-// ShutdownDelay the public listener closes and in-flight requests finish,
-// bounded by ShutdownTimeout, then everything else stops and the store
-// closes. Run may be called once.
+// ShutdownDelay the listeners close and in-flight requests finish; when
+// ShutdownTimeout passes first, the connections still open are closed
+// (keep-alive ones handed over to the fasthttp path included); then
+// everything else stops and the store closes. Run returns within
+// ShutdownDelay + ShutdownTimeout of ctx's end, whatever clients, workers
+// and Redis do, logging what it waits for once a second (ProgressEvery)
+// and how long it took ("pinboard stopped", took). Run may be called once.
 func (p *Pinboard) Run(ctx context.Context) error {
 	p.mu.Lock()
 	if p.ran {
@@ -387,20 +395,30 @@ func (p *Pinboard) Run(ctx context.Context) error {
 	p.log.Info("pinboard listening", "public", p.publicAddr, "admin", p.adminAddr, "store", storeDesc,
 		"lease", p.reg.Lease(), "dataPlane", p.dp != nil, "loops", loops)
 
-	// Everything below is owned by Run and joined before it returns.
+	// Everything below is owned by Run and joined before it returns (or
+	// told to stop and left to end on its own bound once the shutdown
+	// deadline passed: see shutdown).
 	bg, stop := context.WithCancel(context.Background())
 	defer stop()
 	var wg sync.WaitGroup
+	var running atomic.Int32 // of wg's goroutines
+	goRun := func(f func()) {
+		running.Add(1)
+		wg.Go(func() {
+			defer running.Add(-1)
+			f()
+		})
+	}
 	serveErr := make(chan error, 2)
 	serve := func(name string, s *fasthttp.Server, ln net.Listener) {
-		wg.Go(func() {
+		goRun(func() {
 			if err := s.Serve(ln); err != nil {
 				serveErr <- fmt.Errorf("%s listener: %w", name, err)
 			}
 		})
 	}
 	if p.front != nil {
-		wg.Go(func() {
+		goRun(func() {
 			if err := p.front.Serve(publicLn); err != nil {
 				serveErr <- fmt.Errorf("public listener: %w", err)
 			}
@@ -410,7 +428,7 @@ func (p *Pinboard) Run(ctx context.Context) error {
 	}
 	serve("admin", p.admin, adminLn)
 	if p.redis != nil {
-		wg.Go(func() {
+		goRun(func() {
 			if err := p.redis.Connect(bg); err == nil {
 				p.log.Info("store connected", "store", storeDesc)
 			}
@@ -419,16 +437,16 @@ func (p *Pinboard) Run(ctx context.Context) error {
 	if p.mem != nil {
 		p.mem.Start()
 	}
-	wg.Go(func() { _ = p.reg.Run(bg) })
+	goRun(func() { _ = p.reg.Run(bg) })
 	if p.dp != nil {
-		wg.Go(func() {
+		goRun(func() {
 			if err := p.dp.run(bg); err != nil {
 				p.log.Error("data plane stopped", "err", err)
 			}
 		})
 	}
 	if p.sched != nil {
-		wg.Go(func() {
+		goRun(func() {
 			_ = p.sched.Run(bg) // returns once its deliveries in flight have finished
 		})
 	}
@@ -440,15 +458,44 @@ func (p *Pinboard) Run(ctx context.Context) error {
 		p.log.Error("listener failed; shutting down", "err", runErr)
 	}
 
-	// Graceful shutdown.
-	p.log.Info("shutting down", "timeout", p.cfg.ShutdownTimeout)
+	p.shutdown(publicLn, adminLn, stop, &wg, &running)
+	return runErr
+}
+
+// shutdown is Run's graceful stop, bounded by ShutdownTimeout (counted
+// after ShutdownDelay): /healthz turns 503; the public listener closes and
+// its connections finish their exchange in progress and close (idle ones
+// at once), those still open at the deadline are closed; the admin
+// listener likewise. Then stop tells Run's goroutines (wg; running counts
+// them) to end, and they are joined until the deadline: one still running
+// then (an alarm delivery waiting for a worker) ends on its own bound while
+// the process exits. What it waits for is logged at most once per
+// ProgressEvery.
+func (p *Pinboard) shutdown(publicLn, adminLn net.Listener, stop context.CancelFunc, wg *sync.WaitGroup, running *atomic.Int32) {
+	timeout := cmp.Or(p.cfg.ShutdownTimeout, DefaultShutdownTimeout)
+	p.log.Info("shutting down", "timeout", timeout, "delay", p.cfg.ShutdownDelay)
 	p.reg.MarkShuttingDown()
 	if d := p.cfg.ShutdownDelay; d > 0 {
 		t := p.clock.NewTimer(d)
 		<-t.C()
 	}
-	sctx, cancel := context.WithTimeout(context.Background(), cmp.Or(p.cfg.ShutdownTimeout, DefaultShutdownTimeout))
+	deadline := time.Now().Add(timeout)
+	sctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
+	var stopped atomic.Bool // the background work was told to stop: count it
+	progress := cmdline.StartShutdownLog(p.log, deadline, p.cfg.ProgressEvery, func() []cmdline.Waiting {
+		conns := int(p.admin.GetOpenConnectionsCount())
+		if p.front != nil {
+			conns += p.front.Conns()
+		} else {
+			conns += int(p.public.GetOpenConnectionsCount())
+		}
+		w := []cmdline.Waiting{{What: "connections", N: conns}}
+		if stopped.Load() {
+			w = append(w, cmdline.Waiting{What: "tasks", N: int(running.Load())})
+		}
+		return w
+	})
 	// Close the listeners ourselves too: a Shutdown that ran before Serve
 	// registered its listener would not. fasthttp's Shutdown then still
 	// waits for in-flight requests, and reports its own second close of
@@ -456,9 +503,10 @@ func (p *Pinboard) Run(ctx context.Context) error {
 	publicLn.Close()
 	if p.front != nil {
 		// The loops stop accepting and close connections as they fall
-		// idle, then the fasthttp server shuts down the ones handed over.
+		// idle, the fasthttp server those handed over; at the deadline
+		// the Front closes every one still open.
 		if err := p.front.Shutdown(sctx); err != nil {
-			p.log.Warn("in-flight requests did not finish within the shutdown timeout", "err", err)
+			p.log.Warn("in-flight requests did not finish within the shutdown timeout; their connections were closed", "err", err)
 		}
 	} else if err := p.public.ShutdownWithContext(sctx); err != nil && !errors.Is(err, net.ErrClosed) {
 		p.log.Warn("in-flight requests did not finish within the shutdown timeout", "err", err)
@@ -467,10 +515,16 @@ func (p *Pinboard) Run(ctx context.Context) error {
 	if err := p.admin.ShutdownWithContext(sctx); err != nil && !errors.Is(err, net.ErrClosed) {
 		p.log.Warn("admin requests did not finish within the shutdown timeout", "err", err)
 	}
+	stopped.Store(true)
 	stop()
-	wg.Wait()
-	p.log.Info("pinboard stopped")
-	return runErr
+	joined := make(chan struct{})
+	go func() { wg.Wait(); close(joined) }() // ends with the last of Run's goroutines
+	select {
+	case <-joined:
+	case <-sctx.Done():
+		p.log.Warn("shutdown deadline passed; not waiting for the background work still stopping", "tasks", running.Load())
+	}
+	progress.Done("pinboard stopped")
 }
 
 func listen(given net.Listener, addr, env string) (net.Listener, error) {
