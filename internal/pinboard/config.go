@@ -16,6 +16,7 @@ import (
 
 	"github.com/pinned-go/pinned/internal/cmdline"
 
+	"github.com/pinned-go/pinned/internal/placement"
 	"github.com/pinned-go/pinned/internal/registry"
 	"github.com/pinned-go/pinned/internal/store"
 	"github.com/pinned-go/pinned/internal/store/redisstore"
@@ -59,6 +60,7 @@ const (
 	EnvLoops             = "PINBOARD_LOOPS"                  // -loops
 	EnvNoHotIDs          = "PINBOARD_NO_HOT_IDS"             // -no-hot-ids
 	EnvRefreshAhead      = "PINBOARD_CACHE_REFRESH_AHEAD"    // -cache-refresh-ahead
+	EnvNamespaceMemory   = "PINBOARD_NAMESPACE_MEMORY"       // -namespace-memory
 	EnvEpochTTL          = "PINBOARD_EPOCH_TTL"              // -epoch-ttl
 	EnvStoreProbe        = "PINBOARD_STORE_PROBE"            // -store-probe
 	EnvStoreProbeTimeout = "PINBOARD_STORE_PROBE_TIMEOUT"    // -store-probe-timeout
@@ -114,6 +116,11 @@ type Settings struct {
 	// cached placement expires a request for it has it re-read in the
 	// background. Zero: a quarter of the lease; negative: off.
 	RefreshAhead time.Duration
+	// NamespaceMemory is placement.Config.NamespaceMemory: how long after
+	// the pinboard last saw a live worker of a namespace a request for it,
+	// with none live, is 503 no_worker rather than 404 unknown_namespace.
+	// Zero: placement's default; negative: off (Redis's memory only).
+	NamespaceMemory time.Duration
 	// Loops is the number of event loops serving the public port
 	// (proxy.Front); 0 serves it with fasthttp's goroutine per connection
 	// alone. ParseSettings defaults it to the number of CPUs.
@@ -287,6 +294,24 @@ Exit status: 0 after a clean shutdown, 1 when a listener fails,
 	}}, "cache-refresh-ahead", EnvRefreshAhead, "duration|lease/4|off",
 		"a request for a cached placement this close to its expiry (the lease after Redis last confirmed it) has it\n"+
 			"re-read in the background, so that hot ids never wait for Redis; off = the first request after each expiry waits")
+	s.NamespaceMemory = placement.DefaultNamespaceMemory
+	set.Var(cmdline.Parsed[time.Duration]{P: &s.NamespaceMemory, Parse: func(v string) (time.Duration, error) {
+		if v == "off" {
+			return -1, nil
+		}
+		d, err := time.ParseDuration(v)
+		if err != nil || d <= 0 {
+			return 0, errors.New("want a positive duration, or off")
+		}
+		return d, nil
+	}, Format: func(d time.Duration) string {
+		if d < 0 {
+			return "off"
+		}
+		return d.String()
+	}}, "namespace-memory", EnvNamespaceMemory, "duration|off",
+		"a namespace with no live worker is answered 503 no_worker (retry) for this long after the pinboard last saw\n"+
+			"one live, else 404 unknown_namespace; Redis also remembers it until its last session is collected")
 	s.Loops = proxy.DefaultLoops()
 	set.Var(cmdline.Parsed[int]{P: &s.Loops, Parse: func(v string) (int, error) {
 		n, err := strconv.Atoi(v)

@@ -22,6 +22,7 @@ import (
 	"github.com/pinned-go/pinned/internal/alarm"
 	"github.com/pinned-go/pinned/internal/cmdline"
 	"github.com/pinned-go/pinned/internal/hotids"
+	"github.com/pinned-go/pinned/internal/placement"
 	"github.com/pinned-go/pinned/internal/registry"
 	"github.com/pinned-go/pinned/internal/store"
 	"github.com/pinned-go/pinned/internal/store/memstore"
@@ -163,7 +164,8 @@ func New(cfg Config) (*Pinboard, error) {
 		if !cfg.NoHotIDs {
 			pc.Recorder = p.hot // every routed request feeds the console's hot ids
 		}
-		dp, err := newDataPlane(p.st, reg.Lease(), cfg.RefreshAhead, root, p.dpSet, p.clock, control, pc)
+		rc := placement.Config{Lease: reg.Lease(), RefreshAhead: cfg.RefreshAhead, NamespaceMemory: cfg.NamespaceMemory}
+		dp, err := newDataPlane(p.st, rc, root, p.dpSet, p.clock, control, pc)
 		if err != nil {
 			p.st.Close()
 			return nil, cmdline.Usagef("cannot build the data plane: %w", err)
