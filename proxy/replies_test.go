@@ -1,0 +1,174 @@
+package proxy_test
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+	"net"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/pinned-go/pinned/internal/wire"
+	"github.com/pinned-go/pinned/proxy"
+	"github.com/pinned-go/pinned/proxy/proxytest"
+)
+
+// newStatic places the namespace /counter on w.
+func newStatic(w *worker) *proxytest.Static {
+	res := proxytest.NewStatic()
+	res.PlaceNamespace("/counter", w.session("s", "k"))
+	return res
+}
+
+// errBody is the JSON body of one of the proxy's own replies.
+func errBody(msg, field string) string {
+	b, err := json.Marshal(wire.Error{Error: msg, Field: field})
+	if err != nil {
+		panic(err)
+	}
+	return string(b)
+}
+
+// pathEchoProxy starts a worker that answers every request with its path,
+// the namespace /counter placed on it, and a proxy on the chosen engine.
+func pathEchoProxy(t *testing.T, loops int, mutate func(*proxy.Config)) (*front, *proxytest.Static) {
+	t.Helper()
+	w := startWorker(t, func(ctx *fasthttp.RequestCtx) { ctx.SetBody(ctx.Path()) })
+	res := newStatic(w)
+	return startProxyOn(t, res, loops, mutate), res
+}
+
+// dial connects to addr; the connection is closed when the test ends.
+func dial(t *testing.T, addr string) net.Conn {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// readAll reads c to its end (within 10 s) and returns the responses in
+// it, each as its status and body.
+func readAll(t *testing.T, c net.Conn) []string {
+	t.Helper()
+	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	b, err := io.ReadAll(c)
+	if err != nil && !errors.Is(err, syscall.ECONNRESET) {
+		t.Fatalf("reading to the end of the connection: %v, after %q", err, b)
+	}
+	return parseResponses(b)
+}
+
+// parseResponses splits b into responses, each as its status and body;
+// bytes that do not make a whole response end the list as "rest: ...".
+func parseResponses(b []byte) []string {
+	var got []string
+	br := bufio.NewReader(bytes.NewReader(b))
+	for {
+		if _, err := br.Peek(1); err != nil {
+			return got
+		}
+		var resp fasthttp.Response
+		if err := resp.Read(br); err != nil {
+			rest, _ := io.ReadAll(br)
+			return append(got, "rest: "+string(rest))
+		}
+		got = append(got, strconv.Itoa(resp.StatusCode())+" "+string(resp.Body()))
+	}
+}
+
+// Requests pipelined behind one the proxy refuses at once (no worker for
+// the name: the loop knows it without waiting for anything) are each
+// answered once, in order. (A loop answering such a request before it had
+// taken the request's bytes off the connection's buffer read the same
+// request again, answered it again and again, and then panicked slicing
+// the buffer the nested call had given back.)
+func TestPipelinedRefusalsAnsweredOnce(t *testing.T) {
+	bothEngines(t, func(t *testing.T, loops int) {
+		f, res := pathEchoProxy(t, loops, nil)
+		res.PlaceRoute("/counter/nobody", proxy.Route{}) // placed on no session: 503 no_worker
+		noWorker := "503 " + errBody("no worker serves the namespace", "")
+		c := dial(t, f.addr)
+		var b strings.Builder
+		var want []string
+		for i := range 4 {
+			b.WriteString("GET /counter/nobody/" + strconv.Itoa(i) + " HTTP/1.1\r\nHost: h\r\n\r\n")
+			want = append(want, noWorker)
+			b.WriteString("GET /counter/x/" + strconv.Itoa(i) + " HTTP/1.1\r\nHost: h\r\n\r\n")
+			want = append(want, "200 /counter/x/"+strconv.Itoa(i))
+		}
+		b.WriteString("GET /counter/nobody/end HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n")
+		want = append(want, noWorker)
+		if _, err := io.WriteString(c, b.String()); err != nil {
+			t.Fatal(err)
+		}
+		if got := readAll(t, c); !slices.Equal(got, want) {
+			t.Errorf("answers:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+		}
+	})
+}
+
+// A head that arrives pipelined behind a request, and never completes, gets
+// 408 once HeaderTimeout has passed, like any other head. (A loop left
+// such a connection without a timer after answering the request before it.)
+func TestPipelinedPartialHeadTimesOut(t *testing.T) {
+	bothEngines(t, func(t *testing.T, loops int) {
+		f, _ := pathEchoProxy(t, loops, func(c *proxy.Config) { c.HeaderTimeout = 300 * time.Millisecond })
+		c := dial(t, f.addr)
+		if _, err := io.WriteString(c, "GET /counter/x/1 HTTP/1.1\r\nHost: h\r\n\r\nGET /counter/x/2 HTTP/1.1\r\nHo"); err != nil {
+			t.Fatal(err)
+		}
+		want := []string{"200 /counter/x/1", "408 " + errBody("request head not received in time", "")}
+		if got := readAll(t, c); !slices.Equal(got, want) {
+			t.Errorf("answers %q; want %q", got, want)
+		}
+	})
+}
+
+// Requests pipelined in one write longer than a connection's buffer are
+// all answered, in order, each with its own marker: what a read brings
+// beyond the request it completes is kept whole for the requests after it.
+// (A loop read up to 64 KiB into its scratch buffer but kept what followed
+// the first request in a connection buffer of MaxHeaderBytes +
+// ReplayBodyMax, 32 KiB by default: the bytes beyond were dropped, and the
+// requests after them were read from a stream with a hole in it.)
+func TestLongPipelineKeptWhole(t *testing.T) {
+	bothEngines(t, func(t *testing.T, loops int) {
+		f, _ := pathEchoProxy(t, loops, nil)
+		c := dial(t, f.addr)
+		var b strings.Builder
+		var want []string
+		pad := "X-Pad: " + strings.Repeat("p", 200) + "\r\n"
+		for i := range 300 { // about 75 KB
+			path := "/counter/x/" + strconv.Itoa(i)
+			b.WriteString("GET " + path + " HTTP/1.1\r\nHost: h\r\n" + pad + "\r\n")
+			want = append(want, "200 "+path)
+		}
+		b.WriteString("GET /counter/x/end HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n")
+		want = append(want, "200 /counter/x/end")
+		go func() { _, _ = io.WriteString(c, b.String()) }()
+		if got := readAll(t, c); !slices.Equal(got, want) {
+			t.Errorf("%d answers, want %d; first difference at %d", len(got), len(want), firstDiff(got, want))
+		}
+	})
+}
+
+// firstDiff returns the index of the first element where a and b differ.
+func firstDiff(a, b []string) int {
+	for i := range min(len(a), len(b)) {
+		if a[i] != b[i] {
+			return i
+		}
+	}
+	return min(len(a), len(b))
+}
