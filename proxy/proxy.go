@@ -130,13 +130,22 @@ func (p *Proxy) Handler(ctx *fasthttp.RequestCtx) {
 	}
 }
 
+// putExchange gives x back to the pool, reset: every field of the request
+// it served is cleared here, on release, but p, awaitFn and stripe (x's for
+// good), br and bw (reset to no connection) and the buffers, which keep
+// their capacity and lose their contents (length 0); the scans (reqScan,
+// respScan) are reset where they are filled, before they are read.
+// TestPooledExchangesComeBackClean holds every field to it.
 func (p *Proxy) putExchange(x *exchange) {
+	x.endStream() // nothing to do unless a body stream was left open
 	x.ctx, x.ep, x.cc, x.conn, x.hijacked = nil, nil, nil, nil, nil
 	x.route = Route{}
-	x.cw.Conn = nil
+	x.cw = countingConn{}
 	x.name, x.target = nil, nil
+	x.tgt, x.uri, x.body = x.tgt[:0], x.uri[:0], x.body[:0]
 	x.stable, x.http10, x.bodyKind, x.resentOnce, x.internal, x.bodyRead = false, false, bodyNone, false, false, false
-	x.body = x.body[:0]
+	x.closeAfter, x.awaitWrote, x.awaitErr, x.eof, x.armed = false, false, nil, false, time.Time{}
+	x.aux.Reset()
 	x.br.Reset(nil)
 	x.bw.Reset(nil)
 	p.exchanges.Put(x)
