@@ -155,7 +155,9 @@
 //   - 431 + close: a head over MaxHeaderBytes or over MaxHeaderFields.
 //   - 413 + close: a Content-Length over MaxRequestBodySize, at once, before
 //     any byte of the body is read (the loops refuse it on the head; the
-//     fasthttp path cuts its body prefetch short: HeaderReceived), or a
+//     fasthttp path answers it from ExpectHandler, to which HeaderReceived
+//     hands the head: no body prefetch waits; an HTTP/1.0 head, outside
+//     100-continue, is refused once its body's first bytes are in), or a
 //     chunked body growing past it; likewise past the holder's
 //     Session.MaxBodyBytes.
 //   - Lingering close: a connection that closes after one of these refusals
@@ -164,8 +166,9 @@
 //     LingerTimeout passes (linger.go, cconn.startLinger). Closing at once
 //     would reset the connection, and the reset makes the client's kernel
 //     drop the refusal before a client that sends its whole body first
-//     reads it. (A refusal of fasthttp's own parser on a proxy served by
-//     NewServer alone cannot linger: fasthttp writes it and closes.)
+//     reads it. ExpectHandler's refusals linger too. (A refusal of
+//     fasthttp's own parser, ServerError's, on a proxy served by NewServer
+//     alone cannot linger: fasthttp writes it and closes.)
 //   - 408 + close: a head not received within HeaderTimeout (slowloris).
 //   - 505 + close: a version other than HTTP/1.x (RFC 9112 §2.3; HTTP/1.x
 //     minor versions are served as 1.1).
@@ -290,6 +293,28 @@
 //     CloseWithError.
 //   - A worker connection goes back to the pool only after its response was
 //     read to the end with nothing left over and without Connection: close.
+//   - Nothing of one request or connection reaches another: every pooled
+//     object is fully reset when it goes back to its pool, and what is
+//     filled anew for each use (a parsed head, a scan) is reset where it
+//     is filled, before it is read. Where: the loops' exchanges (lx) in
+//     loop.putExchange, the fasthttp path's (exchange) in
+//     Proxy.putExchange, both checked field by field by
+//     TestPooledExchangesComeBackClean; a loop's connection, answer and
+//     worker-answer buffers carry no length of their own (their owner's
+//     does: cconn.n, lx.rn, the pending answer) and go back only when
+//     their owner is done with them; its scratch buffer is read into only
+//     for the moment a read is looked at, never more than a connection
+//     buffer holds, and what a request leaves over moves to a connection
+//     buffer before the request starts; its head reader and Date buffer
+//     are overwritten on each use; the prebuilt replies are never written.
+//     A loop takes a request's bytes off the connection's buffer before it
+//     starts the request, whose answer may come (and end, and look for the
+//     next request) before start returns: a nested readRequests returns at
+//     once. fasthttp pools its RequestCtx across connections: the proxy
+//     keeps nothing keyed by one. What its hooks tell each other about a
+//     request travels in the request's own head (HeaderReceived's Expect),
+//     which fasthttp resets for the next, and ServerError decides from
+//     the error alone.
 //   - A Session carries at most one live endpoint; the janitor retires one
 //     only by a compare-and-swap of its in-flight count from zero, so no
 //     request is ever admitted on a retired endpoint: a request that finds

@@ -58,10 +58,6 @@ type Proxy struct {
 	front *Front
 	loops int
 
-	// tooLarge marks the request heads HeaderReceived cut short, for
-	// ServerError (keyed by the header's address: one per connection).
-	tooLarge sync.Map
-
 	// lingering holds the fasthttp path's connections lingering after a
 	// refusal (linger.go), for Close.
 	lingerMu  sync.Mutex
@@ -214,7 +210,6 @@ func (p *Proxy) Guard(h fasthttp.RequestHandler) fasthttp.RequestHandler {
 		s.badVersion = !http1(ctx.Request.Header.Protocol())
 		ok := p.screen(ctx, s)
 		p.exchanges.Put(x)
-		p.tooLarge.Delete(&ctx.Request.Header) // served: whatever h decides
 		if ok {
 			h(ctx)
 		}
@@ -275,7 +270,6 @@ func (p *Proxy) serve(x *exchange) bool {
 	// goes anywhere.
 	cl := h.ContentLength()
 	if max := p.cfg.MaxRequestBodySize; max >= 0 && int64(cl) > max {
-		p.tooLarge.Delete(h) // HeaderReceived marked it; the body was there
 		p.reject(ctx, &p.replies.tooLarge)
 		return false
 	}
@@ -456,14 +450,26 @@ func (p *Proxy) countResponse(code int) {
 }
 
 // ExpectHandler answers "Expect: 100-continue" for a body the proxy would
-// refuse anyway with 413 instead of inviting it; set it as the server's
-// ExpectHandler (NewServer does).
+// refuse anyway with 413 instead of inviting it (no 100 Continue comes
+// first); the connection closes after the refusal, lingering
+// (LingerTimeout) in case the client sends its body anyway. Set it as the
+// server's ExpectHandler (NewServer does).
 func (p *Proxy) ExpectHandler(ctx *fasthttp.RequestCtx) int {
-	if max := p.cfg.MaxRequestBodySize; max >= 0 && int64(ctx.Request.Header.ContentLength()) > max {
-		p.reject(ctx, &p.replies.tooLarge) // fasthttp closes after it
-		return fasthttp.StatusRequestEntityTooLarge
+	if !p.bodyTooLarge(&ctx.Request.Header) {
+		return fasthttp.StatusContinue
 	}
-	return fasthttp.StatusContinue
+	p.reject(ctx, &p.replies.tooLarge)
+	ctx.SetConnectionClose() // fasthttp closes after a refused Expect
+	if p.cfg.LingerTimeout > 0 {
+		p.lingerClose(ctx)
+	}
+	return fasthttp.StatusRequestEntityTooLarge
+}
+
+// bodyTooLarge reports whether h announces a body over MaxRequestBodySize.
+func (p *Proxy) bodyTooLarge(h *fasthttp.RequestHeader) bool {
+	max := p.cfg.MaxRequestBodySize
+	return max >= 0 && int64(h.ContentLength()) > max
 }
 
 // ServerError answers a request that fasthttp's parser refused before any
@@ -471,13 +477,11 @@ func (p *Proxy) ExpectHandler(ctx *fasthttp.RequestCtx) int {
 // larger than MaxHeaderBytes gets 431, a head that did not arrive within
 // HeaderTimeout 408, anything else 400; each carries a JSON wire.Error like
 // the proxy's own refusals, and fasthttp closes the connection after it.
+// What it answers is decided from err alone: nothing of an earlier request
+// on the same (pooled) RequestCtx reaches it.
 func (p *Proxy) ServerError(ctx *fasthttp.RequestCtx, err error) {
 	var small *fasthttp.ErrSmallBuffer
-	_, tooLarge := p.tooLarge.LoadAndDelete(&ctx.Request.Header)
 	switch {
-	case tooLarge:
-		// HeaderReceived cut the body's wait short (see there).
-		p.reject(ctx, &p.replies.tooLarge)
 	case errors.As(err, &small):
 		p.reject(ctx, &p.replies.headTooLarge)
 	case isTimeout(err):
@@ -487,18 +491,21 @@ func (p *Proxy) ServerError(ctx *fasthttp.RequestCtx, err error) {
 	}
 }
 
-// HeaderReceived answers a head whose Content-Length exceeds
-// MaxRequestBodySize at once; set it as the server's HeaderReceived
-// (NewServer does). With StreamRequestBody, fasthttp reads the first bytes
-// of a body (up to 8 KiB) before the handler runs, so a client that
-// announces a large body and sends none would wait for HeaderTimeout: here
-// the body's read deadline is set to now, the read fails at once unless the
-// bytes are there already, and ServerError, which finds the head marked,
-// answers 413 (the handler does when the bytes were there).
+// HeaderReceived refuses, without waiting for the body, a request whose
+// Content-Length is over MaxRequestBodySize; set it as the server's
+// HeaderReceived (NewServer does). With StreamRequestBody, fasthttp reads
+// the first bytes of a body (up to 8 KiB) before any handler runs, so a
+// client that announces a body and sends none would wait for
+// HeaderTimeout; only a head with "Expect: 100-continue" is decided before
+// that, by ExpectHandler. So such an HTTP/1.1 head is given that
+// expectation, and ExpectHandler answers it (no 100 Continue is sent, the
+// connection closes). An HTTP/1.0 head cannot take part in 100-continue:
+// its refusal comes once the first bytes of its body arrived. The mark
+// lives in the request's own head, which fasthttp resets for the next
+// request.
 func (p *Proxy) HeaderReceived(h *fasthttp.RequestHeader) fasthttp.RequestConfig {
-	if max := p.cfg.MaxRequestBodySize; max >= 0 && int64(h.ContentLength()) > max {
-		p.tooLarge.Store(h, struct{}{})
-		return fasthttp.RequestConfig{ReadTimeout: time.Nanosecond}
+	if h.IsHTTP11() && p.bodyTooLarge(h) {
+		h.Set(fasthttp.HeaderExpect, "100-continue")
 	}
 	return fasthttp.RequestConfig{}
 }

@@ -57,6 +57,52 @@ func dial(t *testing.T, addr string) net.Conn {
 	return c
 }
 
+// exchangeOnce sends req on a new connection and reads one response.
+func exchangeOnce(t *testing.T, addr, req string) *fasthttp.Response {
+	t.Helper()
+	c := dial(t, addr)
+	defer c.Close()
+	return rawResponse(t, c, bufio.NewReader(c), req)
+}
+
+// The refusal of one client's request never answers another's: a head
+// announcing a body over MaxRequestBodySize (with Expect: 100-continue, as
+// curl sends it, or with the body refused first for its target), then a
+// head over MaxHeaderBytes on a new connection, many times over. Each gets
+// its own answer: 413 naming the body, 431 naming the head. (The fasthttp
+// path marked the first head for its error handler in a table keyed by the
+// request's address; the server reuses request objects across connections,
+// and a mark the Expect path or an early refusal left behind answered the
+// next connection's parse error with 413.)
+func TestRefusalDoesNotAnswerAnotherConnection(t *testing.T) {
+	bothEngines(t, func(t *testing.T, loops int) {
+		w := startWorker(t, nil)
+		res := newStatic(w)
+		f := startProxyOn(t, res, loops, nil)
+		tooLarge := errBody("request body larger than 67108864 bytes", "body")
+		headTooLarge := errBody("request head larger than 16384 bytes", "header")
+		bigHead := "GET /counter/x/ HTTP/1.1\r\nHost: h\r\nX-Big: " + strings.Repeat("b", 20<<10) + "\r\n\r\n"
+		firsts := []struct{ name, req string }{
+			{"expect", "POST /counter/x/incr HTTP/1.1\r\nHost: h\r\nExpect: 100-continue\r\nContent-Length: 73400320\r\n\r\n"},
+			{"bad target", "POST /counter/a%2Fb HTTP/1.1\r\nHost: h\r\nContent-Length: 73400320\r\n\r\n" + strings.Repeat("x", 16<<10)},
+		}
+		for round := range 40 {
+			first := firsts[round%len(firsts)]
+			resp := exchangeOnce(t, f.addr, first.req)
+			if first.name == "expect" && (resp.StatusCode() != 413 || string(resp.Body()) != tooLarge) {
+				t.Fatalf("round %d, %s: %d %s; want 413 %s", round, first.name, resp.StatusCode(), resp.Body(), tooLarge)
+			}
+			resp = exchangeOnce(t, f.addr, bigHead)
+			if resp.StatusCode() != 431 || string(resp.Body()) != headTooLarge {
+				t.Fatalf("round %d, a 20 KB head after %s: %d %s; want 431 %s", round, first.name, resp.StatusCode(), resp.Body(), headTooLarge)
+			}
+		}
+		if n := len(w.requests()); n != 0 {
+			t.Errorf("worker saw %d requests; want none", n)
+		}
+	})
+}
+
 // readAll reads c to its end (within 10 s) and returns the responses in
 // it, each as its status and body.
 func readAll(t *testing.T, c net.Conn) []string {
