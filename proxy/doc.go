@@ -91,7 +91,15 @@
 //     Content-Length, chunked ones stream re-chunked with their trailers and
 //     are cut off (413, connection closed) past the limit. The worker's own
 //     limit (Session.MaxBodyBytes, which it registered) is applied the same
-//     way once the route is known: 413 naming it, nothing sent.
+//     way once the route is known: 413 naming it, nothing sent. Both are
+//     decided on the head, without waiting for the body, when the head
+//     tells: a Content-Length over the proxy's limit always, over the
+//     holder's when the resolver's cache knows the holder (the loops in
+//     parse; the fasthttp path in HeaderReceived, which hands such a head
+//     to ExpectHandler, see there), and for a head with "Expect:
+//     100-continue", which ExpectHandler routes (Lookup, else Resolve)
+//     before it invites the body: no 100 Continue precedes a refusal the
+//     head decides.
 //  5. Field hygiene (RFC 9110 §7.6.1): Connection and every field it names,
 //     Keep-Alive, Proxy-Connection, Proxy-Authorization, Proxy-Authenticate,
 //     TE, Upgrade, Expect and HTTP2-Settings are removed; so are the client's
@@ -159,7 +167,7 @@
 //     hands the head: no body prefetch waits; an HTTP/1.0 head, outside
 //     100-continue, is refused once its body's first bytes are in), or a
 //     chunked body growing past it; likewise past the holder's
-//     Session.MaxBodyBytes.
+//     Session.MaxBodyBytes (on the head when the holder is known: step 4).
 //   - Lingering close: a connection that closes after one of these refusals
 //     while the request's body may be unread writes the refusal, shuts its
 //     sending side down and discards input until the client closes or
@@ -169,7 +177,12 @@
 //     reads it. ExpectHandler's refusals linger too. (A refusal of
 //     fasthttp's own parser, ServerError's, on a proxy served by NewServer
 //     alone cannot linger: fasthttp writes it and closes.)
-//   - 408 + close: a head not received within HeaderTimeout (slowloris).
+//   - 408 + close: a head not received within HeaderTimeout (slowloris):
+//     "request head not received in time"; a body whose start (a body up
+//     to ReplayBodyMax whole, the first 8 KiB of a longer one) did not
+//     follow its head within that time, or a streamed body that stalled
+//     for StreamIdleTimeout: "request body not received in time" (field
+//     "body").
 //   - 505 + close: a version other than HTTP/1.x (RFC 9112 §2.3; HTTP/1.x
 //     minor versions are served as 1.1).
 //   - 501 is not used: "gzip, chunked" (RFC 9112 §6.1 suggests 501) is
@@ -247,10 +260,14 @@
 // # Deadlines
 //
 // No deadline bounds a whole stream: a long download or upload that keeps
-// moving is never cut. The server's ReadTimeout
-// (HeaderTimeout) bounds a request head and small bodies; long request
-// bodies and streamed responses move their deadlines with progress and fail
-// only after StreamIdleTimeout without any. WriteTimeout bounds writing a
+// moving is never cut. HeaderTimeout (the server's ReadTimeout; a loop's
+// timer from a head's first byte) bounds a request head and the start of
+// its body: a body up to ReplayBodyMax whole, the first 8 KiB of a longer
+// one; the 408 says which did not come (no separate body timeout: a body
+// that follows its head at once starts well within it, and one that
+// trickles is the same slowloris). Long request bodies and streamed
+// responses move their deadlines with progress and fail only after
+// StreamIdleTimeout without any (a request body: 408 naming the body). WriteTimeout bounds writing a
 // buffered response. Tunnels close after TunnelIdleTimeout without a byte in
 // either direction.
 //
@@ -314,7 +331,8 @@
 //     keeps nothing keyed by one. What its hooks tell each other about a
 //     request travels in the request's own head (HeaderReceived's Expect),
 //     which fasthttp resets for the next, and ServerError decides from
-//     the error alone.
+//     the error and the connection (ConnState: whether it ever sent a
+//     byte).
 //   - A Session carries at most one live endpoint; the janitor retires one
 //     only by a compare-and-swap of its in-flight count from zero, so no
 //     request is ever admitted on a retired endpoint: a request that finds
@@ -332,7 +350,12 @@
 //   - that a chunked request body failing after its first chunk is withheld
 //     from the worker: the worker sees a truncated body and its read fails;
 //   - that Close waits for requests: it only ends tunnels and closes idle
-//     worker connections. Shut the server down first.
+//     worker connections. Shut the server down first;
+//   - that a client which sent no Expect never gets a 100 Continue on the
+//     fasthttp path: a head HeaderReceived handed to ExpectHandler because
+//     its holder's limit refused it, whose placement moved to a holder that
+//     takes the body in the microseconds between the two, is invited to
+//     send it (RFC 9110 §15.2: an HTTP/1.1 client reads any 1xx).
 //
 // # Observability
 //

@@ -278,9 +278,14 @@ func (c *cconn) OnEvent(ev uint32) {
 func (c *cconn) OnTimer() {
 	switch c.state {
 	case stHead:
-		// A request head (or its small body) did not arrive in time.
+		// A request head, or the small body a loop reads with it, did not
+		// arrive in time: the answer says which.
 		c.lp.p.m.rejected.Inc()
-		c.replyAndClose(&c.lp.p.replies.headTimeout)
+		rp := &c.lp.p.replies.headTimeout
+		if n, _ := headEnd(c.buf[:c.n]); n > 0 {
+			rp = &c.lp.p.replies.bodyTimeout
+		}
+		c.replyAndClose(rp)
 	case stIdle:
 		c.close() // keep-alive idle (or a new connection that never spoke)
 	case stLinger:

@@ -207,12 +207,21 @@ func (x *lx) parse(head []byte) (int, bool) {
 		// fasthttp path would wait for the first 8 KiB of it.
 		x.refuse = &p.replies.tooLarge
 		return 0, true
-	case cl > p.cfg.ReplayBodyMax:
-		return 0, false
 	}
 	rt, rerr := parseRoute(target, p.cfg.MaxIDLen)
 	if rerr != routeOK {
 		return 0, false
+	}
+	if cl > 0 {
+		// Over the holder's limit, when the cache knows the holder:
+		// refused at once too, whether or not the body is coming.
+		if r, ok := p.resolver.Lookup(rt.name, netloop.Time(x.lp.nl.Now())); ok && r.Session != nil && overWorker(r.Session, int64(cl)) {
+			x.refuse = p.bodyOverWorker(r.Session)
+			return 0, true
+		}
+		if cl > p.cfg.ReplayBodyMax {
+			return 0, false
+		}
 	}
 	x.tgt = append(x.tgt[:0], target...)
 	x.target = x.tgt
@@ -335,15 +344,7 @@ func (x *lx) RunTask() {
 }
 
 func (x *lx) resolveFailed(err error) {
-	p := x.lp.p
-	if errors.Is(err, ErrNoWorker) {
-		x.fail(&p.replies.noWorker)
-		return
-	}
-	if p.errLog.Allow() {
-		p.log.Warn("cannot resolve placement", "name", string(x.name), "err", err)
-	}
-	x.fail(&p.replies.store)
+	x.fail(x.lp.p.resolveReply(x.name, err))
 }
 
 // dispatch sends the request to the session of r.

@@ -58,6 +58,11 @@ type Proxy struct {
 	front *Front
 	loops int
 
+	// silent holds the connections the server accepted that have sent
+	// no byte yet (ConnState), for ServerError: nothing else of a
+	// connection's or a request's is kept outside the request.
+	silent sync.Map // net.Conn → struct{}
+
 	// lingering holds the fasthttp path's connections lingering after a
 	// refusal (linger.go), for Close.
 	lingerMu  sync.Mutex
@@ -203,20 +208,29 @@ func (p *Proxy) screenReply(s *headScan) *reply {
 // request behind it, which the proxy then serves.
 func (p *Proxy) Guard(h fasthttp.RequestHandler) fasthttp.RequestHandler {
 	return func(ctx *fasthttp.RequestCtx) {
-		x := p.exchanges.Get().(*exchange)
-		s := &x.reqScan
-		s.reset()
-		scanFields(ctx.Request.Header.RawHeaders(), s, 0)
-		s.badVersion = !http1(ctx.Request.Header.Protocol())
-		ok := p.screen(ctx, s)
-		p.exchanges.Put(x)
-		if ok {
+		if rp, _ := p.screenHead(&ctx.Request.Header); rp != nil {
+			p.reject(ctx, rp)
+		} else {
 			h(ctx)
 		}
 		if ctx.Request.Header.ContentLength() == -1 {
 			ctx.SetConnectionClose()
 		}
 	}
+}
+
+// screenHead scans a head as it arrived and returns the refusal of the
+// smuggling policy's rules that do not depend on the target (screenReply),
+// or nil, and whether the head carries an Expect field of its own.
+func (p *Proxy) screenHead(h *fasthttp.RequestHeader) (rp *reply, expect bool) {
+	x := p.exchanges.Get().(*exchange)
+	s := &x.reqScan
+	s.reset()
+	scanFields(h.RawHeaders(), s, 0)
+	s.badVersion = !http1(h.Protocol())
+	rp, expect = p.screenReply(s), s.expect
+	p.exchanges.Put(x) // only its scan was used, which is reset before use
+	return rp, expect
 }
 
 // serve checks and prepares the request and forwards it. It reports whether
@@ -280,8 +294,12 @@ func (p *Proxy) serve(x *exchange) bool {
 		x.bodyKind = bodyNone
 	case cl <= p.cfg.ReplayBodyMax:
 		x.bodyKind = bodyReplay
-		if !x.readReplayBody(cl) {
-			p.reply(ctx, &p.replies.badBody)
+		if err := x.readReplayBody(cl); err != nil {
+			if isTimeout(err) {
+				p.reject(ctx, &p.replies.bodyTimeout)
+			} else {
+				p.reply(ctx, &p.replies.badBody)
+			}
 			return false
 		}
 	default:
@@ -292,8 +310,10 @@ func (p *Proxy) serve(x *exchange) bool {
 	return x.forward()
 }
 
-// readReplayBody reads a body of known, small length whole.
-func (x *exchange) readReplayBody(n int) bool {
+// readReplayBody reads a body of known, small length whole. It fails when
+// the body ends early or breaks (HeaderTimeout, the deadline of the head
+// it came with, still bounds the read: a timeout error).
+func (x *exchange) readReplayBody(n int) error {
 	if cap(x.body) < n {
 		x.body = make([]byte, n, x.p.cfg.ReplayBodyMax)
 	}
@@ -303,11 +323,14 @@ func (x *exchange) readReplayBody(n int) bool {
 		m, err := rs.Read(x.body[got:])
 		got += m
 		if err != nil && (got < n || err != io.EOF) {
-			return false
+			if err == io.EOF {
+				err = io.ErrUnexpectedEOF
+			}
+			return err
 		}
 	}
 	x.bodyRead = true
-	return true
+	return nil
 }
 
 // sanitizeRequest removes hop-by-hop, pinned and forwarding fields, stops the
@@ -449,41 +472,117 @@ func (p *Proxy) countResponse(code int) {
 	p.m.responses[c].Inc()
 }
 
-// ExpectHandler answers "Expect: 100-continue" for a body the proxy would
-// refuse anyway with 413 instead of inviting it (no 100 Continue comes
-// first); the connection closes after the refusal, lingering
-// (LingerTimeout) in case the client sends its body anyway. Set it as the
-// server's ExpectHandler (NewServer does).
+// ExpectHandler answers "Expect: 100-continue": a request the proxy would
+// refuse before reading its body gets that refusal instead of an invitation
+// to send the body (no 100 Continue comes first): a head the smuggling
+// policy refuses whatever its target, a body over MaxRequestBodySize, and,
+// for an object path, no holder to be found (503 no_worker or store) or a
+// body over the holder's limit (Session.MaxBodyBytes, 413): the name is
+// routed here (Lookup, else Resolve), as the handler would route it. The
+// connection closes after a refusal, lingering (LingerTimeout) in case the
+// client sends its body anyway. Set it as the server's ExpectHandler
+// (NewServer does). It routes object paths, so a server that serves other
+// paths too calls it only for the proxy's requests (the pinboard answers
+// its registry's Expect itself).
 func (p *Proxy) ExpectHandler(ctx *fasthttp.RequestCtx) int {
-	if !p.bodyTooLarge(&ctx.Request.Header) {
+	h := &ctx.Request.Header
+	rp, own := p.screenHead(h)
+	if rp == nil {
+		rp = p.refusalBeforeBody(ctx, h, true)
+	}
+	if rp == nil {
+		if !own {
+			// Marked by HeaderReceived, and the refusal it saw is gone
+			// (the name moved since, microseconds ago): the body is
+			// wanted after all. The client gets a 100 Continue it did not
+			// ask for (RFC 9110 §15.2: an HTTP/1.1 client parses any 1xx),
+			// and the worker no Expect.
+			h.Del(fasthttp.HeaderExpect)
+		}
 		return fasthttp.StatusContinue
 	}
-	p.reject(ctx, &p.replies.tooLarge)
+	if rp.status < 500 {
+		p.m.rejected.Inc()
+	}
+	p.reply(ctx, rp)
 	ctx.SetConnectionClose() // fasthttp closes after a refused Expect
 	if p.cfg.LingerTimeout > 0 {
 		p.lingerClose(ctx)
 	}
-	return fasthttp.StatusRequestEntityTooLarge
+	return rp.status
 }
 
-// bodyTooLarge reports whether h announces a body over MaxRequestBodySize.
-func (p *Proxy) bodyTooLarge(h *fasthttp.RequestHeader) bool {
-	max := p.cfg.MaxRequestBodySize
-	return max >= 0 && int64(h.ContentLength()) > max
+// refusalBeforeBody returns the refusal of a request whose head h announces
+// a body, when the head alone decides it: a Content-Length over
+// MaxRequestBodySize or, for an object path whose holder is known, over the
+// holder's limit (Session.MaxBodyBytes). The holder is the resolver's
+// cached route; with resolve, a name the cache misses is resolved (in ctx),
+// and a name that cannot be is refused with 503 (no_worker or store). nil:
+// the body is wanted, or the head alone does not tell.
+func (p *Proxy) refusalBeforeBody(ctx context.Context, h *fasthttp.RequestHeader, resolve bool) *reply {
+	cl := int64(h.ContentLength())
+	if max := p.cfg.MaxRequestBodySize; max >= 0 && cl > max {
+		return &p.replies.tooLarge
+	}
+	if cl <= 0 {
+		return nil
+	}
+	target := h.RequestURI()
+	if _, origin, ok := originForm(target); ok {
+		target = origin
+	}
+	rt, rerr := parseRoute(target, p.cfg.MaxIDLen)
+	if rerr != routeOK {
+		return nil // refused for its target by the handler, or not the proxy's
+	}
+	r, ok := p.resolver.Lookup(rt.name, time.Now())
+	if !ok || r.Session == nil {
+		if !resolve {
+			return nil
+		}
+		var err error
+		if r, err = p.resolver.Resolve(ctx, rt.name); err == nil && r.Session == nil {
+			err = ErrNoWorker
+		}
+		if err != nil {
+			return p.resolveReply(rt.name, err)
+		}
+	}
+	if overWorker(r.Session, cl) {
+		return p.bodyOverWorker(r.Session)
+	}
+	return nil
 }
 
-// ServerError answers a request that fasthttp's parser refused before any
-// handler ran; set it as the server's ErrorHandler (NewServer does). A head
-// larger than MaxHeaderBytes gets 431, a head that did not arrive within
-// HeaderTimeout 408, anything else 400; each carries a JSON wire.Error like
+// resolveReply is the answer to a request whose name could not be resolved
+// (err): 503 no_worker for ErrNoWorker, 503 store (logged, throttled) for
+// anything else.
+func (p *Proxy) resolveReply(name []byte, err error) *reply {
+	if errors.Is(err, ErrNoWorker) {
+		return &p.replies.noWorker
+	}
+	if p.errLog.Allow() {
+		p.log.Warn("cannot resolve placement", "name", string(name), "err", err)
+	}
+	return &p.replies.store
+}
+
+// ServerError answers a request that fasthttp refused before any handler
+// ran; set it as the server's ErrorHandler (NewServer does). A head larger
+// than MaxHeaderBytes gets 431; a head that did not arrive within
+// HeaderTimeout 408 naming the head, a body whose first bytes did not
+// (fasthttp reads up to 8 KiB of a body before the handler runs) 408
+// naming the body; anything else 400. Each carries a JSON wire.Error like
 // the proxy's own refusals, and fasthttp closes the connection after it.
-// What it answers is decided from err alone: nothing of an earlier request
-// on the same (pooled) RequestCtx reaches it.
+// What it answers is decided from err and the connection (ConnState):
+// nothing of an earlier request on the same (pooled) RequestCtx reaches it.
 func (p *Proxy) ServerError(ctx *fasthttp.RequestCtx, err error) {
 	var small *fasthttp.ErrSmallBuffer
 	switch {
 	case errors.As(err, &small):
 		p.reject(ctx, &p.replies.headTooLarge)
+	case isTimeout(err) && p.bodyAwaited(ctx, err):
+		p.reject(ctx, &p.replies.bodyTimeout)
 	case isTimeout(err):
 		p.reject(ctx, &p.replies.headTimeout)
 	default:
@@ -491,20 +590,47 @@ func (p *Proxy) ServerError(ctx *fasthttp.RequestCtx, err error) {
 	}
 }
 
+// bodyAwaited reports whether the read that failed with err was of a
+// request's body rather than of its head. fasthttp wraps the errors of
+// reading a head ("error when reading request headers: ..."); those of a
+// body come bare from the connection, and so does the one that ends the
+// wait for the first byte of a connection that never sent any, which
+// ConnState tells apart.
+func (p *Proxy) bodyAwaited(ctx *fasthttp.RequestCtx, err error) bool {
+	if _, bare := err.(net.Error); !bare {
+		return false
+	}
+	_, silent := p.silent.Load(ctx.Conn())
+	return !silent
+}
+
+// ConnState keeps track of the connections that have not sent a byte yet,
+// for ServerError; set it as the server's ConnState (NewServer does).
+func (p *Proxy) ConnState(c net.Conn, st fasthttp.ConnState) {
+	switch st {
+	case fasthttp.StateNew:
+		p.silent.Store(c, struct{}{})
+	case fasthttp.StateActive, fasthttp.StateHijacked, fasthttp.StateClosed:
+		p.silent.Delete(c)
+	}
+}
+
 // HeaderReceived refuses, without waiting for the body, a request whose
-// Content-Length is over MaxRequestBodySize; set it as the server's
+// head alone says it will be refused: a Content-Length over
+// MaxRequestBodySize, or over the holder's limit when the resolver's cache
+// knows the holder (nothing is resolved here); set it as the server's
 // HeaderReceived (NewServer does). With StreamRequestBody, fasthttp reads
 // the first bytes of a body (up to 8 KiB) before any handler runs, so a
-// client that announces a body and sends none would wait for
-// HeaderTimeout; only a head with "Expect: 100-continue" is decided before
-// that, by ExpectHandler. So such an HTTP/1.1 head is given that
-// expectation, and ExpectHandler answers it (no 100 Continue is sent, the
-// connection closes). An HTTP/1.0 head cannot take part in 100-continue:
-// its refusal comes once the first bytes of its body arrived. The mark
-// lives in the request's own head, which fasthttp resets for the next
-// request.
+// client that announces a body and sends none would wait for HeaderTimeout;
+// only a head with "Expect: 100-continue" is decided before that, by
+// ExpectHandler. So such an HTTP/1.1 head is given that expectation, and
+// ExpectHandler, finding the same refusal, answers it (no 100 Continue is
+// sent, the connection closes). An HTTP/1.0 head cannot take part in
+// 100-continue: its refusal comes once the first bytes of its body arrived
+// (or 408 when none does). The mark lives in the request's own head, which
+// fasthttp resets for the next request.
 func (p *Proxy) HeaderReceived(h *fasthttp.RequestHeader) fasthttp.RequestConfig {
-	if h.IsHTTP11() && p.bodyTooLarge(h) {
+	if h.ContentLength() > 0 && h.IsHTTP11() && p.refusalBeforeBody(context.Background(), h, false) != nil {
 		h.Set(fasthttp.HeaderExpect, "100-continue")
 	}
 	return fasthttp.RequestConfig{}
@@ -524,7 +650,8 @@ func (p *Proxy) HeaderReceived(h *fasthttp.RequestHeader) fasthttp.RequestConfig
 //     responses (streams move their own deadline), Concurrency = MaxConns;
 //   - ExpectHandler = p.ExpectHandler, ErrorHandler = p.ServerError,
 //     HeaderReceived = p.HeaderReceived (413 at once for an announced
-//     oversize body).
+//     oversize body), ConnState = p.ConnState (a connection that never
+//     sent a byte is told from a body that never came).
 //
 // Header names are normalised (fasthttp's default), so that fields the proxy
 // manages are found whatever their case.
@@ -534,6 +661,7 @@ func (p *Proxy) NewServer() *fasthttp.Server {
 		ExpectHandler:                p.ExpectHandler,
 		ErrorHandler:                 p.ServerError,
 		HeaderReceived:               p.HeaderReceived,
+		ConnState:                    p.ConnState,
 		StreamRequestBody:            true,
 		DisablePreParseMultipartForm: true,
 		NoDefaultServerHeader:        true,

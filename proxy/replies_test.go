@@ -181,6 +181,109 @@ func TestPipelinedPartialHeadTimesOut(t *testing.T) {
 	})
 }
 
+// coldStatic is a Static whose cache always misses: every route comes from
+// Resolve, as for an id no request has touched lately.
+type coldStatic struct{ *proxytest.Static }
+
+func (coldStatic) Lookup([]byte, time.Time) (proxy.Route, bool) { return proxy.Route{}, false }
+
+// A head announcing a body longer than the holder accepts
+// (Session.MaxBodyBytes) gets 413 naming the holder's limit before any
+// byte of the body: with Expect: 100-continue, no 100 Continue comes first
+// (the name is resolved to learn the holder); without, the 413 comes at
+// once when the holder is known, without waiting for a body the client may
+// never send. The proxy's own limit is refused the same way.
+func TestBodyOverLimitRefusedBeforeBody(t *testing.T) {
+	bothEngines(t, func(t *testing.T, loops int) {
+		w := startWorker(t, nil)
+		s := w.session("s", "k")
+		s.MaxBodyBytes = 4 << 20
+		warm := proxytest.NewStatic()
+		warm.PlaceNamespace("/counter", s)
+		cold := coldStatic{proxytest.NewStatic()}
+		cold.PlaceNamespace("/counter", s)
+		// HeaderTimeout is far beyond the test's patience: an answer that
+		// comes at all came without waiting for the body.
+		long := func(c *proxy.Config) { c.HeaderTimeout = time.Minute; c.MaxRequestBodySize = 8 << 20 }
+		fw, fc := startProxyOn(t, warm, loops, long), startProxyOn(t, cold, loops, long)
+		overHolder := "413 " + errBody("request body larger than the worker accepts (4194304 bytes)", "body")
+		overProxy := "413 " + errBody("request body larger than 8388608 bytes", "body")
+		post := func(cl, extra string) string {
+			return "POST /counter/x/upload HTTP/1.1\r\nHost: h\r\n" + extra + "Content-Length: " + cl + "\r\n\r\n"
+		}
+		for _, tc := range []struct {
+			name string
+			f    *front
+			req  string
+			want string
+		}{
+			{"expect, holder cached", fw, post("5000000", "Expect: 100-continue\r\n"), overHolder},
+			{"expect, holder resolved", fc, post("5000000", "Expect: 100-continue\r\n"), overHolder},
+			{"no body sent, holder cached", fw, post("5000000", ""), overHolder},
+			{"expect, over the proxy's limit", fc, post("9000000", "Expect: 100-continue\r\n"), overProxy},
+			{"no body sent, over the proxy's limit", fc, post("9000000", ""), overProxy},
+		} {
+			c := dial(t, tc.f.addr)
+			if _, err := io.WriteString(c, tc.req); err != nil {
+				t.Fatal(err)
+			}
+			got := readAll(t, c) // the proxy closes after its refusal
+			_ = c.Close()
+			if len(got) != 1 || got[0] != tc.want {
+				t.Errorf("%s: answers %q; want only %q (no 100 Continue before it)", tc.name, got, tc.want)
+			}
+		}
+		if n := len(w.requests()); n != 0 {
+			t.Errorf("worker saw %d requests; want none", n)
+		}
+	})
+}
+
+// A body that does not come in time gets 408 naming the body, not the
+// head: announced and never sent (short enough to be read with the head,
+// or long enough to stream), or stopped part way. A head that does not
+// come in time still gets 408 naming the head; a connection that sends
+// nothing at all gets that too on the fasthttp engine (a loop closes it
+// without a word, as an idle keep-alive connection).
+func TestBodyNotReceivedInTime(t *testing.T) {
+	bothEngines(t, func(t *testing.T, loops int) {
+		w := startWorker(t, nil)
+		f := startProxyOn(t, newStatic(w), loops, func(c *proxy.Config) {
+			c.HeaderTimeout = 300 * time.Millisecond
+			c.StreamIdleTimeout = 300 * time.Millisecond
+		})
+		bodyLate := "408 " + errBody("request body not received in time", "body")
+		headLate := "408 " + errBody("request head not received in time", "")
+		post := func(cl int, body string) string {
+			return "POST /counter/x/upload HTTP/1.1\r\nHost: h\r\nContent-Length: " + strconv.Itoa(cl) + "\r\n\r\n" + body
+		}
+		silent := headLate
+		if loops > 0 {
+			silent = ""
+		}
+		for _, tc := range []struct {
+			name, req, want string
+		}{
+			{"short body never sent", post(1000, ""), bodyLate},
+			{"short body cut off", post(1000, strings.Repeat("x", 10)), bodyLate},
+			{"long body never sent", post(100_000, ""), bodyLate},
+			{"long body cut off", post(100_000, strings.Repeat("x", 20<<10)), bodyLate},
+			{"head cut off", "POST /counter/x/upload HTTP/1.1\r\nHost: h\r\nContent-Le", headLate},
+			{"nothing sent", "", silent},
+		} {
+			c := dial(t, f.addr)
+			if _, err := io.WriteString(c, tc.req); err != nil {
+				t.Fatal(err)
+			}
+			got := readAll(t, c)
+			_ = c.Close()
+			if want := []string{tc.want}; tc.want == "" && len(got) != 0 || tc.want != "" && !slices.Equal(got, want) {
+				t.Errorf("%s: answers %q; want %q", tc.name, got, tc.want)
+			}
+		}
+	})
+}
+
 // Requests pipelined in one write longer than a connection's buffer are
 // all answered, in order, each with its own marker: what a read brings
 // beyond the request it completes is kept whole for the requests after it.
