@@ -171,7 +171,7 @@ func (w *worker) session(id, secret string) *proxy.Session {
 }
 
 // tWriter sends log lines to the test log.
-type tWriter struct{ t *testing.T }
+type tWriter struct{ t testing.TB }
 
 func (w tWriter) Write(p []byte) (int, error) {
 	w.t.Log(strings.TrimSuffix(string(p), "\n"))
@@ -193,7 +193,7 @@ func startProxy(t *testing.T, r proxy.Resolver, mutate func(*proxy.Config)) *fro
 
 // startProxyOn is startProxy on an engine chosen by the test: loops event
 // loops in front of the fasthttp server, or (0) the fasthttp server alone.
-func startProxyOn(t *testing.T, r proxy.Resolver, loops int, mutate func(*proxy.Config)) *front {
+func startProxyOn(t testing.TB, r proxy.Resolver, loops int, mutate func(*proxy.Config)) *front {
 	t.Helper()
 	cfg := proxy.Config{Resolver: r, Logger: slog.New(slog.NewTextHandler(tWriter{t}, nil))}
 	if mutate != nil {
