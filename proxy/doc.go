@@ -267,9 +267,9 @@
 // that follows its head at once starts well within it, and one that
 // trickles is the same slowloris). Long request bodies and streamed
 // responses move their deadlines with progress and fail only after
-// StreamIdleTimeout without any (a request body: 408 naming the body). WriteTimeout bounds writing a
-// buffered response. Tunnels close after TunnelIdleTimeout without a byte in
-// either direction.
+// StreamIdleTimeout without any (a request body: 408 naming the body).
+// WriteTimeout bounds writing a buffered response. Tunnels close after
+// TunnelIdleTimeout without a byte in either direction.
 //
 // # WebSocket tunnels
 //
