@@ -40,8 +40,10 @@ const (
 	// DefaultStreamBufferSize is the copy buffer of a streamed body.
 	DefaultStreamBufferSize = 32 << 10
 
-	// DefaultHeaderTimeout bounds reading a request head (slowloris) and, for
-	// bodies up to ReplayBodyMax, the body with it: the server's ReadTimeout.
+	// DefaultHeaderTimeout bounds reading a request head (slowloris) and
+	// the start of its body (a body up to ReplayBodyMax whole, the first
+	// 8 KiB of a longer one), from the head's first byte: the server's
+	// ReadTimeout. 408 beyond, naming the head or the body.
 	DefaultHeaderTimeout = 5 * time.Second
 	// DefaultIdleTimeout bounds a client keep-alive connection's wait for
 	// its next request.

@@ -91,7 +91,15 @@
 //     Content-Length, chunked ones stream re-chunked with their trailers and
 //     are cut off (413, connection closed) past the limit. The worker's own
 //     limit (Session.MaxBodyBytes, which it registered) is applied the same
-//     way once the route is known: 413 naming it, nothing sent.
+//     way once the route is known: 413 naming it, nothing sent. Both are
+//     decided on the head, without waiting for the body, when the head
+//     tells: a Content-Length over the proxy's limit always, over the
+//     holder's when the resolver's cache knows the holder (the loops in
+//     parse; the fasthttp path in HeaderReceived, which hands such a head
+//     to ExpectHandler, see there), and for a head with "Expect:
+//     100-continue", which ExpectHandler routes (Lookup, else Resolve)
+//     before it invites the body: no 100 Continue precedes a refusal the
+//     head decides.
 //  5. Field hygiene (RFC 9110 §7.6.1): Connection and every field it names,
 //     Keep-Alive, Proxy-Connection, Proxy-Authorization, Proxy-Authenticate,
 //     TE, Upgrade, Expect and HTTP2-Settings are removed; so are the client's
@@ -155,18 +163,26 @@
 //   - 431 + close: a head over MaxHeaderBytes or over MaxHeaderFields.
 //   - 413 + close: a Content-Length over MaxRequestBodySize, at once, before
 //     any byte of the body is read (the loops refuse it on the head; the
-//     fasthttp path cuts its body prefetch short: HeaderReceived), or a
+//     fasthttp path answers it from ExpectHandler, to which HeaderReceived
+//     hands the head: no body prefetch waits; an HTTP/1.0 head, outside
+//     100-continue, is refused once its body's first bytes are in), or a
 //     chunked body growing past it; likewise past the holder's
-//     Session.MaxBodyBytes.
+//     Session.MaxBodyBytes (on the head when the holder is known: step 4).
 //   - Lingering close: a connection that closes after one of these refusals
 //     while the request's body may be unread writes the refusal, shuts its
 //     sending side down and discards input until the client closes or
 //     LingerTimeout passes (linger.go, cconn.startLinger). Closing at once
 //     would reset the connection, and the reset makes the client's kernel
 //     drop the refusal before a client that sends its whole body first
-//     reads it. (A refusal of fasthttp's own parser on a proxy served by
-//     NewServer alone cannot linger: fasthttp writes it and closes.)
-//   - 408 + close: a head not received within HeaderTimeout (slowloris).
+//     reads it. ExpectHandler's refusals linger too. (A refusal of
+//     fasthttp's own parser, ServerError's, on a proxy served by NewServer
+//     alone cannot linger: fasthttp writes it and closes.)
+//   - 408 + close: a head not received within HeaderTimeout (slowloris):
+//     "request head not received in time"; a body whose start (a body up
+//     to ReplayBodyMax whole, the first 8 KiB of a longer one) did not
+//     follow its head within that time, or a streamed body that stalled
+//     for StreamIdleTimeout: "request body not received in time" (field
+//     "body").
 //   - 505 + close: a version other than HTTP/1.x (RFC 9112 §2.3; HTTP/1.x
 //     minor versions are served as 1.1).
 //   - 501 is not used: "gzip, chunked" (RFC 9112 §6.1 suggests 501) is
@@ -246,12 +262,16 @@
 // # Deadlines
 //
 // No deadline bounds a whole stream: a long download or upload that keeps
-// moving is never cut. The server's ReadTimeout
-// (HeaderTimeout) bounds a request head and small bodies; long request
-// bodies and streamed responses move their deadlines with progress and fail
-// only after StreamIdleTimeout without any. WriteTimeout bounds writing a
-// buffered response. Tunnels close after TunnelIdleTimeout without a byte in
-// either direction.
+// moving is never cut. HeaderTimeout (the server's ReadTimeout; a loop's
+// timer from a head's first byte) bounds a request head and the start of
+// its body: a body up to ReplayBodyMax whole, the first 8 KiB of a longer
+// one; the 408 says which did not come (no separate body timeout: a body
+// that follows its head at once starts well within it, and one that
+// trickles is the same slowloris). Long request bodies and streamed
+// responses move their deadlines with progress and fail only after
+// StreamIdleTimeout without any (a request body: 408 naming the body).
+// WriteTimeout bounds writing a buffered response. Tunnels close after
+// TunnelIdleTimeout without a byte in either direction.
 //
 // # WebSocket tunnels
 //
@@ -292,6 +312,29 @@
 //     CloseWithError.
 //   - A worker connection goes back to the pool only after its response was
 //     read to the end with nothing left over and without Connection: close.
+//   - Nothing of one request or connection reaches another: every pooled
+//     object is fully reset when it goes back to its pool, and what is
+//     filled anew for each use (a parsed head, a scan) is reset where it
+//     is filled, before it is read. Where: the loops' exchanges (lx) in
+//     loop.putExchange, the fasthttp path's (exchange) in
+//     Proxy.putExchange, both checked field by field by
+//     TestPooledExchangesComeBackClean; a loop's connection, answer and
+//     worker-answer buffers carry no length of their own (their owner's
+//     does: cconn.n, lx.rn, the pending answer) and go back only when
+//     their owner is done with them; its scratch buffer is read into only
+//     for the moment a read is looked at, never more than a connection
+//     buffer holds, and what a request leaves over moves to a connection
+//     buffer before the request starts; its head reader and Date buffer
+//     are overwritten on each use; the prebuilt replies are never written.
+//     A loop takes a request's bytes off the connection's buffer before it
+//     starts the request, whose answer may come (and end, and look for the
+//     next request) before start returns: a nested readRequests returns at
+//     once. fasthttp pools its RequestCtx across connections: the proxy
+//     keeps nothing keyed by one. What its hooks tell each other about a
+//     request travels in the request's own head (HeaderReceived's Expect),
+//     which fasthttp resets for the next, and ServerError decides from
+//     the error and the connection (ConnState: whether it ever sent a
+//     byte).
 //   - A Session carries at most one live endpoint; the janitor retires one
 //     only by a compare-and-swap of its in-flight count from zero, so no
 //     request is ever admitted on a retired endpoint: a request that finds
@@ -334,7 +377,12 @@
 //   - that a chunked request body failing after its first chunk is withheld
 //     from the worker: the worker sees a truncated body and its read fails;
 //   - that Close waits for requests: it only ends tunnels and closes idle
-//     worker connections. Shut the server down first.
+//     worker connections. Shut the server down first;
+//   - that a client which sent no Expect never gets a 100 Continue on the
+//     fasthttp path: a head HeaderReceived handed to ExpectHandler because
+//     its holder's limit refused it, whose placement moved to a holder that
+//     takes the body in the microseconds between the two, is invited to
+//     send it (RFC 9110 §15.2: an HTTP/1.1 client reads any 1xx).
 //
 // # Observability
 //

@@ -44,14 +44,15 @@ type replies struct {
 	version reply // 505, close: a major version other than 1
 
 	// Body.
-	tooLarge reply // 413, close
-	badBody  reply // 400, close: the client's body broke off or was malformed
+	tooLarge    reply // 413, close
+	badBody     reply // 400, close: the client's body broke off or was malformed
+	bodyTimeout reply // 408, close: the client's body did not come in time
 
 	// Upgrades.
 	upgradeToken, upgradeHandshake reply // 400, close
 
 	// Worker side.
-	unknownNamespace reply // 404 unknown_namespace, no Retry-After: stop asking
+	unknownNamespace                                      reply // 404 unknown_namespace, no Retry-After: stop asking
 	noWorker, store, unreachable, overloaded, tunnelsFull reply // 503 + Retry-After
 	connsFull                                             reply // 503 + Retry-After, close: MaxConns client connections
 	badGateway                                            reply // 502
@@ -110,6 +111,7 @@ func (r *replies) build(cfg *Config) {
 	r.tooLarge = closing(mk(fasthttp.StatusRequestEntityTooLarge, "body",
 		"request body larger than "+strconv.FormatInt(cfg.MaxRequestBodySize, 10)+" bytes"))
 	r.badBody = closing(mk(fasthttp.StatusBadRequest, "body", "request body incomplete or malformed"))
+	r.bodyTimeout = closing(mk(fasthttp.StatusRequestTimeout, "body", "request body not received in time"))
 
 	r.upgradeToken = closing(mk(fasthttp.StatusBadRequest, "upgrade", "only Upgrade: websocket is supported"))
 	r.upgradeHandshake = closing(mk(fasthttp.StatusBadRequest, "upgrade",
@@ -132,7 +134,7 @@ func (r *replies) build(cfg *Config) {
 	for _, rp := range []*reply{&r.notObject, &r.notOrigin, &r.fragment, &r.dotSegment, &r.escape, &r.backslash,
 		&r.hostMismatch, &r.framing, &r.transferEncoding, &r.contentLength, &r.fieldName, &r.obsFold, &r.bareLF,
 		&r.tooManyFields, &r.tooManyHeaderFields, &r.malformed, &r.headTooLarge, &r.headTimeout, &r.version, &r.tooLarge,
-		&r.badBody, &r.upgradeToken, &r.upgradeHandshake, &r.unknownNamespace, &r.noWorker, &r.store, &r.unreachable, &r.overloaded,
+		&r.badBody, &r.bodyTimeout, &r.upgradeToken, &r.upgradeHandshake, &r.unknownNamespace, &r.noWorker, &r.store, &r.unreachable, &r.overloaded,
 		&r.tunnelsFull, &r.connsFull, &r.badGateway, &r.timeout} {
 		rp.raw = r.render(rp)
 	}

@@ -25,7 +25,7 @@ type loop struct {
 	nl *netloop.Loop
 	hr *headReader
 
-	scratch  []byte   // read buffer of connections with nothing pending
+	scratch  []byte   // read buffer of connections with nothing pending (bufSize of it), tunnels and lingering
 	bufs     [][]byte // free connection buffers of bufSize
 	bufSize  int
 	rbufs    [][]byte // free worker-answer buffers of rbufSize
@@ -247,6 +247,7 @@ type cconn struct {
 	closeAfter bool  // close once the current answer is written
 	linger     bool  // the answer is a refusal: linger after it (startLinger)
 	streaming  bool  // x is relaying a body: writes continue it
+	reading    bool  // readRequests is running (a nested call returns at once)
 }
 
 // OnEvent implements netloop.Handler.
@@ -277,9 +278,14 @@ func (c *cconn) OnEvent(ev uint32) {
 func (c *cconn) OnTimer() {
 	switch c.state {
 	case stHead:
-		// A request head (or its small body) did not arrive in time.
+		// A request head, or the small body a loop reads with it, did not
+		// arrive in time: the answer says which.
 		c.lp.p.m.rejected.Inc()
-		c.replyAndClose(&c.lp.p.replies.headTimeout)
+		rp := &c.lp.p.replies.headTimeout
+		if n, _ := headEnd(c.buf[:c.n]); n > 0 {
+			rp = &c.lp.p.replies.bodyTimeout
+		}
+		c.replyAndClose(rp)
 	case stIdle:
 		c.close() // keep-alive idle (or a new connection that never spoke)
 	case stLinger:
@@ -294,20 +300,35 @@ func (c *cconn) OnTimer() {
 }
 
 // readRequests reads and starts requests while the connection waits for one.
+// A request it starts may be answered before start returns (a refusal the
+// loop makes at once), and the answer's end calls readRequests again: that
+// nested call returns at once, and this loop goes on with the bytes that
+// follow, which it took off the buffer before starting the request.
 func (c *cconn) readRequests() {
+	if c.reading {
+		return
+	}
+	c.reading = true
+	c.readLoop()
+	c.reading = false
+}
+
+func (c *cconn) readLoop() {
 	lp := c.lp
 	for (c.state == stIdle || c.state == stHead) && c.fd >= 0 {
 		if c.n > 0 {
-			switch used := c.tryRequest(c.buf[:c.n], false); {
-			case used > 0:
+			x, used := c.takeRequest(c.buf[:c.n])
+			if used < 0 {
+				return // handed over or closed
+			}
+			if used > 0 {
 				c.n = copy(c.buf, c.buf[used:c.n])
 				if c.n == 0 {
 					lp.putBuf(c.buf)
 					c.buf = nil
 				}
+				x.start()
 				continue
-			case used < 0:
-				return // handed over or closed
 			}
 			if c.n == len(c.buf) {
 				// A head that does not fit (or a small body that does not
@@ -322,7 +343,9 @@ func (c *cconn) readRequests() {
 		}
 		var dst []byte
 		if c.buf == nil {
-			dst = lp.scratch
+			// No more than a connection buffer holds: what follows the
+			// request this read completes must fit in one.
+			dst = lp.scratch[:lp.bufSize]
 		} else {
 			dst = c.buf[c.n:]
 		}
@@ -347,7 +370,10 @@ func (c *cconn) readRequests() {
 			lp.nl.ArmAfter(&c.timer, lp.p.cfg.HeaderTimeout)
 		}
 		if c.buf == nil {
-			used := c.tryRequest(lp.scratch[:m], true)
+			// The bytes are in the loop's scratch buffer, which the next
+			// read of any connection overwrites: what is left over moves
+			// to a buffer of the connection's before the request starts.
+			x, used := c.takeRequest(lp.scratch[:m])
 			if used < 0 {
 				return
 			}
@@ -355,17 +381,21 @@ func (c *cconn) readRequests() {
 				c.buf = lp.getBuf()
 				c.n = copy(c.buf, rest)
 			}
+			if x != nil {
+				x.start()
+			}
 			continue
 		}
 		c.n += m
 	}
 }
 
-// tryRequest looks at the bytes of a request that b starts with. It returns
-// the bytes consumed by a request it started (> 0), 0 when more bytes are
-// needed, or -1 when the connection was handed over or closed. fromScratch
-// says b is the loop's scratch buffer (handed over as is).
-func (c *cconn) tryRequest(b []byte, fromScratch bool) int {
+// takeRequest looks at the bytes of a request that b starts with. It returns
+// the exchange of a request it took and the bytes that request used (> 0),
+// which the caller drops from its buffer before it starts x (x holds copies
+// of all it needs); 0 when more bytes are needed; or -1 when the
+// connection was handed over, or refused and answered.
+func (c *cconn) takeRequest(b []byte) (*lx, int) {
 	lp := c.lp
 	p := lp.p
 	headLen, ok := headEnd(b)
@@ -374,15 +404,15 @@ func (c *cconn) tryRequest(b []byte, fromScratch bool) int {
 		// request line): the fasthttp path reads them as it always did.
 		lp.f.handOver(c, b)
 		c.state = stDone
-		return -1
+		return nil, -1
 	}
 	if headLen == 0 {
 		if len(b) >= p.cfg.MaxHeaderBytes {
 			lp.f.handOver(c, b)
 			c.state = stDone
-			return -1
+			return nil, -1
 		}
-		return 0
+		return nil, 0
 	}
 	x := lp.getExchange()
 	x.c = c
@@ -393,25 +423,24 @@ func (c *cconn) tryRequest(b []byte, fromScratch bool) int {
 		lp.nl.Disarm(&c.timer)
 		c.state = stBusy
 		c.replyAndClose(rp)
-		return -1
+		return nil, -1
 	}
 	if !fast {
 		lp.putExchange(x)
 		lp.f.handOver(c, b)
 		c.state = stDone
-		return -1
+		return nil, -1
 	}
 	if len(b) < headLen+need {
 		lp.putExchange(x) // parsed again once the body is in
-		return 0
+		return nil, 0
 	}
 	x.body = append(x.body[:0], b[headLen:headLen+need]...)
 	x.recvNs = lp.nl.Now()
 	c.x = x
 	c.state = stBusy
 	lp.nl.Disarm(&c.timer)
-	x.start()
-	return headLen + need
+	return x, headLen + need
 }
 
 // headEnd returns the length of the request head at the start of b (through
@@ -517,9 +546,14 @@ func (c *cconn) answerDone() {
 		c.close()
 		return
 	}
-	c.state = stIdle
 	if c.n == 0 {
+		c.state = stIdle
 		lp.nl.ArmAfter(&c.timer, lp.p.cfg.IdleTimeout)
+	} else {
+		// Bytes of the next request came with this one: its head has
+		// begun, and HeaderTimeout bounds the rest of it.
+		c.state = stHead
+		lp.nl.ArmAfter(&c.timer, lp.p.cfg.HeaderTimeout)
 	}
 	c.readRequests()
 }

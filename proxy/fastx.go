@@ -114,25 +114,31 @@ func (lp *loop) getExchange() *lx {
 	return x
 }
 
+// putExchange takes x back into the loop's free list, reset: every field
+// of the request it served is cleared here, on release, but lp, stripe,
+// timer.H (x's for good) and the buffers, which keep their capacity and
+// lose their contents (length 0); the parsed heads and scans (req, resp,
+// scan, rsc) are reset where they are filled, by parse and onHead, before
+// they are read. TestPooledExchangesComeBackClean holds every field to it.
 func (lp *loop) putExchange(x *lx) {
-	x.c, x.ep, x.wc = nil, nil, nil
-	x.route = Route{}
-	x.name, x.target = nil, nil
-	x.body = x.body[:0]
-	x.attempt, x.sent, x.rn, x.headLen, x.need = 0, 0, 0, 0, 0
-	x.closeAfter, x.abandoned, x.reused, x.epHeaders, x.resentOnce = false, false, false, false, false
 	if x.tunnelCounted {
 		lp.p.tunnelsOpen.Add(-1)
 	}
-	x.ws, x.tunnelCounted, x.refuse = false, false, nil
-	x.pending, x.rerr, x.derr, x.dfd, x.moveFrom = pendNone, nil, nil, -1, nil
-	x.rres = Route{}
-	x.st = streamState{}
 	if x.rbuf != nil {
 		lp.putRespBuf(x.rbuf)
-		x.rbuf = nil
 	}
 	lp.nl.Disarm(&x.timer)
+	x.c, x.ep, x.wc, x.refuse = nil, nil, nil, nil
+	x.route, x.rres = Route{}, Route{}
+	x.name, x.target, x.rbuf = nil, nil, nil
+	x.tgt, x.uri, x.body, x.out = x.tgt[:0], x.uri[:0], x.body[:0], x.out[:0]
+	x.isHead, x.idempotent, x.clientClose, x.epHeaders, x.resentOnce = false, false, false, false, false
+	x.ws, x.tunnelCounted, x.reused, x.gotBytes, x.closeAfter, x.abandoned = false, false, false, false, false, false
+	x.attempt, x.sent, x.rn, x.headLen, x.need = 0, 0, 0, 0, 0
+	x.startNs, x.recvNs, x.tkind = 0, 0, tNone
+	x.pending, x.rerr, x.derr, x.dfd, x.moveFrom = pendNone, nil, nil, -1, nil
+	x.qnext, x.qprev, x.queued = nil, nil, false
+	x.st = streamState{line: x.st.line[:0], trail: x.st.trail[:0]}
 	if len(lp.xs) < 1024 {
 		lp.xs = append(lp.xs, x)
 	}
@@ -201,12 +207,21 @@ func (x *lx) parse(head []byte) (int, bool) {
 		// fasthttp path would wait for the first 8 KiB of it.
 		x.refuse = &p.replies.tooLarge
 		return 0, true
-	case cl > p.cfg.ReplayBodyMax:
-		return 0, false
 	}
 	rt, rerr := parseRoute(target, p.cfg.MaxIDLen)
 	if rerr != routeOK {
 		return 0, false
+	}
+	if cl > 0 {
+		// Over the holder's limit, when the cache knows the holder:
+		// refused at once too, whether or not the body is coming.
+		if r, ok := p.resolver.Lookup(rt.name, netloop.Time(x.lp.nl.Now())); ok && r.Session != nil && overWorker(r.Session, int64(cl)) {
+			x.refuse = p.bodyOverWorker(r.Session)
+			return 0, true
+		}
+		if cl > p.cfg.ReplayBodyMax {
+			return 0, false
+		}
 	}
 	x.tgt = append(x.tgt[:0], target...)
 	x.target = x.tgt
@@ -329,17 +344,7 @@ func (x *lx) RunTask() {
 }
 
 func (x *lx) resolveFailed(err error) {
-	p := x.lp.p
-	if errors.Is(err, ErrUnknownNamespace) {
-		x.fail(&p.replies.unknownNamespace)
-		return
-	}
-	if errors.Is(err, ErrNoWorker) {
-		x.fail(&p.replies.noWorker)
-		return
-	}
-	p.logResolveFailed(x.name, err)
-	x.fail(&p.replies.store)
+	x.fail(x.lp.p.resolveReply(x.name, err))
 }
 
 // dispatch sends the request to the session of r.

@@ -111,6 +111,7 @@ const (
 	outBadGateway                 // may have been sent; no usable response
 	outTimeout                    // sent; no response head in time
 	outClientBody                 // the client's body failed (truncated, bad chunk)
+	outBodyTimeout                // the client's body stopped coming (StreamIdleTimeout)
 	outTooLarge                   // the client's chunked body passed MaxRequestBodySize
 	outOverWorker                 // the client's chunked body passed the worker's limit
 )
@@ -118,6 +119,7 @@ const (
 // Errors of the request body copy, told apart from worker write errors.
 var (
 	errClientBody   = errors.New("client request body")
+	errBodyTimeout  = errors.New("client request body not received in time")
 	errBodyTooLarge = errors.New("request body too large")
 	errOverWorker   = errors.New("request body larger than the worker accepts")
 )
@@ -187,6 +189,8 @@ func (x *exchange) forward() bool {
 			p.reply(ctx, &p.replies.timeout)
 		case outClientBody:
 			p.reply(ctx, &p.replies.badBody)
+		case outBodyTimeout:
+			p.reply(ctx, &p.replies.bodyTimeout)
 		case outTooLarge:
 			p.m.rejected.Inc()
 			p.reply(ctx, &p.replies.tooLarge)
@@ -216,27 +220,7 @@ func (p *Proxy) route(ctx *fasthttp.RequestCtx, name []byte) (Route, error) {
 // unknown_namespace for ErrUnknownNamespace, 503 no_worker for
 // ErrNoWorker, 503 store for anything else.
 func (p *Proxy) resolveFailed(ctx *fasthttp.RequestCtx, name []byte, err error) {
-	if errors.Is(err, ErrUnknownNamespace) {
-		p.reply(ctx, &p.replies.unknownNamespace)
-		return
-	}
-	if errors.Is(err, ErrNoWorker) {
-		p.reply(ctx, &p.replies.noWorker)
-		return
-	}
-	p.logResolveFailed(name, err)
-	p.reply(ctx, &p.replies.store)
-}
-
-// logResolveFailed logs a resolver failure other than ErrNoWorker: a
-// throttled warning, or DEBUG for ErrNotReady (the resolver is starting).
-func (p *Proxy) logResolveFailed(name []byte, err error) {
-	switch {
-	case errors.Is(err, ErrNotReady):
-		p.log.Debug("cannot resolve placement yet: the resolver is starting", "name", string(name), "err", err)
-	case p.errLog.Allow():
-		p.log.Warn("cannot resolve placement", "name", string(name), "err", err)
-	}
+	p.reply(ctx, p.resolveReply(name, err))
 }
 
 // unusable answers a request routed to a session whose advertise URL the
@@ -340,6 +324,8 @@ func (x *exchange) roundTrip(attempt int) outcome {
 			return outOverWorker
 		case errors.Is(err, errClientBody):
 			return outClientBody
+		case errors.Is(err, errBodyTimeout):
+			return outBodyTimeout
 		case sent == 0:
 			// Nothing left the proxy: whatever the method, the worker has
 			// not seen it. A reused connection was stale and the request
@@ -683,6 +669,9 @@ func (x *exchange) copyRequestBody() error {
 			return x.writeTrailers()
 		}
 		if err != nil {
+			if isTimeout(err) {
+				return errBodyTimeout
+			}
 			return errClientBody
 		}
 		if !chunked && remaining == 0 {

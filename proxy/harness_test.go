@@ -171,7 +171,7 @@ func (w *worker) session(id, secret string) *proxy.Session {
 }
 
 // tWriter sends log lines to the test log.
-type tWriter struct{ t *testing.T }
+type tWriter struct{ t testing.TB }
 
 func (w tWriter) Write(p []byte) (int, error) {
 	w.t.Log(strings.TrimSuffix(string(p), "\n"))
@@ -188,6 +188,13 @@ type front struct {
 
 func startProxy(t *testing.T, r proxy.Resolver, mutate func(*proxy.Config)) *front {
 	t.Helper()
+	return startProxyOn(t, r, testLoops(), mutate)
+}
+
+// startProxyOn is startProxy on an engine chosen by the test: loops event
+// loops in front of the fasthttp server, or (0) the fasthttp server alone.
+func startProxyOn(t testing.TB, r proxy.Resolver, loops int, mutate func(*proxy.Config)) *front {
+	t.Helper()
 	cfg := proxy.Config{Resolver: r, Logger: slog.New(slog.NewTextHandler(tWriter{t}, nil))}
 	if mutate != nil {
 		mutate(&cfg)
@@ -202,7 +209,7 @@ func startProxy(t *testing.T, r proxy.Resolver, mutate func(*proxy.Config)) *fro
 		t.Fatal(err)
 	}
 	done := make(chan struct{})
-	if testLoops() == 0 {
+	if loops == 0 {
 		go func() { defer close(done); _ = srv.Serve(ln) }()
 		t.Cleanup(func() {
 			_ = srv.Shutdown()
@@ -211,7 +218,7 @@ func startProxy(t *testing.T, r proxy.Resolver, mutate func(*proxy.Config)) *fro
 		})
 		return &front{p: p, addr: ln.Addr().String(), srv: srv}
 	}
-	fr, err := p.NewFront(proxy.FrontConfig{Loops: testLoops(), Fallback: srv})
+	fr, err := p.NewFront(proxy.FrontConfig{Loops: loops, Fallback: srv})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -240,6 +247,15 @@ func testLoops() int {
 		}
 	}
 	return 1
+}
+
+// bothEngines runs test on each engine of the proxy, whatever
+// PINNED_TEST_LOOPS says: "loops" (one event loop in front of the fasthttp
+// server, which serves what the loop hands over) and "fasthttp" (the
+// fasthttp server alone).
+func bothEngines(t *testing.T, test func(t *testing.T, loops int)) {
+	t.Run("loops", func(t *testing.T) { test(t, 1) })
+	t.Run("fasthttp", func(t *testing.T) { test(t, 0) })
 }
 
 // setup starts a worker with h, an endpoint on it placed for namespace

@@ -18,9 +18,11 @@ import (
 // sending side shut down, and input discarded until the client closes or
 // LingerTimeout passes.
 //
-// A refusal of fasthttp's own parser (ServerError) cannot linger: fasthttp
-// writes it and closes. The loops see every head first and refuse those
-// themselves, so this matters only for a proxy served by NewServer alone.
+// The handler's refusals linger, and so do ExpectHandler's (the refusals a
+// head decides: a body over a limit, announced). A refusal of fasthttp's
+// own parser (ServerError) cannot linger: fasthttp writes it and closes.
+// The loops see every head first and refuse most of those themselves, so
+// this matters mostly for a proxy served by NewServer alone.
 
 // bodyUnread reports whether the request announced a body that was not
 // read to its end.

@@ -75,9 +75,6 @@ func TestRefusalLingers(t *testing.T) {
 			{"/counter/a", 16 << 20, 413}, // over MaxRequestBodySize: at once on the head
 		}
 		for _, c := range cases {
-			if c.n > 8<<20 && testLoops() == 0 {
-				continue // fasthttp's parser answers it and closes (linger.go)
-			}
 			resp, err := sendWhole(t, f.addr, c.target, c.n)
 			switch {
 			case err == nil && resp.StatusCode() == c.want:
@@ -119,9 +116,6 @@ func TestLingerBounded(t *testing.T) {
 		c.MaxRequestBodySize = 1 << 20
 	})
 	for _, n := range []int{1 << 19, 1 << 21} {
-		if n > 1<<20 && testLoops() == 0 {
-			continue // fasthttp's parser answers it and closes (linger.go)
-		}
 		c, err := net.Dial("tcp", f.addr)
 		if err != nil {
 			t.Fatal(err)

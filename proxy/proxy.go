@@ -58,9 +58,10 @@ type Proxy struct {
 	front *Front
 	loops int
 
-	// tooLarge marks the request heads HeaderReceived cut short, for
-	// ServerError (keyed by the header's address: one per connection).
-	tooLarge sync.Map
+	// silent holds the connections the server accepted that have sent
+	// no byte yet (ConnState), for ServerError: nothing else of a
+	// connection's or a request's is kept outside the request.
+	silent sync.Map // net.Conn → struct{}
 
 	// lingering holds the fasthttp path's connections lingering after a
 	// refusal (linger.go), for Close.
@@ -130,13 +131,22 @@ func (p *Proxy) Handler(ctx *fasthttp.RequestCtx) {
 	}
 }
 
+// putExchange gives x back to the pool, reset: every field of the request
+// it served is cleared here, on release, but p, awaitFn and stripe (x's for
+// good), br and bw (reset to no connection) and the buffers, which keep
+// their capacity and lose their contents (length 0); the scans (reqScan,
+// respScan) are reset where they are filled, before they are read.
+// TestPooledExchangesComeBackClean holds every field to it.
 func (p *Proxy) putExchange(x *exchange) {
+	x.endStream() // nothing to do unless a body stream was left open
 	x.ctx, x.ep, x.cc, x.conn, x.hijacked = nil, nil, nil, nil, nil
 	x.route = Route{}
-	x.cw.Conn = nil
+	x.cw = countingConn{}
 	x.name, x.target = nil, nil
+	x.tgt, x.uri, x.body = x.tgt[:0], x.uri[:0], x.body[:0]
 	x.stable, x.http10, x.bodyKind, x.resentOnce, x.internal, x.bodyRead = false, false, bodyNone, false, false, false
-	x.body = x.body[:0]
+	x.closeAfter, x.awaitWrote, x.awaitErr, x.eof, x.armed = false, false, nil, false, time.Time{}
+	x.aux.Reset()
 	x.br.Reset(nil)
 	x.bw.Reset(nil)
 	p.exchanges.Put(x)
@@ -198,21 +208,29 @@ func (p *Proxy) screenReply(s *headScan) *reply {
 // request behind it, which the proxy then serves.
 func (p *Proxy) Guard(h fasthttp.RequestHandler) fasthttp.RequestHandler {
 	return func(ctx *fasthttp.RequestCtx) {
-		x := p.exchanges.Get().(*exchange)
-		s := &x.reqScan
-		s.reset()
-		scanFields(ctx.Request.Header.RawHeaders(), s, 0)
-		s.badVersion = !http1(ctx.Request.Header.Protocol())
-		ok := p.screen(ctx, s)
-		p.exchanges.Put(x)
-		p.tooLarge.Delete(&ctx.Request.Header) // served: whatever h decides
-		if ok {
+		if rp, _ := p.screenHead(&ctx.Request.Header); rp != nil {
+			p.reject(ctx, rp)
+		} else {
 			h(ctx)
 		}
 		if ctx.Request.Header.ContentLength() == -1 {
 			ctx.SetConnectionClose()
 		}
 	}
+}
+
+// screenHead scans a head as it arrived and returns the refusal of the
+// smuggling policy's rules that do not depend on the target (screenReply),
+// or nil, and whether the head carries an Expect field of its own.
+func (p *Proxy) screenHead(h *fasthttp.RequestHeader) (rp *reply, expect bool) {
+	x := p.exchanges.Get().(*exchange)
+	s := &x.reqScan
+	s.reset()
+	scanFields(h.RawHeaders(), s, 0)
+	s.badVersion = !http1(h.Protocol())
+	rp, expect = p.screenReply(s), s.expect
+	p.exchanges.Put(x) // only its scan was used, which is reset before use
+	return rp, expect
 }
 
 // serve checks and prepares the request and forwards it. It reports whether
@@ -266,7 +284,6 @@ func (p *Proxy) serve(x *exchange) bool {
 	// goes anywhere.
 	cl := h.ContentLength()
 	if max := p.cfg.MaxRequestBodySize; max >= 0 && int64(cl) > max {
-		p.tooLarge.Delete(h) // HeaderReceived marked it; the body was there
 		p.reject(ctx, &p.replies.tooLarge)
 		return false
 	}
@@ -277,8 +294,12 @@ func (p *Proxy) serve(x *exchange) bool {
 		x.bodyKind = bodyNone
 	case cl <= p.cfg.ReplayBodyMax:
 		x.bodyKind = bodyReplay
-		if !x.readReplayBody(cl) {
-			p.reply(ctx, &p.replies.badBody)
+		if err := x.readReplayBody(cl); err != nil {
+			if isTimeout(err) {
+				p.reject(ctx, &p.replies.bodyTimeout)
+			} else {
+				p.reply(ctx, &p.replies.badBody)
+			}
 			return false
 		}
 	default:
@@ -289,8 +310,10 @@ func (p *Proxy) serve(x *exchange) bool {
 	return x.forward()
 }
 
-// readReplayBody reads a body of known, small length whole.
-func (x *exchange) readReplayBody(n int) bool {
+// readReplayBody reads a body of known, small length whole. It fails when
+// the body ends early or breaks (HeaderTimeout, the deadline of the head
+// it came with, still bounds the read: a timeout error).
+func (x *exchange) readReplayBody(n int) error {
 	if cap(x.body) < n {
 		x.body = make([]byte, n, x.p.cfg.ReplayBodyMax)
 	}
@@ -300,11 +323,14 @@ func (x *exchange) readReplayBody(n int) bool {
 		m, err := rs.Read(x.body[got:])
 		got += m
 		if err != nil && (got < n || err != io.EOF) {
-			return false
+			if err == io.EOF {
+				err = io.ErrUnexpectedEOF
+			}
+			return err
 		}
 	}
 	x.bodyRead = true
-	return true
+	return nil
 }
 
 // sanitizeRequest removes hop-by-hop, pinned and forwarding fields, stops the
@@ -448,31 +474,123 @@ func (p *Proxy) countResponse(code int) {
 	p.m.responses[c].Inc()
 }
 
-// ExpectHandler answers "Expect: 100-continue" for a body the proxy would
-// refuse anyway with 413 instead of inviting it; set it as the server's
-// ExpectHandler (NewServer does).
+// ExpectHandler answers "Expect: 100-continue": a request the proxy would
+// refuse before reading its body gets that refusal instead of an invitation
+// to send the body (no 100 Continue comes first): a head the smuggling
+// policy refuses whatever its target, a body over MaxRequestBodySize, and,
+// for an object path, no holder to be found (503 no_worker or store) or a
+// body over the holder's limit (Session.MaxBodyBytes, 413): the name is
+// routed here (Lookup, else Resolve), as the handler would route it. The
+// connection closes after a refusal, lingering (LingerTimeout) in case the
+// client sends its body anyway. Set it as the server's ExpectHandler
+// (NewServer does). It routes object paths, so a server that serves other
+// paths too calls it only for the proxy's requests (the pinboard answers
+// its registry's Expect itself).
 func (p *Proxy) ExpectHandler(ctx *fasthttp.RequestCtx) int {
-	if max := p.cfg.MaxRequestBodySize; max >= 0 && int64(ctx.Request.Header.ContentLength()) > max {
-		p.reject(ctx, &p.replies.tooLarge) // fasthttp closes after it
-		return fasthttp.StatusRequestEntityTooLarge
+	h := &ctx.Request.Header
+	rp, own := p.screenHead(h)
+	if rp == nil {
+		rp = p.refusalBeforeBody(ctx, h, true)
 	}
-	return fasthttp.StatusContinue
+	if rp == nil {
+		if !own {
+			// Marked by HeaderReceived, and the refusal it saw is gone
+			// (the name moved since, microseconds ago): the body is
+			// wanted after all. The client gets a 100 Continue it did not
+			// ask for (RFC 9110 §15.2: an HTTP/1.1 client parses any 1xx),
+			// and the worker no Expect.
+			h.Del(fasthttp.HeaderExpect)
+		}
+		return fasthttp.StatusContinue
+	}
+	if rp.status < 500 {
+		p.m.rejected.Inc()
+	}
+	p.reply(ctx, rp)
+	ctx.SetConnectionClose() // fasthttp closes after a refused Expect
+	if p.cfg.LingerTimeout > 0 {
+		p.lingerClose(ctx)
+	}
+	return rp.status
 }
 
-// ServerError answers a request that fasthttp's parser refused before any
-// handler ran; set it as the server's ErrorHandler (NewServer does). A head
-// larger than MaxHeaderBytes gets 431, a head that did not arrive within
-// HeaderTimeout 408, anything else 400; each carries a JSON wire.Error like
+// refusalBeforeBody returns the refusal of a request whose head h announces
+// a body, when the head alone decides it: a Content-Length over
+// MaxRequestBodySize or, for an object path whose holder is known, over the
+// holder's limit (Session.MaxBodyBytes). The holder is the resolver's
+// cached route; with resolve, a name the cache misses is resolved (in ctx),
+// and a name that cannot be is refused with 503 (no_worker or store). nil:
+// the body is wanted, or the head alone does not tell.
+func (p *Proxy) refusalBeforeBody(ctx context.Context, h *fasthttp.RequestHeader, resolve bool) *reply {
+	cl := int64(h.ContentLength())
+	if max := p.cfg.MaxRequestBodySize; max >= 0 && cl > max {
+		return &p.replies.tooLarge
+	}
+	if cl <= 0 {
+		return nil
+	}
+	target := h.RequestURI()
+	if _, origin, ok := originForm(target); ok {
+		target = origin
+	}
+	rt, rerr := parseRoute(target, p.cfg.MaxIDLen)
+	if rerr != routeOK {
+		return nil // refused for its target by the handler, or not the proxy's
+	}
+	r, ok := p.resolver.Lookup(rt.name, time.Now())
+	if !ok || r.Session == nil {
+		if !resolve {
+			return nil
+		}
+		var err error
+		if r, err = p.resolver.Resolve(ctx, rt.name); err == nil && r.Session == nil {
+			err = ErrNoWorker
+		}
+		if err != nil {
+			return p.resolveReply(rt.name, err)
+		}
+	}
+	if overWorker(r.Session, cl) {
+		return p.bodyOverWorker(r.Session)
+	}
+	return nil
+}
+
+// resolveReply is the answer to a request whose name could not be resolved
+// (err), the same on both engines: 404 unknown_namespace for
+// ErrUnknownNamespace, 503 no_worker for ErrNoWorker, 503 store for
+// anything else (logged: throttled, or at DEBUG for ErrNotReady while the
+// resolver is starting).
+func (p *Proxy) resolveReply(name []byte, err error) *reply {
+	switch {
+	case errors.Is(err, ErrUnknownNamespace):
+		return &p.replies.unknownNamespace
+	case errors.Is(err, ErrNoWorker):
+		return &p.replies.noWorker
+	case errors.Is(err, ErrNotReady):
+		p.log.Debug("cannot resolve placement yet: the resolver is starting", "name", string(name), "err", err)
+	case p.errLog.Allow():
+		p.log.Warn("cannot resolve placement", "name", string(name), "err", err)
+	}
+	return &p.replies.store
+}
+
+// ServerError answers a request that fasthttp refused before any handler
+// ran; set it as the server's ErrorHandler (NewServer does). A head larger
+// than MaxHeaderBytes gets 431; a head that did not arrive within
+// HeaderTimeout 408 naming the head, a body whose first bytes did not
+// (fasthttp reads up to 8 KiB of a body before the handler runs) 408
+// naming the body; anything else 400. Each carries a JSON wire.Error like
 // the proxy's own refusals, and fasthttp closes the connection after it.
+// What it answers is decided from err and the connection (ConnState):
+// nothing of an earlier request on the same (pooled) RequestCtx reaches it.
 func (p *Proxy) ServerError(ctx *fasthttp.RequestCtx, err error) {
 	var small *fasthttp.ErrSmallBuffer
-	_, tooLarge := p.tooLarge.LoadAndDelete(&ctx.Request.Header)
 	switch {
-	case tooLarge:
-		// HeaderReceived cut the body's wait short (see there).
-		p.reject(ctx, &p.replies.tooLarge)
 	case errors.As(err, &small):
 		p.reject(ctx, &p.replies.headTooLarge)
+	case isTimeout(err) && p.bodyAwaited(ctx, err):
+		p.reject(ctx, &p.replies.bodyTimeout)
 	case isTimeout(err):
 		p.reject(ctx, &p.replies.headTimeout)
 	default:
@@ -480,18 +598,48 @@ func (p *Proxy) ServerError(ctx *fasthttp.RequestCtx, err error) {
 	}
 }
 
-// HeaderReceived answers a head whose Content-Length exceeds
-// MaxRequestBodySize at once; set it as the server's HeaderReceived
-// (NewServer does). With StreamRequestBody, fasthttp reads the first bytes
-// of a body (up to 8 KiB) before the handler runs, so a client that
-// announces a large body and sends none would wait for HeaderTimeout: here
-// the body's read deadline is set to now, the read fails at once unless the
-// bytes are there already, and ServerError, which finds the head marked,
-// answers 413 (the handler does when the bytes were there).
+// bodyAwaited reports whether the read that failed with err was of a
+// request's body rather than of its head. fasthttp wraps the errors of
+// reading a head ("error when reading request headers: ..."); those of a
+// body come bare from the connection, and so does the one that ends the
+// wait for the first byte of a connection that never sent any, which
+// ConnState tells apart.
+func (p *Proxy) bodyAwaited(ctx *fasthttp.RequestCtx, err error) bool {
+	if _, bare := err.(net.Error); !bare {
+		return false
+	}
+	_, silent := p.silent.Load(ctx.Conn())
+	return !silent
+}
+
+// ConnState keeps track of the connections that have not sent a byte yet,
+// for ServerError; set it as the server's ConnState (NewServer does).
+func (p *Proxy) ConnState(c net.Conn, st fasthttp.ConnState) {
+	switch st {
+	case fasthttp.StateNew:
+		p.silent.Store(c, struct{}{})
+	case fasthttp.StateActive, fasthttp.StateHijacked, fasthttp.StateClosed:
+		p.silent.Delete(c)
+	}
+}
+
+// HeaderReceived refuses, without waiting for the body, a request whose
+// head alone says it will be refused: a Content-Length over
+// MaxRequestBodySize, or over the holder's limit when the resolver's cache
+// knows the holder (nothing is resolved here); set it as the server's
+// HeaderReceived (NewServer does). With StreamRequestBody, fasthttp reads
+// the first bytes of a body (up to 8 KiB) before any handler runs, so a
+// client that announces a body and sends none would wait for HeaderTimeout;
+// only a head with "Expect: 100-continue" is decided before that, by
+// ExpectHandler. So such an HTTP/1.1 head is given that expectation, and
+// ExpectHandler, finding the same refusal, answers it (no 100 Continue is
+// sent, the connection closes). An HTTP/1.0 head cannot take part in
+// 100-continue: its refusal comes once the first bytes of its body arrived
+// (or 408 when none does). The mark lives in the request's own head, which
+// fasthttp resets for the next request.
 func (p *Proxy) HeaderReceived(h *fasthttp.RequestHeader) fasthttp.RequestConfig {
-	if max := p.cfg.MaxRequestBodySize; max >= 0 && int64(h.ContentLength()) > max {
-		p.tooLarge.Store(h, struct{}{})
-		return fasthttp.RequestConfig{ReadTimeout: time.Nanosecond}
+	if h.ContentLength() > 0 && h.IsHTTP11() && p.refusalBeforeBody(context.Background(), h, false) != nil {
+		h.Set(fasthttp.HeaderExpect, "100-continue")
 	}
 	return fasthttp.RequestConfig{}
 }
@@ -510,7 +658,8 @@ func (p *Proxy) HeaderReceived(h *fasthttp.RequestHeader) fasthttp.RequestConfig
 //     responses (streams move their own deadline), Concurrency = MaxConns;
 //   - ExpectHandler = p.ExpectHandler, ErrorHandler = p.ServerError,
 //     HeaderReceived = p.HeaderReceived (413 at once for an announced
-//     oversize body).
+//     oversize body), ConnState = p.ConnState (a connection that never
+//     sent a byte is told from a body that never came).
 //
 // Header names are normalised (fasthttp's default), so that fields the proxy
 // manages are found whatever their case.
@@ -520,6 +669,7 @@ func (p *Proxy) NewServer() *fasthttp.Server {
 		ExpectHandler:                p.ExpectHandler,
 		ErrorHandler:                 p.ServerError,
 		HeaderReceived:               p.HeaderReceived,
+		ConnState:                    p.ConnState,
 		StreamRequestBody:            true,
 		DisablePreParseMultipartForm: true,
 		NoDefaultServerHeader:        true,

@@ -498,7 +498,7 @@ func TestJanitorNeverFailsARequest(t *testing.T) {
 }
 
 // runProxy runs the proxy's janitor for the rest of the test.
-func runProxy(t *testing.T, p *proxy.Proxy) {
+func runProxy(t testing.TB, p *proxy.Proxy) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); _ = p.Run(ctx) }()

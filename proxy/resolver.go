@@ -22,6 +22,22 @@ type Session struct {
 
 	ep       atomic.Pointer[endpoint] // the proxy's; made on first use
 	tooLarge atomic.Pointer[reply]    // the 413 naming MaxBodyBytes; made on first use
+	leaseEnd atomic.Int64             // SetLeaseEnd's time, unix nanoseconds; 0: unknown
+}
+
+// SetLeaseEnd records when the session's lease ends as the directory said
+// when the resolver last read it (the last heartbeat's send time plus the
+// lease): the earliest its ids can move to another worker. The proxy tells
+// a client whose request could not reach the worker to retry then
+// (Retry-After) rather than after a fixed second. Safe for concurrent use.
+func (s *Session) SetLeaseEnd(t time.Time) { s.leaseEnd.Store(t.UnixNano()) }
+
+// LeaseEnd returns what SetLeaseEnd recorded (the zero Time: nothing).
+func (s *Session) LeaseEnd() time.Time {
+	if n := s.leaseEnd.Load(); n != 0 {
+		return time.Unix(0, n)
+	}
+	return time.Time{}
 }
 
 // Route is where a placement lives: the session holding it and the

@@ -20,7 +20,8 @@
 // announces more (Content-Length) is answered 413 at once, before any body
 // byte is read, and its connection closed (the server's head hook and
 // ExpectHandler, refuseOversizeRegistryHeads: fasthttp reads a body prefix
-// before any handler runs). The admin listener
+// before any handler runs; the proxy's own hooks, which route object paths,
+// never see a registry call). The admin listener
 // (PINBOARD_ADMIN_LISTEN, default 127.0.0.1:9090) serves /metrics (the
 // pinboard's, the registry's and the data plane's sets plus go_* and
 // process_*), /debug/pprof/*, and the operator console: the page at /

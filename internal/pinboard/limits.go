@@ -50,7 +50,7 @@ var proxyDurationLimits = []struct {
 	proxy       func(*proxy.Config) *time.Duration
 	endpoint    func(*proxy.EndpointConfig) *time.Duration
 }{
-	{flag: "header-timeout", usage: "time to receive a request head (slowloris; 408 and close)", def: proxy.DefaultHeaderTimeout,
+	{flag: "header-timeout", usage: "time to receive a request head and the start of its body (slowloris; 408 naming which, and close)", def: proxy.DefaultHeaderTimeout,
 		proxy: func(c *proxy.Config) *time.Duration { return &c.HeaderTimeout }},
 	{flag: "idle-timeout", usage: "keep-alive wait for a client's next request", def: proxy.DefaultIdleTimeout,
 		proxy: func(c *proxy.Config) *time.Duration { return &c.IdleTimeout }},

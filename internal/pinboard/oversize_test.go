@@ -68,6 +68,27 @@ func refusesOversize(t *testing.T, loops int) {
 	if resp.StatusCode() != 401 {
 		t.Errorf("small heartbeat with a bad token = %d %s; want 401", resp.StatusCode(), resp.Body())
 	}
+	// With Expect: 100-continue too: the registry's call, invited to send
+	// its body and served, never routed as if /registry were a namespace.
+	c, err := net.Dial("tcp", r.public)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	br := bufio.NewReader(c)
+	if _, err := io.WriteString(c, "POST "+wire.PathHeartbeat+" HTTP/1.1\r\nHost: h\r\nAuthorization: Bearer wrong-token-0123456789abcdef\r\n"+
+		"Content-Type: application/json\r\nExpect: 100-continue\r\nContent-Length: "+fmt.Sprint(len(body))+"\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	if line, err := br.ReadString('\n'); err != nil || !strings.HasPrefix(line, "HTTP/1.1 100") {
+		t.Fatalf("small heartbeat with Expect: first line %q, %v; want 100 Continue", line, err)
+	}
+	_, _ = br.ReadString('\n')
+	_, _ = io.WriteString(c, body)
+	if err := resp.Read(br); err != nil || resp.StatusCode() != 401 {
+		t.Errorf("small heartbeat with Expect and a bad token = %d %s, %v; want 401", resp.StatusCode(), resp.Body(), err)
+	}
 	// A proxied path is the data plane's: its own limit, not the registry's.
 	resp = rawRequest(t, r.public, "POST /counter/x/ HTTP/1.1\r\nHost: h\r\nContent-Length: "+fmt.Sprint(wire.MaxBodyBytes+1)+"\r\n\r\n"+
 		string(make([]byte, wire.MaxBodyBytes+1)))

@@ -244,25 +244,32 @@ func dispatch(registry, dataPlane fasthttp.RequestHandler) fasthttp.RequestHandl
 // by the server's ExpectHandler. So the head hook marks an HTTP/1.1
 // registry call over the limit as expecting 100-continue, and the
 // ExpectHandler refuses it (fasthttp then closes the connection without
-// reading the body or running the handler). Every other request, and every
-// other Expect, goes to the hooks s already had (the proxy's). An HTTP/1.0
-// head cannot be marked: its oversize body is refused by the registry's
-// own check after the prefetch.
+// reading the body or running the handler); any other registry call with
+// Expect is invited to send its body. An HTTP/1.0 head cannot be marked:
+// its oversize body is refused by the registry's own check after the
+// prefetch. The hooks s already had (the proxy's, which route object
+// paths: ExpectHandler resolves the name to learn its holder's body limit)
+// see only the other requests, never a registry call.
 func refuseOversizeRegistryHeads(s *fasthttp.Server, reg *registry.Registry) {
 	prevHead, prevExpect := s.HeaderReceived, s.ExpectHandler
 	s.HeaderReceived = func(h *fasthttp.RequestHeader) fasthttp.RequestConfig {
-		var rc fasthttp.RequestConfig
+		if registryTarget(h.RequestURI()) {
+			if h.IsHTTP11() && registry.OversizeHead(h) {
+				h.Set(fasthttp.HeaderExpect, "100-continue")
+			}
+			return fasthttp.RequestConfig{}
+		}
 		if prevHead != nil {
-			rc = prevHead(h)
+			return prevHead(h)
 		}
-		if h.IsHTTP11() && registryTarget(h.RequestURI()) && registry.OversizeHead(h) {
-			h.Set(fasthttp.HeaderExpect, "100-continue")
-		}
-		return rc
+		return fasthttp.RequestConfig{}
 	}
 	s.ExpectHandler = func(ctx *fasthttp.RequestCtx) int {
-		if registryTarget(ctx.Request.Header.RequestURI()) && registry.OversizeHead(&ctx.Request.Header) {
-			return reg.RefuseOversize(ctx)
+		if registryTarget(ctx.Request.Header.RequestURI()) {
+			if registry.OversizeHead(&ctx.Request.Header) {
+				return reg.RefuseOversize(ctx)
+			}
+			return fasthttp.StatusContinue
 		}
 		if prevExpect != nil {
 			return prevExpect(ctx)

@@ -562,6 +562,9 @@ func (r *Resolver) sessionFor(s *store.Session) (*proxy.Session, error) {
 		return nil, fmt.Errorf("placement: %w", store.ErrClosed)
 	}
 	if e := r.sessions[s.ID]; e != nil {
+		if s.ExpiresAt > 0 {
+			e.s.SetLeaseEnd(time.UnixMilli(s.ExpiresAt))
+		}
 		return e.s, nil
 	}
 	if _, _, err := wire.ParseAdvertiseURL(s.AdvertiseURL); err != nil {
@@ -572,6 +575,9 @@ func (r *Resolver) sessionFor(s *store.Session) (*proxy.Session, error) {
 		return nil, fmt.Errorf("worker session %s: %w (%w)", s.ID, proxy.ErrNoWorker, err)
 	}
 	ps := &proxy.Session{ID: s.ID, Secret: s.Secret, AdvertiseURL: s.AdvertiseURL, MaxBodyBytes: s.MaxBodyBytes}
+	if s.ExpiresAt > 0 {
+		ps.SetLeaseEnd(time.UnixMilli(s.ExpiresAt))
+	}
 	r.sessions[s.ID] = &session{s: ps, hb: s.LastHeartbeat}
 	return ps, nil
 }

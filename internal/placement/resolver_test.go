@@ -60,17 +60,28 @@ func TestPlacementSticks(t *testing.T) {
 	})
 }
 
-// No live worker serves the namespace: 503 no_worker with Retry-After, and
-// the resolver's error wraps proxy.ErrNoWorker.
+// No live worker serves the namespace: 503 no_worker with Retry-After when
+// one served it recently (the resolver's error wraps proxy.ErrNoWorker),
+// 404 unknown_namespace without Retry-After when none ever did.
 func TestNoWorker(t *testing.T) {
 	forEachStore(t, func(t *testing.T, e *env) {
 		pb := e.pinboard(nil, nil)
 		a := pb.get(t, "x")
-		if a.status != 503 || a.reason != wire.ReasonNoWorker || a.retryAfter == "" {
-			t.Errorf("GET = %d reason %q Retry-After %q; want 503 no_worker with Retry-After", a.status, a.reason, a.retryAfter)
+		if a.status != 404 || a.reason != wire.ReasonUnknownNamespace || a.retryAfter != "" {
+			t.Errorf("GET of a namespace never served = %d reason %q Retry-After %q; want 404 unknown_namespace without Retry-After",
+				a.status, a.reason, a.retryAfter)
 		}
-		if _, err := pb.res.Resolve(context.Background(), []byte("/other/x")); !errors.Is(err, proxy.ErrNoWorker) {
-			t.Errorf("Resolve(/other/x) = %v; want ErrNoWorker", err)
+		if _, err := pb.res.Resolve(context.Background(), []byte("/other/x")); !errors.Is(err, proxy.ErrUnknownNamespace) {
+			t.Errorf("Resolve(/other/x) = %v; want ErrUnknownNamespace", err)
+		}
+		// A worker of the namespace came and went: 503 no_worker.
+		gone := e.register(startHost(t, "gone", e.fl), 10)
+		if _, err := e.st.Deregister(ctxT(t), gone); err != nil {
+			t.Fatal(err)
+		}
+		pb.res.OnInvalidate(store.Invalidation{All: true})
+		if a := pb.get(t, "x"); a.status != 503 || a.reason != wire.ReasonNoWorker || a.retryAfter == "" {
+			t.Errorf("GET after its worker left = %d reason %q Retry-After %q; want 503 no_worker with Retry-After", a.status, a.reason, a.retryAfter)
 		}
 		// Only draining (or unverified, or superseded) workers: still none.
 		h := startHost(t, "a", e.fl)
@@ -483,12 +494,18 @@ func TestBadName(t *testing.T) {
 func TestMetricsNames(t *testing.T) {
 	e := newEnv(t, "memory")
 	pb := e.pinboard(nil, nil)
-	pb.get(t, "x")
+	pb.get(t, "x") // a namespace never served
+	gone := e.register(startHost(t, "gone", e.fl), 1)
+	if _, err := e.st.Deregister(ctxT(t), gone); err != nil {
+		t.Fatal(err)
+	}
+	pb.get(t, "y") // its worker went away a moment ago
 	var b bytes.Buffer
 	pb.res.Metrics().WritePrometheus(&b)
 	lines := strings.Split(b.String(), "\n")
 	for _, want := range []string{
 		`pinned_placecache_misses_total{cache="placements"}`,
+		`pinned_placement_unknown_namespace_total 1`,
 		`pinned_placement_no_worker_total 1`,
 		`pinned_placement_miss_duration_seconds_bucket`,
 		`pinned_placement_sessions 0`,
