@@ -27,8 +27,8 @@
 //     persistence; kill -9 of a pinboard (restarted on the same port); a
 //     drain pushed through /registry/push followed by a graceful SIGTERM and
 //     a restart; latency (1.5 s round trip) then a 9 s cut of one worker's
-//     control path (worker → registry), through a small TCP proxy of the
-//     test's own (ctlProxy). On the store path (pinboard → redis-server,
+//     control path (worker → registry), through a TCP forwarder
+//     (internal/testkit/tcpfwd). On the store path (pinboard → redis-server,
 //     through the same kind of proxy): replies delayed by 50–500 ms for one
 //     pinboard or both for 8 s; one pinboard cut off from Redis for 8 s
 //     while the other keeps working; and the two store races, replies

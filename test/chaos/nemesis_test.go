@@ -104,9 +104,9 @@ func (c *cluster) nemesis(kind string, rng *rand.Rand, maxPause time.Duration) s
 	case nemRedisPartition:
 		n := 1 + rng.IntN(2)
 		e.Target = fmt.Sprintf("pb%d", n)
-		c.rproxys[n-1].setCut(true) // the other pinboard keeps its store
+		c.rproxys[n-1].SetCut(true) // the other pinboard keeps its store
 		time.Sleep(storeFault)
-		c.rproxys[n-1].setCut(false)
+		c.rproxys[n-1].SetCut(false)
 	case nemLatencyKill, nemLatencyDrain:
 		// Slow replies on both pinboards while workers' ids move, and
 		// bursts of requests for every id through both pinboards at once
@@ -148,12 +148,12 @@ func (c *cluster) nemesis(kind string, rng *rand.Rand, maxPause time.Duration) s
 		// 1.5 s round trip on the control path, long enough for two
 		// heartbeats (3 s apart) to be acked through it: the last ack
 		// before the cut arrives 1.5 s after its send.
-		px.setDelay(750 * time.Millisecond)
+		px.SetDelay(750 * time.Millisecond)
 		time.Sleep(8 * time.Second)
-		px.setCut(true) // the lease runs out 5 s after the last acked send
+		px.SetCut(true) // the lease runs out 5 s after the last acked send
 		time.Sleep(9 * time.Second)
-		px.setCut(false)
-		px.setDelay(0)
+		px.SetCut(false)
+		px.SetDelay(0)
 	default:
 		t.Fatalf("unknown nemesis %q", kind)
 	}
@@ -177,7 +177,7 @@ func pbNames(ns []int) string {
 // storeDelay sets the latency of Redis's replies to pinboards ns.
 func (c *cluster) storeDelay(ns []int, d time.Duration) {
 	for _, n := range ns {
-		c.rproxys[n-1].setDelays(0, d)
+		c.rproxys[n-1].SetDelays(0, d)
 	}
 }
 
