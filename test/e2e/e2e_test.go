@@ -44,8 +44,14 @@ type pinboard struct {
 
 func startPinboard(t *testing.T, redisURL string, env ...string) *pinboard {
 	t.Helper()
+	return startPinboardAs(t, "pinboard", redisURL, env...)
+}
+
+// startPinboardAs is startPinboard with the process named name (in logs).
+func startPinboardAs(t *testing.T, name, redisURL string, env ...string) *pinboard {
+	t.Helper()
 	p := proctest.Start(t, proctest.Spec{
-		Name: "pinboard",
+		Name: name,
 		Bin:  builder.Build(t, "github.com/pinned-go/pinned/cmd/pinboard"),
 		Env: append([]string{
 			"PINBOARD_LISTEN=127.0.0.1:0", "PINBOARD_ADMIN_LISTEN=127.0.0.1:0",

@@ -137,7 +137,9 @@ func TestPausedWorkerFencedWrite(t *testing.T) {
 	}
 }
 
+// counterState is the counter's JSON answer (GET /, POST /incr).
 type counterState struct {
-	Count int64
-	Epoch uint64
+	Count    int64
+	Instance string // random per activation
+	Epoch    uint64
 }
