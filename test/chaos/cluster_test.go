@@ -39,6 +39,10 @@ type clusterConfig struct {
 	lease string
 }
 
+// idleTimeout is the workers' PINNED_IDLE_TIMEOUT: short, so that ids the
+// client leaves alone go idle and move within a nemesis (redis-freeze+move).
+const idleTimeout = 3 * time.Second
+
 // cluster is the system under test plus the harness's own history.
 type cluster struct {
 	t    testing.TB
@@ -67,7 +71,10 @@ type cluster struct {
 	// storm, set by the client, sends bursts of requests for every id
 	// through both pinboards at once until the deadline.
 	storm func(until time.Time)
-	all   []*proctest.Proc // every process started, for keep
+	// client is the load client (set by startClient), which the stale-route
+	// nemeses hush and ask through.
+	client *loadClient
+	all    []*proctest.Proc // every process started, for keep
 }
 
 type pinboardProc struct {
@@ -168,6 +175,7 @@ func (c *cluster) startWorker(n, inc int, addr string) *workerProc {
 			"PINNED_TOKEN="+token, "PINNED_ADVERTISE_URL=http://"+addr,
 			"PINNED_HISTORY="+filepath.Join(c.dir, proc+".jsonl"),
 			"PINNED_PERSIST="+c.app.URL,
+			"PINNED_IDLE_TIMEOUT="+idleTimeout.String(),
 		),
 		Ready: counterReady,
 	})
