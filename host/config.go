@@ -35,6 +35,10 @@ const (
 	DefaultCloseWait = 5 * time.Second
 	// DefaultReleaseTimeout bounds one Worker.Release call (fleet mode).
 	DefaultReleaseTimeout = 10 * time.Second
+	// DefaultStaleRouteWindow is how long, at least, a host in fleet mode
+	// refuses routes naming the epoch of an instance that closed (see
+	// Config.StaleRouteWindow): six of the pinboard's default 10 s leases.
+	DefaultStaleRouteWindow = time.Minute
 	// DefaultWebSocketWriteTimeout bounds one WebSocket.WriteMessage.
 	DefaultWebSocketWriteTimeout = 10 * time.Second
 	// DefaultShards is the number of directory shards.
@@ -104,6 +108,22 @@ type Config struct {
 	// ReleaseTimeout bounds each Worker.Release call. Zero means
 	// DefaultReleaseTimeout.
 	ReleaseTimeout time.Duration
+
+	// StaleRouteWindow is how long, after an instance closed (fleet mode),
+	// the host refuses requests routed by its placement or an older one of
+	// its id (503 stale: the pinboard re-resolves) instead of activating a
+	// new instance for them. Such a request comes from a pinboard still
+	// routing from a cached placement that no longer exists (its Redis
+	// link is slow or silent, or its invalidation is on the way); activating
+	// it would run a second instance beside the one the current placement
+	// may have activated elsewhere. A pinboard routes from a cached placement
+	// for at most its lease after Redis last confirmed it, so the window
+	// must exceed the lease plus the longest a request may travel: the host
+	// uses the larger of this and three times the lease its worker was
+	// granted (Worker.LeaseLength). It costs about 100 bytes per id closed
+	// within the window. Zero means DefaultStaleRouteWindow; negative is
+	// refused.
+	StaleRouteWindow time.Duration
 
 	// WebSocketWriteTimeout bounds each WebSocket.WriteMessage. Zero means
 	// DefaultWebSocketWriteTimeout.
@@ -213,6 +233,12 @@ func (c Config) withDefaults() (Config, error) {
 		c.ReleaseTimeout = DefaultReleaseTimeout
 	case c.ReleaseTimeout < 0:
 		return c, fmt.Errorf("host: ReleaseTimeout is %v: want a positive duration, or 0 for %v", c.ReleaseTimeout, DefaultReleaseTimeout)
+	}
+	switch {
+	case c.StaleRouteWindow == 0:
+		c.StaleRouteWindow = DefaultStaleRouteWindow
+	case c.StaleRouteWindow < 0:
+		return c, fmt.Errorf("host: StaleRouteWindow is %v: want a positive duration, or 0 for %v", c.StaleRouteWindow, DefaultStaleRouteWindow)
 	}
 	switch {
 	case c.WebSocketWriteTimeout == 0:

@@ -5,6 +5,7 @@ import (
 	"sync"
 
 	"github.com/pinned-go/pinned/clock"
+	"github.com/pinned-go/pinned/internal/activation"
 )
 
 // shard is one part of the in-memory directory. Each id hashes to one
@@ -15,7 +16,11 @@ type shard struct {
 	// Idle list: exactly the active instances whose activity is 0, in the
 	// order they became idle (see releaseAt).
 	head, tail *Instance
-	_          [64]byte // keep neighbouring shards' mutexes off this cache line
+	// released remembers the epochs of the shard's ids whose instances
+	// closed within the stale-route window (fleet mode): a route at or below
+	// one of them is refused stale instead of activating (internal/activation).
+	released activation.Released
+	_        [64]byte // keep neighbouring shards' mutexes off this cache line
 }
 
 func (h *Host) shardIndex(id []byte) uint16 {

@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime/debug"
+	"time"
 
 	"github.com/fasthttp/websocket"
 	"github.com/valyala/fasthttp"
 
+	"github.com/pinned-go/pinned/internal/activation"
 	"github.com/pinned-go/pinned/internal/wire"
 )
 
@@ -224,12 +226,13 @@ func (h *Host) acquire(rc *fasthttp.RequestCtx, id []byte, lease context.Context
 				h.reject(rc, wire.ReasonClosing)
 				return nil
 			}
-			if epoch != 0 && epoch != inst.epoch {
+			switch activation.Decide(epoch, true, inst.epoch, 0, false) {
+			case activation.Stale:
 				sh.mu.Unlock()
-				if epoch < inst.epoch {
-					h.reject(rc, wire.ReasonStale)
-					return nil
-				}
+				h.reject(rc, wire.ReasonStale)
+				return nil
+			case activation.Supersede:
+				sh.mu.Unlock()
 				h.supersede(inst)
 				continue // waits for its close below, then activates
 			}
@@ -332,6 +335,15 @@ func (h *Host) supersede(inst *Instance) {
 	sh.mu.Unlock()
 }
 
+// staleRouteWindow is how long released epochs are remembered: the larger
+// of Config.StaleRouteWindow and three leases of the worker (fleet mode).
+func (h *Host) staleRouteWindow() time.Duration {
+	if h.w == nil {
+		return h.cfg.StaleRouteWindow
+	}
+	return max(h.cfg.StaleRouteWindow, 3*h.w.LeaseLength())
+}
+
 // nextEpoch allocates a local-mode activation epoch: wire.NextEpoch of the
 // host's last one and its clock, so epochs increase across the host's ids
 // (hence per id) and, through the clock floor, across process restarts.
@@ -382,6 +394,8 @@ func (h *Host) activate(rc *fasthttp.RequestCtx, sh *shard, si uint16, id []byte
 		ready:    make(chan struct{}),
 	}
 
+	window := h.staleRouteWindow()
+	now := h.clock.Now()
 	sh.mu.Lock()
 	if h.closing.Load() || sh.m[inst.id] != nil {
 		closing := h.closing.Load()
@@ -393,6 +407,20 @@ func (h *Host) activate(rc *fasthttp.RequestCtx, sh *shard, si uint16, id []byte
 			return nil, false
 		}
 		return nil, true
+	}
+	if h.w != nil {
+		// Checked under the lock that also inserts the instance, so that no
+		// close of the id can fall between the check and the activation.
+		floor, ok := sh.released.Floor(id, now, window)
+		if activation.Decide(epoch, false, 0, floor, ok) == activation.Stale {
+			sh.mu.Unlock()
+			h.live.Add(-1)
+			cancel()
+			h.met.staleRoutes.Inc()
+			h.logDebug("route refused: its placement closed here", "instance", inst.id, "epoch", epoch, "released", floor)
+			h.reject(rc, wire.ReasonStale)
+			return nil, false
+		}
 	}
 	sh.m[inst.id] = inst
 	h.wg.Add(1) // held by the instance until closeInstance (or a failed setup) ends
@@ -486,7 +514,7 @@ func (h *Host) reject(rc *fasthttp.RequestCtx, reason string) {
 	case wire.ReasonAborted:
 		msg = "instance was aborted"
 	case wire.ReasonStale:
-		msg = "stale epoch: the id has a newer activation"
+		msg = "stale route: the placement it names has been replaced or released"
 	}
 	h.writeError(rc, status, msg, "")
 	rc.Response.Header.Set(wire.HeaderReason, reason)

@@ -163,9 +163,10 @@
 //	503 closing         the instance or the host is closing, or the
 //	                    instance belongs to another lease; re-resolve
 //	503 lease           no valid lease, or a stale session header (fleet mode)
-//	503 stale           the request's epoch is older than the live instance's
-//	                    (fleet mode), or the application returned ErrStale;
-//	                    the request had no effect
+//	503 stale           the request's epoch is older than the live instance's,
+//	                    or no instance is live and one closed here under that
+//	                    epoch or a newer one (fleet mode), or the application
+//	                    returned ErrStale; the request had no effect
 //	503 aborted         the instance was aborted under the handler: the
 //	                    request may have had effects; not retried by the proxy
 //	503 lease, store    a handler returned ErrAlarmNotHolder (the directory no
@@ -204,7 +205,27 @@
 //     the request names, closes without Worker.Release (which would delete
 //     the new one); the request waits for it to close (bounded by
 //     Config.CloseWait) and activates a new instance under its epoch;
+//   - no live instance, and an instance of the id closed here under the
+//     request's epoch or a newer one within the stale-route window (the
+//     larger of Config.StaleRouteWindow and three of the worker's leases):
+//     503 stale, nothing activated. That instance released its placement
+//     (or was superseded), so the request comes from a pinboard still
+//     routing from a cached placement that no longer exists (its Redis
+//     link slow or silent, its invalidation on the way), and the id may
+//     live on another worker already; activating would run a second
+//     instance. A route above every closed epoch activates (the id was
+//     placed here again). The rule is internal/activation's; the window
+//     bounds its memory (about 100 bytes per id closed within it), and a
+//     pinboard routes from a cached placement for at most its lease after
+//     Redis last confirmed it, so the window outlasts every such route;
 //   - malformed: 400.
+//
+// The stale-route check and the insertion of a new instance happen under
+// one shard lock, and so do the removal of a closed instance and the record
+// of its epoch: no request sees neither. A request without an epoch is
+// unfenced (served, or activating, whatever closed before); the pinboard
+// always sends one. Worker.Release names the closed instance's epoch, so a
+// release arriving late never deletes a newer placement of the id.
 //
 // In local mode the header is ignored (no proxy vouches for it) and the
 // host allocates epochs itself: wire.NextEpoch of its last one and its

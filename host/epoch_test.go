@@ -222,3 +222,83 @@ func TestEpochApplicationStale(t *testing.T) {
 		t.Errorf("pinned_evictions_total{reason=stale} = %d; want 1", got)
 	}
 }
+
+// The stale-route fence: once the instance of epoch 5 has closed here (its
+// placement released), a request routed by epoch 5 or older (a pinboard
+// still routing from a cached placement, its invalidation late or its Redis
+// link silent) is refused 503 stale and activates nothing, for the whole
+// window: the larger of Config.StaleRouteWindow and three leases. A newer
+// epoch (the id placed again, here) activates; so does an unfenced request.
+// The release names the closed instance's epoch.
+func TestStaleRouteFenceAfterClose(t *testing.T) {
+	fc := fakeClock()
+	ts, w, e := newFleetHost(t, Config{Clock: fc, StaleRouteWindow: time.Second})
+	w.leaseLength.Store(int64(10 * time.Second)) // window: 3 leases, 30 s
+
+	_, n1 := epochOf(t, ts.expect(200, "GET", "/p/a/", withEpoch("5")...))
+	ts.expect(200, "GET", "/p/a/abort", withEpoch("5")...)
+	e.waitTorn(t, "a")
+	w.waitReleased(t, "/p/a")
+	waitFor(t, "a to leave", func() bool { return ts.h.instance("a") == nil })
+	w.releaseMu.Lock()
+	releasedAt := w.releasedAt["/p/a"]
+	w.releaseMu.Unlock()
+	if releasedAt != 5 {
+		t.Fatalf("Release named epoch %d; want 5, the closed instance's", releasedAt)
+	}
+
+	before := ts.h.met.staleRoutes.Get()
+	for _, epoch := range []string{"5", "4"} {
+		ts.expect503(wire.ReasonStale, "GET", "/p/a/", withEpoch(epoch)...)
+		ts.expect503(wire.ReasonStale, "POST", "/p/a/incr", withEpoch(epoch)...)
+	}
+	if ts.h.instance("a") != nil || e.setups.Load() != 1 {
+		t.Fatal("a route to the closed placement activated an instance")
+	}
+	if got := ts.h.met.staleRoutes.Get() - before; got != 4 {
+		t.Errorf("pinned_stale_routes_total rose by %d; want 4", got)
+	}
+	fc.Advance(29 * time.Second) // Config.StaleRouteWindow is 1 s, but three leases are 30 s
+	ts.expect503(wire.ReasonStale, "GET", "/p/a/", withEpoch("5")...)
+
+	// The id placed again on this worker: a newer epoch activates.
+	if got, n := epochOf(t, ts.expect(200, "GET", "/p/a/", withEpoch("8")...)); got != 8 || n == n1 {
+		t.Fatalf("epoch 8 after the close: served by epoch %d; want a new instance under 8", got)
+	}
+	ts.expect(200, "GET", "/p/a/abort", withEpoch("8")...)
+	waitFor(t, "a to leave again", func() bool { return ts.h.instance("a") == nil })
+	ts.expect503(wire.ReasonStale, "GET", "/p/a/", withEpoch("5")...) // below the new floor too
+
+	// Past the window the epoch is forgotten (memory is bounded).
+	fc.Advance(30 * time.Second)
+	if got, _ := epochOf(t, ts.expect(200, "GET", "/p/a/", withEpoch("8")...)); got != 8 {
+		t.Fatalf("after the window: epoch %d; want an instance under 8", got)
+	}
+
+	// A request without an epoch is unfenced: it activates.
+	ts.expect(200, "GET", "/p/b/", withEpoch("3")...)
+	ts.expect(200, "GET", "/p/b/abort", withEpoch("3")...)
+	waitFor(t, "b to leave", func() bool { return ts.h.instance("b") == nil })
+	ts.expect503(wire.ReasonStale, "GET", "/p/b/", withEpoch("3")...)
+	if got, _ := epochOf(t, ts.expect(200, "GET", "/p/b/", auth("")...)); got != 0 {
+		t.Fatalf("unfenced request: epoch %d; want 0", got)
+	}
+}
+
+// A superseded instance's epoch is fenced too: it closes without a
+// release (the newer placement is this worker's), and once the newer one
+// also closed, neither epoch activates.
+func TestStaleRouteFenceAfterSupersede(t *testing.T) {
+	ts, w, _ := newFleetHost(t, Config{})
+	ts.expect(200, "GET", "/p/a/", withEpoch("5")...)
+	ts.expect(200, "GET", "/p/a/", withEpoch("7")...) // supersedes 5
+	ts.expect(200, "GET", "/p/a/abort", withEpoch("7")...)
+	w.waitReleased(t, "/p/a")
+	waitFor(t, "a to leave", func() bool { return ts.h.instance("a") == nil })
+	for _, epoch := range []string{"5", "7"} {
+		ts.expect503(wire.ReasonStale, "GET", "/p/a/", withEpoch(epoch)...)
+	}
+	if got := w.releasedCount("/p/a"); got != 1 {
+		t.Fatalf("Release(/p/a) called %d times; want 1 (the superseded instance releases nothing)", got)
+	}
+}

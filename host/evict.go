@@ -142,9 +142,20 @@ func (h *Host) closeInstance(inst *Instance) {
 		}
 	}
 
+	window := h.staleRouteWindow()
+	now := h.clock.Now()
 	sh.mu.Lock()
 	if sh.m[inst.id] == inst {
 		delete(sh.m, inst.id)
+	}
+	if h.w != nil && inst.epoch != 0 {
+		// From now on a route naming this epoch (or an older one) finds no
+		// instance; it must not activate one: its placement was released
+		// (or superseded), and the id may live elsewhere already. Remembered
+		// in the same critical section that removes the instance, so no
+		// request sees neither.
+		sh.released.Add(inst.id, inst.epoch, now)
+		sh.released.Expire(now, window)
 	}
 	inst.state = stateClosed
 	reason := x.reason
@@ -187,5 +198,5 @@ func (h *Host) releasePlacement(inst *Instance) error {
 	defer cancel()
 	stop := context.AfterFunc(h.stopCtx, cancel)
 	defer stop()
-	return h.w.Release(ctx, h.ns, inst.id)
+	return h.w.Release(ctx, h.ns, inst.id, inst.epoch)
 }

@@ -29,6 +29,8 @@ type fakeWorker struct {
 	released    map[string]int
 	releasedIn  map[string]string // name → session value the Release ctx carried
 	releases    chan string
+	releasedAt  map[string]uint64 // name → epoch the last Release named
+	leaseLength atomic.Int64      // LeaseLength's answer (ns)
 }
 
 // leaseKey is the context key under which a fake lease carries its session
@@ -53,7 +55,8 @@ func (l *fakeLease) Err() error {
 }
 
 func newFakeWorker() *fakeWorker {
-	w := &fakeWorker{secret: "s3cret", detached: make(chan int, 1), released: map[string]int{}, releasedIn: map[string]string{}, releases: make(chan string, 1024)}
+	w := &fakeWorker{secret: "s3cret", detached: make(chan int, 1), released: map[string]int{}, releasedIn: map[string]string{},
+		releasedAt: map[string]uint64{}, releases: make(chan string, 1024)}
 	w.newLease("session-1")
 	return w
 }
@@ -101,7 +104,9 @@ func (w *fakeWorker) Admit(secret, session []byte) (context.Context, string) {
 
 func (w *fakeWorker) Draining() bool { return w.draining.Load() }
 
-func (w *fakeWorker) Release(ctx context.Context, ns, id string) error {
+func (w *fakeWorker) LeaseLength() time.Duration { return time.Duration(w.leaseLength.Load()) }
+
+func (w *fakeWorker) Release(ctx context.Context, ns, id string, epoch uint64) error {
 	if w.releaseGate != nil {
 		select {
 		case <-w.releaseGate:
@@ -112,6 +117,7 @@ func (w *fakeWorker) Release(ctx context.Context, ns, id string) error {
 	w.releaseMu.Lock()
 	w.released[ns+"/"+id]++
 	w.releasedIn[ns+"/"+id], _ = ctx.Value(leaseKey{}).(string)
+	w.releasedAt[ns+"/"+id] = epoch
 	w.releaseMu.Unlock()
 	w.releases <- ns + "/" + id
 	return nil

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/fasthttp/router"
 	"github.com/valyala/fasthttp"
@@ -97,8 +98,11 @@ func (w *allocWorker) Admit(secret, session []byte) (context.Context, string) {
 	}
 	return w.lease, ""
 }
-func (w *allocWorker) Draining() bool                                   { return false }
-func (w *allocWorker) Release(ctx context.Context, ns, id string) error { return nil }
+func (w *allocWorker) Draining() bool { return false }
+func (w *allocWorker) Release(ctx context.Context, ns, id string, epoch uint64) error {
+	return nil
+}
+func (w *allocWorker) LeaseLength() time.Duration { return 0 }
 
 func BenchmarkDispatchGET(b *testing.B) {
 	h := newBenchHost(b, Config{}, nil)

@@ -75,6 +75,9 @@ type hostMetrics struct {
 	streams     *metrics.Gauge
 	websockets  *metrics.Gauge
 	tasks       *metrics.Gauge
+	// staleRoutes counts the requests refused because the placement they
+	// were routed by closed here (the stale-route fence).
+	staleRoutes *metrics.Counter
 }
 
 // newHostMetrics registers the host's metrics on set. GetOrCreate is used
@@ -91,6 +94,7 @@ func newHostMetrics(set *metrics.Set, namespace string) *hostMetrics {
 		streams:     set.GetOrCreateGauge("pinned_open_streams{"+ns+"}", nil),
 		websockets:  set.GetOrCreateGauge("pinned_open_websockets{"+ns+"}", nil),
 		tasks:       set.GetOrCreateGauge("pinned_tasks{"+ns+"}", nil),
+		staleRoutes: set.GetOrCreateCounter("pinned_stale_routes_total{" + ns + "}"),
 	}
 	for i, r := range evictReasons {
 		m.evictions[i] = set.GetOrCreateCounter("pinned_evictions_total{" + ns + `,reason="` + r + `"}`)

@@ -1,6 +1,9 @@
 package host
 
-import "context"
+import (
+	"context"
+	"time"
+)
 
 // Worker is the fleet registration a host serves under; *worker.Worker
 // implements it. A host whose Config.Worker is nil runs in local mode.
@@ -40,8 +43,10 @@ type Worker interface {
 	// wind_down in progress). The host calls it, with no lock held, before
 	// each activation; it must be cheap.
 	Draining() bool
-	// Release tells the pinboard that the instance (namespace, id) has
-	// closed. It returns when the pinboard acknowledged it, when its bounded
+	// Release tells the pinboard that the instance (namespace, id),
+	// activated under epoch (0: its request carried none), has closed, so
+	// that the pinboard deletes the placement of that epoch (and no newer
+	// one). It returns when the pinboard acknowledged it, when its bounded
 	// retries are exhausted, or when ctx ends. ctx carries the values of the
 	// lease context the instance was activated under (not its cancellation),
 	// so the worker can name the session that held the placement.
@@ -52,7 +57,14 @@ type Worker interface {
 	// it returns, requests for the id answer 503 closing, so it should
 	// return promptly when there is nothing to release (for example after
 	// the session that held the placement is gone).
-	Release(ctx context.Context, namespace, id string) error
+	Release(ctx context.Context, namespace, id string, epoch uint64) error
+	// LeaseLength is the length of the lease the pinboard grants the
+	// worker's sessions (0 before the first registration). A pinboard routes
+	// from a cached placement for at most that long after Redis last
+	// confirmed it, so the host remembers released epochs for at least
+	// three times as long (Config.StaleRouteWindow is the floor). It must be
+	// cheap.
+	LeaseLength() time.Duration
 }
 
 // Attached is the view of a host that its Worker drives; *Host implements it.

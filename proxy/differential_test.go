@@ -85,7 +85,7 @@ func (o *oneSession) Lookup([]byte, time.Time) (proxy.Route, bool) {
 func (o *oneSession) Resolve(context.Context, []byte) (proxy.Route, error) {
 	return proxy.Route{Session: o.s.Load()}, nil
 }
-func (o *oneSession) Refused([]byte, proxy.Route) {}
+func (o *oneSession) Refused([]byte, proxy.Route, string) {}
 
 func startDifferential(tb testing.TB) *differential {
 	d := &differential{res: &oneSession{}, records: map[string][]backendRecord{}, inflight: map[string]int{}}

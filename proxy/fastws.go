@@ -7,6 +7,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/pinned-go/pinned/internal/netloop"
+	"github.com/pinned-go/pinned/internal/wire"
 )
 
 // A loop serves WebSocket handshakes itself, as the fasthttp path does
@@ -85,7 +86,7 @@ func (x *lx) dialedWS() {
 	}
 	if err != nil {
 		// The resolver re-checks the placement on the next request.
-		p.resolver.Refused(x.name, x.route)
+		p.resolver.Refused(x.name, x.route, wire.ReasonUnreachable)
 		p.m.unreachable.Inc()
 		if p.errLog.Allow() {
 			p.log.Warn("cannot reach worker", "session", ep.id, "addr", ep.addr, "err", err)

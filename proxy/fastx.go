@@ -358,7 +358,7 @@ func (x *lx) dispatch(r Route) {
 		// connection: it goes on one of its own.
 		ep, err := p.endpointOf(r.Session)
 		if err != nil {
-			p.resolver.Refused(x.name, r)
+			p.resolver.Refused(x.name, r, wire.ReasonUnreachable)
 			p.m.unreachable.Inc()
 			x.fail(&p.replies.unreachable)
 			return
@@ -373,7 +373,7 @@ func (x *lx) dispatch(r Route) {
 	ep, ok, err := p.admit(r.Session)
 	if err != nil {
 		// An advertise URL the proxy cannot use.
-		p.resolver.Refused(x.name, r)
+		p.resolver.Refused(x.name, r, wire.ReasonUnreachable)
 		p.m.unreachable.Inc()
 		x.fail(&p.replies.unreachable)
 		return
@@ -596,7 +596,7 @@ func (x *lx) retry() bool {
 // request goes to the new holder if it moved.
 func (x *lx) unreachable() {
 	p := x.lp.p
-	p.resolver.Refused(x.name, x.route)
+	p.resolver.Refused(x.name, x.route, wire.ReasonUnreachable)
 	if x.attempt >= p.cfg.MaxAttempts {
 		p.m.unreachable.Inc()
 		x.fail(&p.replies.unreachable)
@@ -755,11 +755,11 @@ func (x *lx) onFinalHead() bool {
 	}
 	switch rh.StatusCode() {
 	case fasthttp.StatusServiceUnavailable:
-		switch string(rh.Peek(wire.HeaderReason)) {
+		switch reason := knownReason(rh.Peek(wire.HeaderReason)); reason {
 		case wire.ReasonClosing, wire.ReasonDraining, wire.ReasonLease, wire.ReasonStale:
 			// The host refused the request before any application code
 			// ran: drop the placement and try the new holder.
-			p.resolver.Refused(x.name, x.route)
+			p.resolver.Refused(x.name, x.route, reason)
 			if x.retry() {
 				x.discardAndReresolve()
 				return false

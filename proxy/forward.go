@@ -229,7 +229,7 @@ func (p *Proxy) resolveFailed(ctx *fasthttp.RequestCtx, name []byte, err error) 
 // proxy cannot use (err): the resolver hears of it like of an unreachable
 // worker, and the client gets 503 unreachable.
 func (p *Proxy) unusable(x *exchange, err error) {
-	p.resolver.Refused(x.name, x.route)
+	p.resolver.Refused(x.name, x.route, wire.ReasonUnreachable)
 	p.m.unreachable.Inc()
 	if p.errLog.Allow() {
 		p.log.Warn("cannot reach worker", "session", x.route.Session.ID, "err", err)
@@ -245,7 +245,7 @@ func (p *Proxy) unusable(x *exchange, err error) {
 // client gets 503 unreachable.
 func (x *exchange) moved(attempt int) Route {
 	p := x.p
-	p.resolver.Refused(x.name, x.route)
+	p.resolver.Refused(x.name, x.route, wire.ReasonUnreachable)
 	if attempt >= p.cfg.MaxAttempts || !x.replayable() {
 		return Route{}
 	}
@@ -472,13 +472,13 @@ func (x *exchange) readHead(reused bool, attempt int) outcome {
 // budget allows. Otherwise the 503, with its Retry-After, is the answer.
 func (x *exchange) hostUnavailable(attempt int) outcome {
 	rh := &x.ctx.Response.Header
-	reason := rh.Peek(wire.HeaderReason)
-	switch string(reason) {
+	reason := knownReason(rh.Peek(wire.HeaderReason))
+	switch reason {
 	case wire.ReasonClosing, wire.ReasonDraining, wire.ReasonLease, wire.ReasonStale:
 	default:
 		return outOK
 	}
-	x.p.resolver.Refused(x.name, x.route)
+	x.p.resolver.Refused(x.name, x.route, reason)
 	if !x.replayable() || !x.retry(attempt) {
 		return outOK
 	}

@@ -45,11 +45,15 @@ type Resolver interface {
 	// call.
 	Resolve(ctx context.Context, name []byte) (Route, error)
 	// Refused tells the resolver that the session of r refused the request
-	// for name (503 closing/draining/lease), could not be reached, or
-	// answered 403 forbidden: drop the cached route of name if it is still r
-	// (compare Session pointers) and pass the session over for new
-	// placements for a while. No I/O.
-	Refused(name []byte, r Route)
+	// for name, or could not be reached: drop the cached route of name if it
+	// is still r (compare Session pointers) and pass the session over for
+	// new placements for a while. No I/O. reason says what happened: the
+	// host's wire.ReasonClosing, ReasonDraining, ReasonLease or ReasonStale
+	// (503; stale: the placement r names was replaced, or its instance
+	// closed there and the holder will not activate another under it), or
+	// wire.ReasonUnreachable (no connection, 403 forbidden from another
+	// process at the address, an advertise URL the proxy cannot use).
+	Refused(name []byte, r Route, reason string)
 }
 
 // TunnelWatcher may be implemented by a Resolver: the proxy calls Watch when

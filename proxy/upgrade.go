@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/valyala/fasthttp"
+
+	"github.com/pinned-go/pinned/internal/wire"
 )
 
 // serveUpgrade handles a request that asks for a protocol upgrade. Only
@@ -73,7 +75,7 @@ func (p *Proxy) serveUpgrade(x *exchange) {
 	conn, err := ep.dial(ep.addr, timeout)
 	if err != nil {
 		// The resolver re-checks the placement on the next request.
-		p.resolver.Refused(x.name, rt)
+		p.resolver.Refused(x.name, rt, wire.ReasonUnreachable)
 		p.m.unreachable.Inc()
 		if p.errLog.Allow() {
 			p.log.Warn("cannot reach worker", "session", ep.id, "addr", ep.addr, "err", err)

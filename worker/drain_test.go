@@ -199,7 +199,7 @@ func TestShutdownDeregisters(t *testing.T) {
 	h := newHarness(t)
 	sid := h.register()
 	h.host.set(0, 2)
-	if err := h.w.Release(context.Background(), "/counter", "abc"); err != nil {
+	if err := h.w.Release(context.Background(), "/counter", "abc", 0); err != nil {
 		t.Fatal(err)
 	}
 	if err := h.w.Shutdown(context.Background()); err != nil {

@@ -198,6 +198,11 @@ func (w *Worker) Ready() bool {
 	return w.leaseValid(w.current.Load(), w.clock.Now())
 }
 
+// LeaseLength implements host.Worker: the length of the lease the pinboard
+// granted in its last registration or heartbeat answer (expiresInMs), 0
+// before the first one.
+func (w *Worker) LeaseLength() time.Duration { return time.Duration(w.lastLease.Load()) }
+
 // Session returns the current session id, or "" while the worker holds no
 // lease. The id may be past its local deadline; Ready says whether it is usable.
 func (w *Worker) Session() string {

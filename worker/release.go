@@ -20,8 +20,11 @@ import (
 var ErrReleaseRefused = errors.New("the pinboard refused the release")
 
 // Release implements host.Worker: POST /registry/release {clientId,
-// namespace, id, sessionId}, telling the pinboard that the instance closed so
-// the id can be placed again. sessionId is the session ctx carries (the host
+// namespace, id, sessionId, epoch}, telling the pinboard that the instance
+// activated under epoch closed so the id can be placed again; the pinboard
+// deletes the placement only while it still has that epoch (0: any), so a
+// late release never deletes a newer placement of the id on the same
+// session. sessionId is the session ctx carries (the host
 // passes the values of the lease the instance was activated under; see
 // SessionOf), else the current session, else, while the worker holds none
 // (its lease was just lost), the last one it held: the
@@ -35,7 +38,7 @@ var ErrReleaseRefused = errors.New("the pinboard refused the release")
 // Transport errors, 5xx, 408 and 429 are retried; other answers are not.
 // A give-up is logged once for every release that overlapped it (giveUpLog).
 // Release is safe for concurrent use and works with or without Run.
-func (w *Worker) Release(ctx context.Context, namespace, id string) (err error) {
+func (w *Worker) Release(ctx context.Context, namespace, id string, epoch uint64) (err error) {
 	w.giveUps.begin()
 	var gaveUp string // the reason, when this call gives up
 	defer func() { w.giveUps.end(w.clock.Now(), namespace, id, gaveUp, w.log, w.cfg.ReleaseAttempts) }()
@@ -43,7 +46,7 @@ func (w *Worker) Release(ctx context.Context, namespace, id string) (err error) 
 	if !ok {
 		sid = w.releaseSession()
 	}
-	body := wire.ReleaseRequest{ClientID: w.clientID, Namespace: namespace, ID: id, SessionID: sid}
+	body := wire.ReleaseRequest{ClientID: w.clientID, Namespace: namespace, ID: id, SessionID: sid, Epoch: epoch}
 	wait := w.cfg.ReleaseBackoff
 	var last reply
 	for attempt := 1; ; attempt++ {

@@ -19,7 +19,7 @@ func release(t *testing.T, h *harness, ctx context.Context, waits ...time.Durati
 	t.Helper()
 	done := make(chan error, 1)
 	stop := make(chan struct{})
-	go func() { done <- h.w.Release(ctx, "/counter", "abc"); close(stop) }()
+	go func() { done <- h.w.Release(ctx, "/counter", "abc", 0); close(stop) }()
 	for _, d := range waits {
 		if !h.clk.BlockUntil(1, stop) {
 			t.Fatalf("Release returned before its wait of %v", d)
@@ -103,7 +103,7 @@ func TestReleaseStopsWhenCtxEnds(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	stop := make(chan struct{})
-	go func() { done <- h.w.Release(ctx, "/counter", "abc"); close(stop) }()
+	go func() { done <- h.w.Release(ctx, "/counter", "abc", 0); close(stop) }()
 	h.clk.BlockUntil(1, stop) // waiting after the first failure
 	cancel()
 	select {
@@ -205,7 +205,7 @@ func TestReleaseGiveUpsAggregated(t *testing.T) {
 	stop := make(chan struct{})
 	for i := range n {
 		wg.Go(func() {
-			if err := h.w.Release(context.Background(), "/counter", fmt.Sprintf("id%d", i)); err == nil {
+			if err := h.w.Release(context.Background(), "/counter", fmt.Sprintf("id%d", i), 0); err == nil {
 				t.Error("Release against a failing pinboard = nil")
 			}
 		})

@@ -35,7 +35,19 @@
 //     SET NX: two pinboards placing a new id at once both "win". (Its
 //     LookupOrClaim then reads and claims in two steps, as on a cluster,
 //     so that both can read "none" first.)
+//   - no_tombstone: a worker's host forgets the epochs it released
+//     (internal/activation): a route from a pinboard's stale cached
+//     placement activates a second instance beside the current one.
+//   - short_tombstone: the host remembers released epochs for
+//     ShortTombstoneWindow instead of its window, shorter than a pinboard
+//     may route from its cache.
+//   - release_any_epoch: the store's Release deletes the placement of the
+//     session whatever its epoch, instead of only the epoch the closed
+//     instance held: a release that arrives after the placement was renewed
+//     under a newer epoch deletes the renewed one while its instance lives.
 package faults
+
+import "time"
 
 // Fault names one planted bug.
 type Fault string
@@ -50,11 +62,20 @@ const (
 	// The store's placement writes without their check.
 	ReplaceNoCompare Fault = "replace_no_compare"
 	ClaimNoNX        Fault = "claim_no_nx"
+	// The stale-route fence.
+	NoTombstone     Fault = "no_tombstone"
+	ShortTombstone  Fault = "short_tombstone"
+	ReleaseAnyEpoch Fault = "release_any_epoch"
 )
+
+// ShortTombstoneWindow is how long released epochs are remembered under
+// ShortTombstone.
+const ShortTombstoneWindow = 50 * time.Millisecond
 
 // All lists every fault.
 func All() []Fault {
-	return []Fault{NoSelfAbort, ReceiveAnchor, BlindRenew, WatchdogOnly, LateWatchdog, ReplaceNoCompare, ClaimNoNX}
+	return []Fault{NoSelfAbort, ReceiveAnchor, BlindRenew, WatchdogOnly, LateWatchdog, ReplaceNoCompare, ClaimNoNX,
+		NoTombstone, ShortTombstone, ReleaseAnyEpoch}
 }
 
 // EnvVar is the environment variable a pinned_faults binary reads.

@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net"
 	"sync"
 	"testing"
@@ -103,15 +102,19 @@ func objType(worker string, act *activations) host.Type[*obj] {
 	}
 }
 
-// link is a TCP forwarder from a worker to its pinboard that the test can
-// cut: a worker behind a cut link is partitioned, like a crashed or frozen
-// process, and cannot even release its placements.
+// link is a TCP forwarder that the test can cut (a worker behind a cut
+// link to its pinboard is partitioned, like a crashed or frozen process,
+// and cannot even release its placements) or stall (connections stay
+// open, no RST or FIN, but no byte passes either way: a stalled middlebox
+// or a paused sidecar, which nothing on either side notices).
 type link struct {
-	ln    net.Listener
-	mu    sync.Mutex
-	conns []net.Conn
-	cut   bool
-	wg    sync.WaitGroup
+	ln      net.Listener
+	mu      sync.Mutex
+	conns   []net.Conn
+	cut     bool
+	stalled bool
+	resume  *sync.Cond // broadcast when stalled turns false or the link is cut
+	wg      sync.WaitGroup
 }
 
 func newLink(t *testing.T, to string) *link {
@@ -121,6 +124,7 @@ func newLink(t *testing.T, to string) *link {
 		t.Fatal(err)
 	}
 	l := &link{ln: ln}
+	l.resume = sync.NewCond(&l.mu)
 	l.wg.Go(func() {
 		for {
 			c, err := ln.Accept()
@@ -139,18 +143,52 @@ func newLink(t *testing.T, to string) *link {
 			}
 			l.conns = append(l.conns, c, up)
 			l.mu.Unlock()
-			l.wg.Go(func() { _, _ = io.Copy(up, c); up.Close() })
-			l.wg.Go(func() { _, _ = io.Copy(c, up); c.Close() })
+			l.wg.Go(func() { l.pump(up, c); up.Close() })
+			l.wg.Go(func() { l.pump(c, up); c.Close() })
 		}
 	})
 	t.Cleanup(func() { l.sever(); l.wg.Wait() })
 	return l
 }
 
+// pump copies src to dst, holding what it read while the link is stalled.
+func (l *link) pump(dst, src net.Conn) {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 {
+			l.mu.Lock()
+			for l.stalled && !l.cut {
+				l.resume.Wait()
+			}
+			l.mu.Unlock()
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// stall stops every byte on the link, both ways, keeping the connections
+// open; unstall lets them pass again.
+func (l *link) stall()   { l.setStalled(true) }
+func (l *link) unstall() { l.setStalled(false) }
+
+func (l *link) setStalled(v bool) {
+	l.mu.Lock()
+	l.stalled = v
+	l.resume.Broadcast()
+	l.mu.Unlock()
+}
+
 // sever cuts the link: every connection closes and new ones are refused.
 func (l *link) sever() {
 	l.mu.Lock()
 	l.cut = true
+	l.resume.Broadcast()
 	for _, c := range l.conns {
 		c.Close()
 	}
@@ -448,4 +486,99 @@ func TestFleetDrainMovesNewIDsAway(t *testing.T) {
 		}
 	}
 	act.check(t)
+}
+
+// One pinboard's Redis link goes silent (a stalled middlebox: connections
+// open, no byte passes, nothing to notice) while the placements it cached
+// move: the instances idle out and release, and the other pinboard places
+// the ids again, about half on the other worker. The silent pinboard still
+// routes from its cache, with the old epochs. No id may get a second live
+// instance: the old holder refuses those routes (503 stale, its instance
+// closed under that epoch), and the silent pinboard answers 503 +
+// Retry-After, or reaches the one current instance.
+func TestFleetSilentRedisLinkNeverActivatesTwice(t *testing.T) {
+	srv := redistest.Start(t)
+	toRedis := newLink(t, srv.Addr)
+	p1 := startFleetPinboard(t, "redis://"+toRedis.ln.Addr().String()+"/0")
+	p2 := startFleetPinboard(t, srv.URL)
+	act := newActivations()
+	startFleetWorker(t, "a", p2.public, act, 400*time.Millisecond)
+	startFleetWorker(t, "b", p2.public, act, 400*time.Millisecond)
+
+	const n = 20
+	ids := make([]string, n)
+	first := map[string]string{} // id -> worker of its first instance
+	for i := range ids {
+		ids[i] = fmt.Sprintf("silent%d", i)
+		for range 2 { // the second is served from p1's cache
+			a := p1.get(t, ids[i])
+			if a.code != 200 {
+				t.Fatalf("GET %s through p1 = %d %s", ids[i], a.code, a.body)
+			}
+			first[ids[i]] = a.state.Worker
+		}
+	}
+	toRedis.stall()
+	defer toRedis.unstall() // before the cleanups close p1's store
+
+	// Every instance idles out and releases its placement (through the
+	// workers' own pinboard, p2).
+	deadline := time.Now().Add(20 * time.Second)
+	for _, id := range ids {
+		for {
+			h, err := p2.p.Store().Placement(context.Background(), "/counter", id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if h == "" {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s was never released", id)
+			}
+			time.Sleep(20 * time.Millisecond) // the idle sweep, the release call and Redis
+		}
+	}
+	// p2 places them again; keep them busy so they do not idle out while
+	// p1 is asked.
+	current := map[string]string{} // id -> nonce of its current instance
+	moved := 0
+	for _, id := range ids {
+		a := p2.get(t, id)
+		if a.code != 200 {
+			t.Fatalf("GET %s through p2 = %d %s", id, a.code, a.body)
+		}
+		current[id] = a.state.Nonce
+		if a.state.Worker != first[id] {
+			moved++
+		}
+	}
+	t.Logf("%d of %d ids placed again on the other worker", moved, n)
+
+	var wg sync.WaitGroup
+	answers := make([]answer, n)
+	for i, id := range ids {
+		wg.Go(func() { answers[i] = p1.get(t, id) })
+	}
+	wg.Wait()
+	refused := 0
+	for i, a := range answers {
+		switch {
+		case a.code == 200 && a.state.Nonce == current[ids[i]]:
+		case a.code == 503 && a.retry != "":
+			refused++
+		default:
+			t.Errorf("GET %s through the silent pinboard = %d %s (Retry-After %q); want 503 + Retry-After or the current instance %s",
+				ids[i], a.code, a.body, a.retry, current[ids[i]])
+		}
+	}
+	t.Logf("the silent pinboard: %d of %d answered 503 + Retry-After, the rest reached the current instance", refused, n)
+	act.check(t)
+	act.mu.Lock()
+	defer act.mu.Unlock()
+	for _, id := range ids {
+		if act.total[id] != 2 {
+			t.Errorf("%s activated %d times; want 2 (once per placement)", id, act.total[id])
+		}
+	}
 }

@@ -492,7 +492,7 @@ func TestTunnelClosesWhenPlacementMoves(t *testing.T) {
 	if err := echo(); err != nil {
 		t.Fatalf("the check closed a tunnel whose placement did not move: %v", err)
 	}
-	if ok, err := st.Release(context.Background(), "/counter", "x", "s1"); !ok || err != nil {
+	if ok, err := st.Release(context.Background(), "/counter", "x", "s1", 0); !ok || err != nil {
 		t.Fatalf("Release = %v, %v", ok, err)
 	}
 	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))

@@ -73,7 +73,14 @@
 //     session), again taking the holder from the reply; a placement gone by
 //     then is claimed with LookupOrClaim. Lost races loop, at most four
 //     rounds.
-//  6. placecache.Put with the token of step 1: refused if any invalidation
+//  6. After a stale refusal (the holder answered 503 stale to a route of
+//     exactly the placement the store still names: its instance closed
+//     there and the release did not take effect, so it will not activate
+//     one under that epoch), RenewPlacement gives the placement a new
+//     epoch on the same session (compare-and-set on session and epoch; a
+//     lost race answers the placement that holds). The holder stays the
+//     same, so no other worker can come to hold the id meanwhile.
+//  7. placecache.Put with the token of step 1: refused if any invalidation
 //     touched the name's shard since (the second-level-cache race: a value
 //     read before an invalidation is never cached after it; Lettuce #3481).
 //     A refused Put only costs the next request another miss.
@@ -170,9 +177,11 @@
 //   - A value is cached only from a store read that began after the last
 //     invalidation of its cache shard; no entry is served past CacheTTL
 //     after Redis (or memstore) last answered for it.
-//   - A placement is written only by LookupOrClaim (SET NX) and Replace
-//     (compare-and-set from a session the store reported gone); the resolver
-//     never deletes or overwrites a live session's placement.
+//   - A placement is written only by LookupOrClaim (SET NX), Replace
+//     (compare-and-set from a session the store reported gone) and
+//     RenewPlacement (same session, new epoch, after that session refused
+//     exactly that placement as stale); the resolver never deletes a live
+//     session's placement or moves it to another session.
 //   - A session found gone is forgotten (its record, not the routes cached
 //     with it). Run and its refreshers (which Run waits for) are the only
 //     goroutines the package starts; they end when Run's ctx ends or Close
@@ -202,7 +211,8 @@
 // and pinned_placecache_entries with cache="placements";
 // pinned_placement_miss_duration_seconds (classic buckets),
 // pinned_placement_shared_misses_total, pinned_placement_claims_total{result},
-// pinned_placement_replaces_total{result}, pinned_placement_no_worker_total,
+// pinned_placement_replaces_total{result}, pinned_placement_renewals_total,
+// pinned_placement_no_worker_total,
 // pinned_placement_store_errors_total, pinned_placement_invalidates_total
 // (Refused calls), pinned_placement_sessions_dropped_total,
 // pinned_placement_tunnel_checks_total,

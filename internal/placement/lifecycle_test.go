@@ -165,7 +165,7 @@ func TestInvalidationDuringMissIsNotUndone(t *testing.T) {
 			// through another client, and the invalidation reaches the
 			// resolver before the read's result is used.
 			before := pb.res.CacheStats().Invalidations
-			if ok, err := e.st.Release(ctxT(t), ns, "x", sa); !ok || err != nil {
+			if ok, err := e.st.Release(ctxT(t), ns, "x", sa, 0); !ok || err != nil {
 				t.Errorf("Release = %v, %v", ok, err)
 			}
 			if h, err := e.st.Claim(ctxT(t), ns, "x", sb); h != sb || err != nil {
@@ -376,7 +376,7 @@ func TestTunnelsCloseWhenPlacementMoves(t *testing.T) {
 		pb.res.OnInvalidate(store.Invalidation{Placement: ns + "/y"})
 		waitFor(t, "the spurious check", func() bool { return checks.Get() >= 1 })
 		// The release of x: x's tunnel closes, y's stays.
-		if ok, err := e.st.Release(ctxT(t), ns, "x", sa); !ok || err != nil {
+		if ok, err := e.st.Release(ctxT(t), ns, "x", sa, 0); !ok || err != nil {
 			t.Fatalf("Release = %v, %v", ok, err)
 		}
 		_ = x.SetReadDeadline(time.Now().Add(5 * time.Second))
@@ -403,7 +403,7 @@ func TestTunnelsCloseWhenPlacementMoves(t *testing.T) {
 			t.Fatal(err)
 		}
 		waitFor(t, "the re-check after the connection loss", func() bool { return checks.Get() > before })
-		if ok, err := e.st.Release(ctxT(t), ns, "y", sa); !ok || err != nil {
+		if ok, err := e.st.Release(ctxT(t), ns, "y", sa, 0); !ok || err != nil {
 			t.Fatalf("Release y = %v, %v", ok, err)
 		}
 		_ = y.SetReadDeadline(time.Now().Add(5 * time.Second))

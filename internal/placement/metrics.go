@@ -18,6 +18,7 @@ type resolverMetrics struct {
 	claimsLost          *metrics.Counter
 	replacesWon         *metrics.Counter
 	replacesLost        *metrics.Counter
+	renewals            *metrics.Counter // RenewPlacement calls after a stale refusal
 	noWorker            *metrics.Counter
 	storeErrors         *metrics.Counter
 	invalidates         *metrics.Counter // Refused calls from the proxy
@@ -38,6 +39,7 @@ func (m *resolverMetrics) register(s *metrics.Set, r *Resolver) {
 	m.claimsLost = s.GetOrCreateCounter(`pinned_placement_claims_total{result="lost"}`)
 	m.replacesWon = s.GetOrCreateCounter(`pinned_placement_replaces_total{result="won"}`)
 	m.replacesLost = s.GetOrCreateCounter(`pinned_placement_replaces_total{result="lost"}`)
+	m.renewals = s.GetOrCreateCounter("pinned_placement_renewals_total")
 	m.noWorker = s.GetOrCreateCounter("pinned_placement_no_worker_total")
 	m.storeErrors = s.GetOrCreateCounter("pinned_placement_store_errors_total")
 	m.invalidates = s.GetOrCreateCounter("pinned_placement_invalidates_total")

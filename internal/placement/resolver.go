@@ -47,8 +47,9 @@ type Resolver struct {
 	sessions map[string]*session // worker sessions handed to the proxy, by id
 	unusable map[string]struct{} // sessions whose advertise URL the proxy cannot use
 	// refused holds the placement names whose route the proxy refused
-	// (Refused), with when, until their next miss takes them (recheck).
-	refused map[string]clock.Instant
+	// (Refused), with when and how, until their next miss takes them
+	// (recheck).
+	refused map[string]refusal
 
 	checksMu sync.Mutex
 	checks   map[string]struct{} // placement names whose tunnels Run must check
@@ -69,6 +70,19 @@ type session struct {
 	// refused is when a request to the session was last refused or failed
 	// (Refused); zero for never.
 	refused clock.Instant
+}
+
+// refusal is a refused route of a name, kept for its next miss.
+type refusal struct {
+	at clock.Instant
+	// stale: the holder answered 503 stale to a route of this session and
+	// epoch. When the store still names exactly that placement, the holder
+	// has no instance under it and will not activate one (its instance
+	// closed and the release did not take effect): the miss renews the
+	// placement's epoch on the same session (store.RenewPlacement).
+	stale   bool
+	session string
+	epoch   uint64
 }
 
 // flight is one miss in progress; concurrent misses of a name share it.
@@ -112,7 +126,7 @@ func New(cfg Config) (*Resolver, error) {
 		flights:  make(map[string]*flight),
 		sessions: make(map[string]*session),
 		unusable: make(map[string]struct{}),
-		refused:  make(map[string]clock.Instant),
+		refused:  make(map[string]refusal),
 		checks:   make(map[string]struct{}),
 		watched:  make(map[string]int),
 		wake:     make(chan struct{}, 1),
@@ -170,14 +184,16 @@ func (r *Resolver) Resolve(ctx context.Context, name []byte) (proxy.Route, error
 }
 
 // Refused implements proxy.Resolver: the session of rt refused the request
-// for name (503 closing, draining or lease, 403 forbidden) or could not be
-// reached. The cached route is dropped if it still names rt's session, so
-// the next Resolve consults the store, which either confirms the holder (the
-// 503 reaches the client) or finds its session gone and places the instance
-// elsewhere. That next miss reads the placement through the store's
-// client-side cache (see recheck). The session is also passed over for new
-// placements for AvoidFor. Refused does no I/O.
-func (r *Resolver) Refused(name []byte, rt proxy.Route) {
+// for name (503 closing, draining, lease or stale, 403 forbidden) or could
+// not be reached. The cached route is dropped if it still names rt's
+// session, so the next Resolve consults the store, which either confirms the
+// holder (the 503 reaches the client) or finds its session gone and places
+// the instance elsewhere. That next miss reads the placement through the
+// store's client-side cache (see recheck); after a stale refusal it renews
+// the placement's epoch when the store still names the refused one (see
+// refusal). The session is also passed over for new placements for
+// AvoidFor. Refused does no I/O.
+func (r *Resolver) Refused(name []byte, rt proxy.Route, reason string) {
 	r.m.invalidates.Inc()
 	r.cache.InvalidateIf(name, func(v proxy.Route) bool { return v.Session == rt.Session })
 	if rt.Session == nil {
@@ -188,7 +204,7 @@ func (r *Resolver) Refused(name []byte, rt proxy.Route) {
 	if s := r.sessions[rt.Session.ID]; s != nil && s.s == rt.Session {
 		s.refused = now
 	}
-	r.noteRefusedLocked(string(name), now)
+	r.noteRefusedLocked(string(name), refusal{at: now, stale: reason == wire.ReasonStale, session: rt.Session.ID, epoch: rt.Epoch})
 	r.mu.Unlock()
 }
 
@@ -197,12 +213,13 @@ func (r *Resolver) Refused(name []byte, rt proxy.Route) {
 // remembered already, a few of them are probed and one older than CacheTTL
 // (refused, then never asked for again) makes room; else name is not
 // remembered and its next miss is an ordinary one.
-func (r *Resolver) noteRefusedLocked(name string, now clock.Instant) {
+func (r *Resolver) noteRefusedLocked(name string, rf refusal) {
+	now := rf.at
 	if _, ok := r.refused[name]; !ok && len(r.refused) >= r.cfg.MaxRefusedNames {
 		const probes = 8
 		n := 0
-		for k, at := range r.refused {
-			if now.Sub(at) >= r.cfg.CacheTTL {
+		for k, old := range r.refused {
+			if now.Sub(old.at) >= r.cfg.CacheTTL {
 				delete(r.refused, k)
 				break
 			}
@@ -214,26 +231,26 @@ func (r *Resolver) noteRefusedLocked(name string, now clock.Instant) {
 			return
 		}
 	}
-	r.refused[name] = now
+	r.refused[name] = rf
 }
 
 // recheck reports whether the proxy refused key's route within CacheTTL
-// and forgets it: that miss reads the placement through the store's
+// (and how) and forgets it: that miss reads the placement through the store's
 // client-side cache rather than LookupOrClaim. The requests for a dead or
 // fenced worker's ids are refused again and again until its session
 // expires in the store; each such re-read then costs no Redis round trip
 // (the first fills the client-side cache, which Redis keeps current), and
 // the claim that LookupOrClaim saves a round trip for is not expected: the
 // name was placed a moment ago.
-func (r *Resolver) recheck(key string) bool {
+func (r *Resolver) recheck(key string) (refusal, bool) {
 	now := r.clock.Now()
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	at, ok := r.refused[key]
+	rf, ok := r.refused[key]
 	if ok {
 		delete(r.refused, key)
 	}
-	return ok && now.Sub(at) < r.cfg.CacheTTL
+	return rf, ok && now.Sub(rf.at) < r.cfg.CacheTTL
 }
 
 // OnInvalidate receives the store's invalidations (store.Options.OnInvalidate,
@@ -363,7 +380,8 @@ func (r *Resolver) load(key string, name []byte) (proxy.Route, error) {
 		sess  *proxy.Session
 		claim bool // c may take the id: read or claim in one step
 	)
-	if !r.recheck(key) {
+	rf, rechecking := r.recheck(key)
+	if !rechecking {
 		c, sess, claim = r.candidate(live)
 	}
 	if claim {
@@ -410,6 +428,23 @@ func (r *Resolver) load(key string, name []byte) (proxy.Route, error) {
 		sess, gone, err := r.holderSession(ctx, key, holder, live)
 		if err != nil {
 			return proxy.Route{}, err
+		}
+		if !gone && rf.stale && rf.session == holder && rf.epoch == pl.Epoch {
+			// The holder refused this very placement as stale: it has no
+			// instance under the epoch and will not activate one. A new
+			// epoch on the same session lets it (the compare-and-set
+			// fails, answering the placement that holds, when the read
+			// above was stale itself).
+			rf.stale = false
+			got, err := r.st.RenewPlacement(ctx, ns, id, holder, pl.Epoch)
+			if err != nil {
+				return proxy.Route{}, r.storeErr(key, "cannot renew the placement", err)
+			}
+			r.m.renewals.Inc()
+			r.log.Debug("placement renewed: its holder refused the epoch as stale", "namespace", ns, "instance", id,
+				"session", holder, "epoch", pl.Epoch, "now", got.Epoch)
+			pl, until = got, r.freshUntil()
+			continue
 		}
 		if !gone {
 			rt := proxy.Route{Session: sess, Epoch: pl.Epoch}

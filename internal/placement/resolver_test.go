@@ -268,7 +268,7 @@ func TestReleaseInvalidatesEveryPinboard(t *testing.T) {
 		a.mu.Unlock()
 		e.fl.deactivate("x", "a")
 		before1, before2 := pb1.res.CacheStats().Invalidations, pb2.res.CacheStats().Invalidations
-		if ok, err := e.st.Release(ctxT(t), ns, "x", sa); err != nil || !ok {
+		if ok, err := e.st.Release(ctxT(t), ns, "x", sa, 0); err != nil || !ok {
 			t.Fatalf("Release = %v, %v", ok, err)
 		}
 		waitFor(t, "both caches invalidated", func() bool {
@@ -600,12 +600,57 @@ func TestRefusedNameIsRereadNotClaimed(t *testing.T) {
 		}
 	}
 	x, y := resolve("x"), resolve("y")
-	pb.res.Refused([]byte(ns+"/x"), x)
+	pb.res.Refused([]byte(ns+"/x"), x, wire.ReasonUnreachable)
 	step("the miss after a refusal", "x", 1)
 	pb.res.OnInvalidate(store.Invalidation{Placement: ns + "/x"})
 	step("the next miss", "x", 0)
-	pb.res.Refused([]byte(ns+"/x"), x)
-	pb.res.Refused([]byte(ns+"/y"), y) // beyond MaxRefusedNames: not remembered
+	pb.res.Refused([]byte(ns+"/x"), x, wire.ReasonUnreachable)
+	pb.res.Refused([]byte(ns+"/y"), y, wire.ReasonUnreachable) // beyond MaxRefusedNames: not remembered
 	step("a refused name beyond the bound", "y", 0)
 	step("the remembered one", "x", 1)
+}
+
+// After the holder refused a route as stale, the miss renews the
+// placement's epoch on the same session when the store still names exactly
+// the refused placement (its instance closed there and its release did not
+// take effect: without a new epoch the holder would refuse it for its whole
+// window). Any other refusal, or a placement that moved meanwhile, renews
+// nothing.
+func TestStaleRefusalRenewsTheSamePlacement(t *testing.T) {
+	forEachStore(t, func(t *testing.T, e *env) {
+		sa := e.register(startHost(t, "a", e.fl), 100)
+		pb := e.pinboard(nil, nil)
+		ctx := context.Background()
+		name := []byte(ns + "/x")
+		resolve := func() proxy.Route {
+			t.Helper()
+			rt, err := pb.res.Resolve(ctx, name)
+			if err != nil || rt.Session == nil {
+				t.Fatalf("Resolve = %v, %v", rt, err)
+			}
+			return rt
+		}
+		renewals := func() uint64 { return pb.counter("pinned_placement_renewals_total") }
+
+		r1 := resolve()
+		pb.res.Refused(name, r1, wire.ReasonClosing) // not stale: nothing to renew
+		if r := resolve(); r.Session.ID != sa || r.Epoch != r1.Epoch || renewals() != 0 {
+			t.Fatalf("after a closing refusal: %s@%d, %d renewals; want %s@%d, none", r.Session.ID, r.Epoch, renewals(), sa, r1.Epoch)
+		}
+		pb.res.Refused(name, r1, wire.ReasonStale)
+		r2 := resolve()
+		if r2.Session.ID != sa || r2.Epoch <= r1.Epoch || renewals() != 1 {
+			t.Fatalf("after a stale refusal of the placement the store holds: %s@%d, %d renewals; want %s above %d, 1",
+				r2.Session.ID, r2.Epoch, renewals(), sa, r1.Epoch)
+		}
+		if p, err := e.st.Lookup(ctxT(t), ns, "x"); err != nil || p.Session != sa || p.Epoch != r2.Epoch {
+			t.Fatalf("store holds %+v, %v; want %s@%d", p, err, sa, r2.Epoch)
+		}
+		// A stale refusal of the old route again: the store names a newer
+		// epoch now, so the miss routes to it and renews nothing.
+		pb.res.Refused(name, r1, wire.ReasonStale)
+		if r := resolve(); r.Epoch != r2.Epoch || renewals() != 1 {
+			t.Fatalf("stale refusal of an older epoch: routed to @%d, %d renewals; want @%d, 1", r.Epoch, renewals(), r2.Epoch)
+		}
+	})
 }

@@ -113,7 +113,7 @@ func (r *Registry) evict(ctx *fasthttp.RequestCtx, _ string) int {
 	ns, id := info.Namespace, info.ID
 	out := wire.EvictResponse{Namespace: ns, ID: id, SessionID: info.SessionID, ClientID: info.ClientID}
 	if !info.Live {
-		released, err := r.st.Release(sctx, ns, id, info.SessionID)
+		released, err := r.st.Release(sctx, ns, id, info.SessionID, info.Epoch)
 		if err != nil {
 			return r.storeFailed(ctx, "release", err)
 		}

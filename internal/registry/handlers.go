@@ -369,7 +369,7 @@ func (r *Registry) release(ctx *fasthttp.RequestCtx, _ string) int {
 	released := false
 	if target != "" {
 		var err error
-		if released, err = r.st.Release(sctx, req.Namespace, req.ID, target); err != nil {
+		if released, err = r.st.Release(sctx, req.Namespace, req.ID, target, req.Epoch); err != nil {
 			return r.storeFailed(ctx, "release", err)
 		}
 	}
@@ -378,7 +378,7 @@ func (r *Registry) release(ctx *fasthttp.RequestCtx, _ string) int {
 	} else {
 		r.m.releaseNoop.Inc()
 	}
-	r.log.Debug("release", "namespace", req.Namespace, "instance", req.ID, "session", target, "client", req.ClientID, "released", released)
+	r.log.Debug("release", "namespace", req.Namespace, "instance", req.ID, "session", target, "epoch", req.Epoch, "client", req.ClientID, "released", released)
 	return writeJSON(ctx, fasthttp.StatusOK, wire.ReleaseResponse{Released: released})
 }
 

@@ -270,15 +270,28 @@ type Store interface {
 	// if it is currently held by old, and returns the placement afterwards
 	// (the zero Placement when there is none).
 	ReplacePlacement(ctx context.Context, ns, id, old, sessionID string) (Placement, error)
+	// RenewPlacement gives the placement of (ns, id) a new epoch, on the same
+	// session, only if it is currently held by sessionID under epoch, and
+	// returns the placement afterwards (the zero Placement when there is
+	// none). The placement resolver calls it when the holder refused a
+	// route of that very placement as stale: the holder no longer has an
+	// instance under epoch and will not bring one up (its instance closed
+	// but the release did not take effect), so only a new epoch lets it
+	// activate one. The session stays the same, so no other worker can come
+	// to hold the id meanwhile.
+	RenewPlacement(ctx context.Context, ns, id, sessionID string, epoch uint64) (Placement, error)
 	// Placement is Lookup's session: the holder of (ns, id), or "".
 	Placement(ctx context.Context, ns, id string) (string, error)
 	// Claim is ClaimPlacement's session: the holder afterwards.
 	Claim(ctx context.Context, ns, id, sessionID string) (string, error)
 	// Replace is ReplacePlacement's session: the holder afterwards.
 	Replace(ctx context.Context, ns, id, old, sessionID string) (string, error)
-	// Release deletes (ns, id) only if it is held by sessionID, and reports
-	// whether it did.
-	Release(ctx context.Context, ns, id, sessionID string) (bool, error)
+	// Release deletes (ns, id) only if it is held by sessionID and, when
+	// epoch is not 0, under that epoch; it reports whether it did. A worker
+	// releases with the epoch of the instance that closed, so that a release
+	// arriving late never deletes a newer placement of the id on the same
+	// session (RenewPlacement).
+	Release(ctx context.Context, ns, id, sessionID string, epoch uint64) (bool, error)
 	// PlacementCounts returns the number of placements per namespace that a
 	// session has claimed and not released (an approximation maintained by
 	// Claim/Replace/Release; it never drives placement decisions).

@@ -64,11 +64,15 @@ type Nack struct {
 // optional: when set, the compare-and-delete is against that session (which
 // must belong to ClientID), not the client's current one, so a release that
 // arrives after a re-registration can only free the old session's placement.
+// Epoch is optional too: when set (the epoch of the instance that closed),
+// only a placement of that epoch is deleted, so that a release arriving
+// late never deletes a newer placement of the id on the same session.
 type ReleaseRequest struct {
 	ClientID  string `json:"clientId"`
 	Namespace string `json:"namespace"`
 	ID        string `json:"id"`
 	SessionID string `json:"sessionId,omitempty"`
+	Epoch     uint64 `json:"epoch,omitempty"`
 }
 
 // ReleaseResponse is the 200 answer to a release. Released is false when the

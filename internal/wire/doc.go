@@ -73,6 +73,14 @@
 //     worker), kept in the session hash field "mb" ([FieldMaxBodyBytes])
 //     and shown as maxBodyBytes in [WorkerInfo], so the proxy answers 413
 //     before forwarding a body the worker's server would refuse.
+//   - 6 (2026-12-05): the stale-route fence. A host answers 503
+//     [ReasonStale] to a route at or below the epoch of an instance of the
+//     id that closed there within its stale-route window, instead of
+//     activating; [ReleaseRequest] carries the closed instance's Epoch and
+//     deletes only that placement; a pinboard renews the epoch of a
+//     placement its holder refused as stale (compare-and-set on session
+//     and epoch, same session). A version-5 worker activates such routes,
+//     so the guarantee under stale routes needs version 6 on every worker.
 //
 // # Alarms
 //

@@ -1,7 +1,7 @@
 package wire
 
 // Version is the registry protocol version (see the package doc for its history).
-const Version = 5
+const Version = 6
 
 // Registry endpoints served by the pinboard.
 const (
@@ -74,9 +74,11 @@ const (
 	// it to the client and never retries it.
 	ReasonAborted = "aborted"
 	// ReasonStale: the request's HeaderEpoch is older than the epoch of the
-	// instance live for its id (it was routed by a placement that has since
-	// moved), or the application found its own activation stale; the request
-	// had no effect. The proxy re-resolves the placement and may send it again.
+	// instance live for its id, or no instance is live and one of the id
+	// closed on this worker under that epoch or a newer one (either way it
+	// was routed by a placement that has since moved or been released), or
+	// the application found its own activation stale; the request had no
+	// effect. The proxy re-resolves the placement and may send it again.
 	ReasonStale = "stale"
 
 	ReasonNoWorker    = "no_worker"   // proxy: no live, undrained worker serves the namespace

@@ -103,7 +103,7 @@ func (st *Static) Resolve(_ context.Context, name []byte) (proxy.Route, error) {
 
 // Refused implements proxy.Resolver: it drops the exact placement of name if
 // it is still on r's session (a namespace route stays).
-func (st *Static) Refused(name []byte, r proxy.Route) {
+func (st *Static) Refused(name []byte, r proxy.Route, reason string) {
 	st.refusals.Add(1)
 	st.mu.Lock()
 	if cur, ok := st.names[string(name)]; ok && cur.Session == r.Session {

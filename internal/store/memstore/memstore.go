@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/pinned-go/pinned/clock"
+	"github.com/pinned-go/pinned/internal/faults"
 	"github.com/pinned-go/pinned/internal/store"
 	"github.com/pinned-go/pinned/internal/wire"
 )
@@ -708,13 +709,36 @@ func (s *Store) ReplacePlacement(ctx context.Context, ns, id, old, sessionID str
 	return p, nil
 }
 
+// RenewPlacement implements store.Store.
+func (s *Store) RenewPlacement(ctx context.Context, ns, id, sessionID string, epoch uint64) (store.Placement, error) {
+	if sessionID == "" {
+		return store.Placement{}, errors.New("cannot renew: empty session id")
+	}
+	if err := s.begin(ctx); err != nil {
+		return store.Placement{}, err
+	}
+	name := wire.PlacementName(ns, id)
+	if p := s.placements[name]; p.Session != sessionID || p.Epoch != epoch {
+		s.mu.Unlock()
+		return p, nil
+	}
+	p := s.place(name, sessionID)
+	s.mu.Unlock()
+	s.invalidate(store.Invalidation{Placement: name})
+	return p, nil
+}
+
 // Release implements store.Store.
-func (s *Store) Release(ctx context.Context, ns, id, sessionID string) (bool, error) {
+func (s *Store) Release(ctx context.Context, ns, id, sessionID string, epoch uint64) (bool, error) {
 	if err := s.begin(ctx); err != nil {
 		return false, err
 	}
 	name := wire.PlacementName(ns, id)
-	if sessionID == "" || s.placements[name].Session != sessionID {
+	if faults.Has(faults.ReleaseAnyEpoch) {
+		epoch = 0 // planted bug (pinned_faults builds only)
+	}
+	p := s.placements[name]
+	if sessionID == "" || p.Session != sessionID || (epoch != 0 && p.Epoch != epoch) {
 		s.mu.Unlock()
 		return false, nil
 	}

@@ -31,7 +31,7 @@ func TestEpochsIncreaseAcrossRedisRestart(t *testing.T) {
 			t.Fatalf("claim #%d = %+v, %v; want s1 above epoch %d", i+1, p, err, last.Epoch)
 		}
 		last = p
-		if ok, err := s.Release(ctx, "/n", "x", "s1"); !ok || err != nil {
+		if ok, err := s.Release(ctx, "/n", "x", "s1", p.Epoch); !ok || err != nil {
 			t.Fatalf("release = %v, %v", ok, err)
 		}
 	}
@@ -124,7 +124,7 @@ func TestEpochCounterAndTTL(t *testing.T) {
 	}
 	// Release keeps the released epoch for another TTL, even without a counter.
 	do("DEL", wire.KeyEpoch("/n", "x"))
-	if ok, err := s.Release(ctx, "/n", "x", "s2"); !ok || err != nil {
+	if ok, err := s.Release(ctx, "/n", "x", "s2", 0); !ok || err != nil {
 		t.Fatalf("release = %v, %v", ok, err)
 	}
 	if v := get(wire.KeyEpoch("/n", "x")); v != strconv.FormatUint(future+2, 10) {

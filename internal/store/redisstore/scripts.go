@@ -284,12 +284,27 @@ v = nextEpoch(KEYS[2], e, ARGV[5]) .. ' ' .. ARGV[4] .. ' ' .. ARGV[2]
 redis.call('SET', KEYS[1], v)
 return v`)
 
+	// KEYS[1] placement, KEYS[2] its epoch counter; ARGV[1] old session,
+	// ARGV[2] old epoch (decimal, as stored), ARGV[3] now (unix ms), ARGV[4]
+	// epoch TTL ms. Compare-and-set from (session, epoch) to the same
+	// session under a new epoch; returns the placement afterwards ("" for
+	// none). Not fenced by the restart fence: the holder stays the same.
+	scriptRenew = lua(placementFns + `
+local v = redis.call('GET', KEYS[1])
+if not v then return '' end
+if holder(v) ~= ARGV[1] or string.match(v, '^(%d+) ') ~= ARGV[2] then return v end
+v = nextEpoch(KEYS[2], epochOf(v), ARGV[4]) .. ' ' .. ARGV[3] .. ' ' .. ARGV[1]
+redis.call('SET', KEYS[1], v)
+return v`)
+
 	// KEYS[1] placement, KEYS[2] its epoch counter; ARGV[1] session id,
-	// ARGV[2] epoch TTL ms. Compare-and-delete; the counter keeps (at
-	// least) the released epoch for another TTL.
+	// ARGV[2] epoch TTL ms, ARGV[3] epoch (decimal; "0": any).
+	// Compare-and-delete; the counter keeps (at least) the released epoch
+	// for another TTL.
 	scriptRelease = lua(placementFns + `
 local v = redis.call('GET', KEYS[1])
 if not v or holder(v) ~= ARGV[1] then return 0 end
+if ARGV[3] ~= '0' and string.match(v, '^(%d+) ') ~= ARGV[3] then return 0 end
 redis.call('DEL', KEYS[1])
 local c = tonumber(redis.call('GET', KEYS[2]) or '0')
 redis.call('SET', KEYS[2], string.format('%.0f', math.max(c, epochOf(v))), 'PX', ARGV[2])

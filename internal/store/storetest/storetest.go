@@ -149,6 +149,8 @@ func Run(t *testing.T, newHarness NewHarness) {
 		{"LookupOrClaimConcurrentOneClaims", testLookupOrClaimConcurrent},
 		{"ReplaceComparesAndSets", testReplace},
 		{"ReleaseComparesAndDeletes", testRelease},
+		{"ReleaseComparesTheEpoch", testReleaseEpoch},
+		{"RenewComparesSessionAndEpoch", testRenew},
 		{"EpochsStrictlyIncrease", testEpochs},
 		{"EpochsConcurrentClaimsAgree", testEpochsConcurrent},
 		{"EpochsIncreaseAcrossReap", testEpochsReap},
@@ -578,7 +580,7 @@ func testLookupOrClaim(t *testing.T, h Harness, inv *Invalidations) {
 	if c, _ := h.Store.PlacementCounts(bg, "s2"); c["/a"] != 0 {
 		t.Fatalf("PlacementCounts(s2) = %v; want /a: 0 (finding s1's placement indexes nothing)", c)
 	}
-	if ok, err := h.Store.Release(bg, "/a", "x", "s1"); !ok || err != nil {
+	if ok, err := h.Store.Release(bg, "/a", "x", "s1", 0); !ok || err != nil {
 		t.Fatalf("Release = %v, %v", ok, err)
 	}
 	p2, claimed, err := h.Store.LookupOrClaim(bg, "/a", "x", "s2")
@@ -718,7 +720,7 @@ func testEpochs(t *testing.T, h Harness, inv *Invalidations) {
 	p2, err := h.Store.ReplacePlacement(bg, "/a", "x", "s1", "s2")
 	p2 = mustPlace(t, "ReplacePlacement s1 -> s2 (failover)", p1, p2, err, "s2")
 	lookup(t, h, inv, "/a", "x", p2)
-	if ok, err := h.Store.Release(bg, "/a", "x", "s2"); !ok || err != nil {
+	if ok, err := h.Store.Release(bg, "/a", "x", "s2", 0); !ok || err != nil {
 		t.Fatalf("Release = %v, %v", ok, err)
 	}
 	lookup(t, h, inv, "/a", "x", store.Placement{})
@@ -731,7 +733,7 @@ func testEpochs(t *testing.T, h Harness, inv *Invalidations) {
 	for i := range 20 {
 		p, err := h.Store.ClaimPlacement(bg, "/a", "x", "s2")
 		last = mustPlace(t, fmt.Sprintf("ClaimPlacement after release #%d", i+1), last, p, err, "s2")
-		if _, err := h.Store.Release(bg, "/a", "x", "s2"); err != nil {
+		if _, err := h.Store.Release(bg, "/a", "x", "s2", 0); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -791,7 +793,7 @@ func testEpochsFlush(t *testing.T, h Harness, _ *Invalidations) {
 	for i := range 5 { // the counter runs ahead of the microsecond clock
 		p, err := h.Store.ClaimPlacement(bg, "/a", "x", "s1")
 		last = mustPlace(t, fmt.Sprintf("ClaimPlacement #%d", i+1), last, p, err, "s1")
-		h.Store.Release(bg, "/a", "x", "s1")
+		h.Store.Release(bg, "/a", "x", "s1", 0)
 	}
 	h.Elapse(10 * time.Millisecond) // a restart takes at least this long
 	h.Flush()
@@ -801,19 +803,72 @@ func testEpochsFlush(t *testing.T, h Harness, _ *Invalidations) {
 
 func testRelease(t *testing.T, h Harness, inv *Invalidations) {
 	h.Store.Claim(bg, "/a", "x", "s1")
-	if ok, err := h.Store.Release(bg, "/a", "x", "s2"); ok || err != nil {
+	if ok, err := h.Store.Release(bg, "/a", "x", "s2", 0); ok || err != nil {
 		t.Fatalf("Release by a non-owner = %v, %v; want false", ok, err)
 	}
 	settled(t, h, inv, "/a", "x", "s1", "after a non-owner release (left alone)")
-	if ok, err := h.Store.Release(bg, "/a", "x", "s1"); !ok || err != nil {
+	if ok, err := h.Store.Release(bg, "/a", "x", "s1", 0); !ok || err != nil {
 		t.Fatalf("Release by the owner = %v, %v; want true", ok, err)
 	}
 	settled(t, h, inv, "/a", "x", "", "after release")
-	if ok, _ := h.Store.Release(bg, "/a", "x", "s1"); ok {
+	if ok, _ := h.Store.Release(bg, "/a", "x", "s1", 0); ok {
 		t.Fatal("a second Release reported true; want false")
 	}
-	if ok, _ := h.Store.Release(bg, "/a", "x", ""); ok {
+	if ok, _ := h.Store.Release(bg, "/a", "x", "", 0); ok {
 		t.Fatal("Release with an empty session reported true")
+	}
+}
+
+// testReleaseEpoch: a release naming an epoch deletes only the placement
+// of that epoch; a renewed placement (same session, newer epoch) survives a
+// release of the old one.
+func testReleaseEpoch(t *testing.T, h Harness, inv *Invalidations) {
+	p1, err := h.Store.ClaimPlacement(bg, "/a", "x", "s1")
+	p1 = mustPlace(t, "ClaimPlacement", store.Placement{}, p1, err, "s1")
+	if ok, err := h.Store.Release(bg, "/a", "x", "s1", p1.Epoch+1); ok || err != nil {
+		t.Fatalf("Release of another epoch = %v, %v; want false", ok, err)
+	}
+	settled(t, h, inv, "/a", "x", "s1", "after a release of another epoch (left alone)")
+	p2, err := h.Store.RenewPlacement(bg, "/a", "x", "s1", p1.Epoch)
+	p2 = mustPlace(t, "RenewPlacement", p1, p2, err, "s1")
+	if ok, err := h.Store.Release(bg, "/a", "x", "s1", p1.Epoch); ok || err != nil {
+		t.Fatalf("late Release of the renewed epoch = %v, %v; want false (the newer placement stays)", ok, err)
+	}
+	lookup(t, h, inv, "/a", "x", p2)
+	if ok, err := h.Store.Release(bg, "/a", "x", "s1", p2.Epoch); !ok || err != nil {
+		t.Fatalf("Release of the current epoch = %v, %v; want true", ok, err)
+	}
+	lookup(t, h, inv, "/a", "x", store.Placement{})
+}
+
+// testRenew: RenewPlacement writes a new epoch on the same session only
+// when both the session and the epoch match, and answers the placement
+// afterwards.
+func testRenew(t *testing.T, h Harness, inv *Invalidations) {
+	if p, err := h.Store.RenewPlacement(bg, "/a", "x", "s1", 7); err != nil || p.Session != "" {
+		t.Fatalf("RenewPlacement of no placement = %+v, %v; want none", p, err)
+	}
+	lookup(t, h, inv, "/a", "x", store.Placement{})
+	p1, err := h.Store.ClaimPlacement(bg, "/a", "x", "s1")
+	p1 = mustPlace(t, "ClaimPlacement", store.Placement{}, p1, err, "s1")
+	for _, c := range []struct {
+		sid   string
+		epoch uint64
+	}{{"s2", p1.Epoch}, {"s1", p1.Epoch - 1}, {"s1", p1.Epoch + 1}} {
+		p, err := h.Store.RenewPlacement(bg, "/a", "x", c.sid, c.epoch)
+		if err != nil || p.Session != "s1" || p.Epoch != p1.Epoch {
+			t.Fatalf("RenewPlacement(%s, %d) of %+v = %+v, %v; want it unchanged", c.sid, c.epoch, p1, p, err)
+		}
+	}
+	lookup(t, h, inv, "/a", "x", p1)
+	p2, err := h.Store.RenewPlacement(bg, "/a", "x", "s1", p1.Epoch)
+	p2 = mustPlace(t, "RenewPlacement", p1, p2, err, "s1")
+	lookup(t, h, inv, "/a", "x", p2)
+	if c, _ := h.Store.PlacementCounts(bg, "s1"); c["/a"] != 1 {
+		t.Fatalf("PlacementCounts(s1) after a renewal = %v; want /a: 1", c)
+	}
+	if _, err := h.Store.RenewPlacement(bg, "/a", "x", "", p2.Epoch); err == nil {
+		t.Fatal("RenewPlacement with an empty session succeeded")
 	}
 }
 
@@ -841,8 +896,8 @@ func testPlacementCounts(t *testing.T, h Harness, _ *Invalidations) {
 	h.Store.Claim(bg, "/b", "1", "s1")
 	h.Store.Claim(bg, "/b", "1", "s1") // repeated: counted once
 	f("s1", map[string]int{"/a": 3, "/b": 1, "/c": 0})
-	h.Store.Release(bg, "/a", "1", "s1")
-	h.Store.Release(bg, "/a", "1", "s1")
+	h.Store.Release(bg, "/a", "1", "s1", 0)
+	h.Store.Release(bg, "/a", "1", "s1", 0)
 	h.Store.Replace(bg, "/a", "2", "s1", "s2")
 	f("s1", map[string]int{"/a": 1, "/b": 1})
 	f("s2", map[string]int{"/a": 1})
@@ -910,9 +965,9 @@ func testInvalidatePlacement(t *testing.T, h Harness, inv *Invalidations) {
 	}
 	step("claim", func() { h.Store.Claim(bg, "/a", "x", "s1") })
 	step("replace", func() { h.Store.Replace(bg, "/a", "x", "s1", "s2") })
-	step("release", func() { h.Store.Release(bg, "/a", "x", "s2") })
+	step("release", func() { h.Store.Release(bg, "/a", "x", "s2", 0) })
 	step("lookup-or-claim", func() { h.Store.LookupOrClaim(bg, "/a", "x", "s1") })
-	step("release again", func() { h.Store.Release(bg, "/a", "x", "s1") })
+	step("release again", func() { h.Store.Release(bg, "/a", "x", "s1", 0) })
 	register(t, h, sess("s3", "c3", "http://h3", "/a"))
 	h.Store.Claim(bg, "/a", "x", "s3")
 	step("reap", func() {
@@ -1334,7 +1389,7 @@ func testListChurn(t *testing.T, h Harness, _ *Invalidations) {
 		got := listAll(t, l, q, func(page int) {
 			// Release many, place a few new ones, for the first pages.
 			for ; page < 40 && released < 15*(page+1); released++ {
-				h.Store.Release(bg, "/a", fmt.Sprintf("churn-%03d", released), "s2")
+				h.Store.Release(bg, "/a", fmt.Sprintf("churn-%03d", released), "s2", 0)
 			}
 			for range 3 {
 				if page < 40 {
