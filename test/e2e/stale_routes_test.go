@@ -291,7 +291,15 @@ func staleRoutes(t *testing.T, move string, persist bool) {
 			moved++
 		}
 	}
-	t.Logf("%s, persist %v: %d of %d ids moved to the other worker; P1 answered %v after the move", move, persist, moved, staleIDs, p1Answers)
+	// P1's cached routes must have reached the old holders, or the test
+	// proved nothing: either answered (2xx) or refused by the stale-route
+	// fence (pinned_stale_routes_total of the workers).
+	refusedStale := staleRoutesCount(t, a) + staleRoutesCount(t, b)
+	t.Logf("%s, persist %v: %d of %d ids moved to the other worker; P1 answered %v after the move; the workers refused %d stale routes",
+		move, persist, moved, staleIDs, p1Answers, refusedStale)
+	if refusedStale+int64(p1Answers["200"]) == 0 {
+		t.Errorf("P1's cached routes reached no worker after the move (all its answers came from its store path): the scenario did not happen")
+	}
 	if len(doubles) > 0 {
 		t.Errorf("%d of %d ids had two live instances answering:\n  %s", len(doubles), staleIDs, firstFew(doubles))
 	}
@@ -304,6 +312,23 @@ func staleRoutes(t *testing.T, move string, persist bool) {
 	if moved == 0 {
 		t.Fatalf("no id moved to the other worker: the scenario did not happen")
 	}
+}
+
+// staleRoutesCount reads pinned_stale_routes_total of the counter's /counter
+// namespace from its admin listener (0 when the family is absent).
+func staleRoutesCount(t *testing.T, c *counter) int64 {
+	t.Helper()
+	const series = `pinned_stale_routes_total{namespace="/counter"} `
+	for _, line := range strings.Split(scrape(t, "http://"+c.admin+"/metrics"), "\n") {
+		if v, ok := strings.CutPrefix(line, series); ok {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				t.Fatalf("%s: %q: %v", series, line, err)
+			}
+			return n
+		}
+	}
+	return 0
 }
 
 // firstFew joins the first examples of a failure, one a line, and says
