@@ -15,6 +15,12 @@
 //   - Retarget: new connections go to another target (existing ones keep
 //     theirs unless dropped), as a load balancer turning away from a sick
 //     backend.
+//   - HoldRequests: a connection whose bytes toward the target carry a
+//     marker (a request line, say "POST /registry/release") goes silent
+//     toward the target from that chunk on, until Deliver: the request is
+//     delivered late, after its sender gave up on it; other connections
+//     pass. The marker is matched within one chunk read (a request line
+//     arrives whole in practice).
 //
 // Test chaos (the store-path and control-path nemeses) and test/e2e (a
 // pinboard whose Redis link goes silent) share it.
@@ -26,6 +32,7 @@
 package tcpfwd
 
 import (
+	"bytes"
 	"io"
 	"net"
 	"sync"
@@ -58,10 +65,12 @@ type Forwarder struct {
 	delay  [2]atomic.Int64 // ns, per Direction
 	held   [2]atomic.Int64 // bytes read and not yet written, per Direction
 	cut    atomic.Bool
+	marker atomic.Pointer[[]byte] // HoldRequests; nil: none
 
 	mu     sync.Mutex
 	conns  map[net.Conn]struct{} // nil once closed
 	gates  [2]chan struct{}      // per Direction: closed = pass, open = stalled
+	holds  []chan struct{}       // connections held by HoldRequests, open until Deliver
 	killed chan struct{}         // closed (and replaced) by every cut
 	done   chan struct{}         // closed by Close
 	wg     sync.WaitGroup
@@ -141,6 +150,34 @@ func (f *Forwarder) Stall(up, down bool) {
 // Held returns the bytes read and not yet delivered (held by a stall, or
 // by a delay), in each direction.
 func (f *Forwarder) Held() (up, down int64) { return f.held[Up].Load(), f.held[Down].Load() }
+
+// HoldRequests holds, from now on, every connection whose bytes toward the
+// target carry marker (see the package doc) until Deliver.
+func (f *Forwarder) HoldRequests(marker string) {
+	m := []byte(marker)
+	f.marker.Store(&m)
+}
+
+// Deliver ends HoldRequests: the held connections pass what they held, in
+// order.
+func (f *Forwarder) Deliver() {
+	f.marker.Store(nil)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, g := range f.holds {
+		close(g)
+	}
+	f.holds = nil
+}
+
+// hold returns a new gate for a connection HoldRequests caught.
+func (f *Forwarder) hold() chan struct{} {
+	g := make(chan struct{})
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.holds = append(f.holds, g)
+	return g
+}
 
 // Retarget sends the connections accepted from now on to target; with drop,
 // the open ones are closed as by a cut (their clients reconnect, to the new
@@ -224,7 +261,8 @@ func (f *Forwarder) accept() {
 type chunk struct {
 	at   time.Time
 	data []byte
-	end  error // set on the last chunk: the source ended (io.EOF: a FIN)
+	end  error         // set on the last chunk: the source ended (io.EOF: a FIN)
+	hold chan struct{} // HoldRequests caught this chunk: wait for it to close
 }
 
 // pump copies src to dst in direction d: each chunk waits for its delay and
@@ -241,7 +279,7 @@ func (f *Forwarder) pump(dst, src net.Conn, d Direction, killed <-chan struct{})
 			if wait := time.Until(ch.at); wait > 0 && ok {
 				time.Sleep(wait) // the injected latency itself
 			}
-			ok = ok && f.pass(d, killed)
+			ok = ok && f.pass(d, killed) && f.wait(ch.hold, killed)
 			f.held[d].Add(-int64(len(ch.data)))
 			switch {
 			case !ok: // dropped: discard the rest
@@ -264,12 +302,18 @@ func (f *Forwarder) pump(dst, src net.Conn, d Direction, killed <-chan struct{})
 		}
 	}()
 	buf := make([]byte, 32<<10)
+	var caught chan struct{} // the HoldRequests gate of this connection; the chunks after the first wait behind it
 	for {
 		n, err := src.Read(buf)
 		at := time.Now().Add(time.Duration(f.delay[d].Load()))
 		if n > 0 {
 			f.held[d].Add(int64(n))
-			q <- chunk{at: at, data: append([]byte(nil), buf[:n]...)}
+			ch := chunk{at: at, data: append([]byte(nil), buf[:n]...)}
+			if m := f.marker.Load(); d == Up && m != nil && !waiting(caught) && bytes.Contains(ch.data, *m) {
+				caught = f.hold()
+				ch.hold = caught
+			}
+			q <- ch
 		}
 		if err != nil {
 			q <- chunk{at: at, end: err}
@@ -288,6 +332,35 @@ func (f *Forwarder) pass(d Direction, killed <-chan struct{}) bool {
 	f.mu.Unlock()
 	select {
 	case <-g:
+		return true
+	case <-killed:
+		return false
+	case <-f.done:
+		return false
+	}
+}
+
+// waiting reports whether a HoldRequests gate (nil: none) is still shut.
+func waiting(hold chan struct{}) bool {
+	if hold == nil {
+		return false
+	}
+	select {
+	case <-hold:
+		return false
+	default:
+		return true
+	}
+}
+
+// wait waits for a HoldRequests gate (nil: none); false when the
+// connection was cut or the forwarder closed meanwhile.
+func (f *Forwarder) wait(hold chan struct{}, killed <-chan struct{}) bool {
+	if hold == nil {
+		return true
+	}
+	select {
+	case <-hold:
 		return true
 	case <-killed:
 		return false

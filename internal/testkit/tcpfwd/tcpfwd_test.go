@@ -206,3 +206,46 @@ func TestRetarget(t *testing.T) {
 	dial(t, f.Addr())
 	accepted(t, conns2)
 }
+
+// HoldRequests holds the connections that carry the marker toward the
+// target until Deliver; the others pass.
+func TestHoldRequests(t *testing.T) {
+	addr, conns := server(t)
+	f := Start(t, addr)
+	f.HoldRequests("POST /registry/release")
+	other := dial(t, f.Addr())
+	if _, err := other.Write([]byte("POST /registry/heartbeat\n")); err != nil {
+		t.Fatal(err)
+	}
+	s1 := accepted(t, conns)
+	if line, err := bufio.NewReader(s1).ReadString('\n'); err != nil || line != "POST /registry/heartbeat\n" {
+		t.Fatalf("an unmarked request read %q, %v; want it passed", line, err)
+	}
+	c := dial(t, f.Addr())
+	if _, err := c.Write([]byte("POST /registry/release\n")); err != nil {
+		t.Fatal(err)
+	}
+	s2 := accepted(t, conns)
+	waitHeld(t, f, Up, int64(len("POST /registry/release\n")))
+	if _, err := c.Write([]byte("next\n")); err != nil { // behind the held request
+		t.Fatal(err)
+	}
+	if _, err := s2.Write([]byte("down\n")); err != nil { // the other direction passes
+		t.Fatal(err)
+	}
+	if line, err := bufio.NewReader(c).ReadString('\n'); err != nil || line != "down\n" {
+		t.Fatalf("the held connection's replies: %q, %v", line, err)
+	}
+	s2.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
+	if n, err := s2.Read(make([]byte, 1)); n != 0 || !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("a held request passed before Deliver: %d bytes, %v", n, err)
+	}
+	s2.SetReadDeadline(time.Time{})
+	f.Deliver()
+	r := bufio.NewReader(s2)
+	for _, want := range []string{"POST /registry/release\n", "next\n"} {
+		if line, err := r.ReadString('\n'); err != nil || line != want {
+			t.Fatalf("after Deliver read %q, %v; want %q", line, err, want)
+		}
+	}
+}
