@@ -223,42 +223,80 @@ func skipVerdict(rounds []round) error {
 	return nil
 }
 
+// planted is one case of TestPlantedBugs.
+type planted struct {
+	faults  string // PINNED_FAULTS
+	nemeses []string
+	settle  time.Duration
+	want    string // the violation kind expected, or kinds separated by "|" (any one); "": none (a control)
+}
+
+// plantedBugs are TestPlantedBugs's cases: every fault of internal/faults
+// appears in one that wants a violation (TestEveryFaultIsPlanted).
+var plantedBugs = []planted{
+	// Instances outlive the lease (Admit and Do still refuse them: the bug
+	// shows as instances never aborted).
+	{string(faults.NoSelfAbort), []string{nemPartition}, 2 * time.Second, chaoscheck.VNotAborted},
+	// The lease counted from the ack's arrival (1.5 s late): requests
+	// served after the lease the checker computes from the send time,
+	// or task effects then when no request reached the worker in those
+	// 1.5 s (it happened: the same late deadline, seen from the tasks).
+	{string(faults.ReceiveAnchor), []string{nemPartition}, 2 * time.Second, chaoscheck.VServedAfter + "|" + chaoscheck.VEffectAfter},
+	// No inline check and a watchdog 4 s late: served after the lease.
+	{string(faults.WatchdogOnly) + "," + string(faults.LateWatchdog), []string{nemPartition}, 2 * time.Second, chaoscheck.VServedAfter},
+	// Heartbeats re-create sessions lost with Redis: old instances stay
+	// live while a restarted worker takes every id once the restart
+	// fence (10 s) has passed.
+	{string(faults.BlindRenew), []string{nemRedisRestart, nemKillWorker}, 8 * time.Second, chaoscheck.VOverlap},
+	// The store's placement writes without their checks, exposed by
+	// slow Redis replies while a worker's ids move: two pinboards both
+	// re-place an id of a dead session (replace) or a released one
+	// (claim) on different workers: two live instances of one id.
+	{string(faults.ReplaceNoCompare), []string{nemLatencyKill}, 2 * time.Second, chaoscheck.VOverlap},
+	{string(faults.ClaimNoNX), []string{nemLatencyDrain}, 2 * time.Second, chaoscheck.VOverlap},
+	// The stale-route fence undone: a host that forgets the epochs it
+	// released (or remembers them 50 ms) activates a second instance for
+	// the stale pinboard's cached route while the id lives on elsewhere:
+	// two live instances, and reads that go back in time.
+	{string(faults.NoTombstone), []string{nemFreeze}, 2 * time.Second, chaoscheck.VOverlap + "|" + chaoscheck.VNotLinearizable},
+	{string(faults.ShortTombstone), []string{nemSlowInval}, 2 * time.Second, chaoscheck.VOverlap + "|" + chaoscheck.VNotLinearizable},
+	// A release delivered late (after its sender gave up) that deletes the
+	// placement its holder renewed under a newer epoch after a stale
+	// refusal: the id is placed again elsewhere while the renewed instance
+	// lives.
+	{string(faults.ReleaseAnyEpoch), []string{nemLateRelease}, 2 * time.Second, chaoscheck.VOverlap + "|" + chaoscheck.VNotLinearizable},
+	// Control: a watchdog 4 s late alone is harmless, because Admit
+	// checks the lease inline (the lease context's Err): the run passes.
+	{string(faults.LateWatchdog), []string{nemPartition}, 2 * time.Second, ""},
+}
+
+// TestEveryFaultIsPlanted: every planted bug internal/faults offers has a
+// TestPlantedBugs case that requires the checker to catch it.
+func TestEveryFaultIsPlanted(t *testing.T) {
+	caught := map[faults.Fault]bool{}
+	for _, tc := range plantedBugs {
+		for _, f := range strings.Split(tc.faults, ",") {
+			if !slices.Contains(faults.All(), faults.Fault(f)) {
+				t.Errorf("case %q plants %q, which internal/faults does not know", tc.faults, f)
+			}
+			if tc.want != "" {
+				caught[faults.Fault(f)] = true
+			}
+		}
+	}
+	for _, f := range faults.All() {
+		if !caught[f] {
+			t.Errorf("fault %s has no TestPlantedBugs case that wants a violation", f)
+		}
+	}
+}
+
 // TestPlantedBugs runs the harness on binaries built with the pinned_faults
 // tag, each with one planted bug and the nemesis that exposes it, and
 // requires the checker to fail with the expected violation; a frozen
 // watchdog alone (the inline check still on) must pass.
 func TestPlantedBugs(t *testing.T) {
-	cases := []struct {
-		faults  string
-		nemeses []string
-		settle  time.Duration
-		want    string // the violation kind expected, or kinds separated by "|" (any one)
-	}{
-		// Instances outlive the lease (Admit and Do still refuse them: the bug
-		// shows as instances never aborted).
-		{string(faults.NoSelfAbort), []string{nemPartition}, 2 * time.Second, chaoscheck.VNotAborted},
-		// The lease counted from the ack's arrival (1.5 s late): requests
-		// served after the lease the checker computes from the send time,
-		// or task effects then when no request reached the worker in those
-		// 1.5 s (it happened: the same late deadline, seen from the tasks).
-		{string(faults.ReceiveAnchor), []string{nemPartition}, 2 * time.Second, chaoscheck.VServedAfter + "|" + chaoscheck.VEffectAfter},
-		// No inline check and a watchdog 4 s late: served after the lease.
-		{string(faults.WatchdogOnly) + "," + string(faults.LateWatchdog), []string{nemPartition}, 2 * time.Second, chaoscheck.VServedAfter},
-		// Heartbeats re-create sessions lost with Redis: old instances stay
-		// live while a restarted worker takes every id once the restart
-		// fence (10 s) has passed.
-		{string(faults.BlindRenew), []string{nemRedisRestart, nemKillWorker}, 8 * time.Second, chaoscheck.VOverlap},
-		// The store's placement writes without their checks, exposed by
-		// slow Redis replies while a worker's ids move: two pinboards both
-		// re-place an id of a dead session (replace) or a released one
-		// (claim) on different workers: two live instances of one id.
-		{string(faults.ReplaceNoCompare), []string{nemLatencyKill}, 2 * time.Second, chaoscheck.VOverlap},
-		{string(faults.ClaimNoNX), []string{nemLatencyDrain}, 2 * time.Second, chaoscheck.VOverlap},
-		// Control: a watchdog 4 s late alone is harmless, because Admit
-		// checks the lease inline (the lease context's Err): the run passes.
-		{string(faults.LateWatchdog), []string{nemPartition}, 2 * time.Second, ""},
-	}
-	for _, tc := range cases {
+	for _, tc := range plantedBugs {
 		t.Run(tc.faults, func(t *testing.T) {
 			// Two clusters at a time: the package stays within a few
 			// minutes on 2 cores, and each fault's window (≥ 1.5 s) is far

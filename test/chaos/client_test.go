@@ -281,11 +281,10 @@ func errClass(err error) string {
 	}
 }
 
-// askBoth asks every id through both pinboards, first then other for the
-// ids at even positions and the other way round for the rest, then again
-// in the opposite order: GET / and POST /incr each time, logged like every
-// request. Each id runs on its own goroutine; askBoth waits for them
-// (bounded by the client timeout).
+// askBoth asks every id through both pinboards (askOne), first then other
+// for the ids at even positions and the other way round for the rest. Each
+// id runs on its own goroutine; askBoth waits for them (bounded by the
+// client timeout).
 func (lc *loadClient) askBoth(ids []string, first, other int) {
 	var wg sync.WaitGroup
 	for i, id := range ids {
@@ -293,18 +292,23 @@ func (lc *loadClient) askBoth(ids []string, first, other int) {
 		if i%2 == 1 {
 			a, b = b, a
 		}
-		wg.Go(func() {
-			req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
-			defer fasthttp.ReleaseRequest(req)
-			defer fasthttp.ReleaseResponse(resp)
-			for _, via := range []int{a, b, b, a} {
-				lc.c.mu.Lock()
-				addr := lc.c.pbs[via-1].addr
-				lc.c.mu.Unlock()
-				lc.send(lc.stormHC, req, resp, addr, "GET", "/", id, via)
-				lc.send(lc.stormHC, req, resp, addr, "POST", "/incr", id, via)
-			}
-		})
+		wg.Go(func() { lc.askOne(id, a, b) })
 	}
 	wg.Wait()
+}
+
+// askOne asks id through pinboard first, then other, then other and first
+// again (both orders): GET / and POST /incr each time, logged like every
+// request.
+func (lc *loadClient) askOne(id string, first, other int) {
+	req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
+	defer fasthttp.ReleaseRequest(req)
+	defer fasthttp.ReleaseResponse(resp)
+	for _, via := range []int{first, other, other, first} {
+		lc.c.mu.Lock()
+		addr := lc.c.pbs[via-1].addr
+		lc.c.mu.Unlock()
+		lc.send(lc.stormHC, req, resp, addr, "GET", "/", id, via)
+		lc.send(lc.stormHC, req, resp, addr, "POST", "/incr", id, via)
+	}
 }

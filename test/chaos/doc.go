@@ -18,7 +18,7 @@
 //
 // Runs:
 //
-//	go test ./test/chaos                                   # short mode (CI): 12 rounds, one of each nemesis, + the planted bugs + the failover
+//	go test ./test/chaos                                   # short mode (CI): 13 rounds, one of each nemesis, + the planted bugs + the failover
 //	go test ./test/chaos -run TestChaos -rounds 50 -timeout 60m -chaos-report docs/chaos.md   (relative to the module root)
 //	go test ./test/chaos -run 'TestChaos$' -chaos-nemeses redis-freeze+move -chaos-keep /tmp/chaos   # chosen nemeses; histories, logs, visualisations kept
 //
@@ -52,8 +52,12 @@
 //     activating a second instance. The workers that heartbeat through the
 //     faulted pinboard turn to the other for the duration (their control
 //     forwarders retargeted, as behind a load balancer checking health),
-//     so the old holders keep their leases. One nemesis per round, then a
-//     settle time.
+//     so the old holders keep their leases. Their counterpart on the
+//     control path: every worker's release calls held in the network
+//     (heartbeats pass) while ids go idle and are evicted, so that the
+//     holders give up releasing, stale routes renew the placements on
+//     them, and the releases arrive late (they must leave the renewed
+//     placements alone). One nemesis per round, then a settle time.
 //   - Skips: the drain nemeses retry a push the registry refuses (no live
 //     session right after a Redis restart, a store error) for a lease and
 //     5 s, then skip the fault and record it ("skipped: ..."; the checker
@@ -88,7 +92,13 @@
 //     bug shows only when the nemesis lands in its window). A release
 //     build cannot be switched. The
 //     store's placement writes without their checks (replace_no_compare,
-//     claim_no_nx) show as two live instances of one id.
+//     claim_no_nx) show as two live instances of one id, and so do the
+//     stale-route fence's (no_tombstone and short_tombstone: a host that
+//     forgets the epochs it released, or remembers them 50 ms, under the
+//     freeze and the slow invalidations; release_any_epoch: a late release
+//     that deletes a renewed placement, under the late releases), with
+//     non-linearizable reads. TestEveryFaultIsPlanted requires a case for
+//     every fault internal/faults offers.
 //   - Failover (TestSentinelFailover): Redis as a primary, a replica and
 //     three sentinels, the pinboards connecting through the sentinels; the
 //     primary is killed under load; the downtime seen by the client must

@@ -35,14 +35,17 @@ const (
 	nemLatencyDrain   = "redis-latency+drain-worker"
 	// Stale routes (stale_test.go): one pinboard's link to Redis frozen
 	// (silent, not closed), or its replies and invalidations late, while
-	// placements move through the other pinboard.
+	// placements move through the other pinboard,
 	nemFreeze    = "redis-freeze+move"
 	nemSlowInval = "redis-slow-invalidations+move"
+	// and their counterpart on the control path: releases held in the
+	// network and delivered after their senders gave up.
+	nemLateRelease = "late-releases+move"
 )
 
 // allNemeses is the order of the short mode: one of each.
 var allNemeses = []string{nemPause, nemKillWorker, nemRedisRestart, nemKillPinboard, nemDrain, nemPartition,
-	nemRedisLatency, nemRedisPartition, nemLatencyKill, nemLatencyDrain, nemFreeze, nemSlowInval}
+	nemRedisLatency, nemRedisPartition, nemLatencyKill, nemLatencyDrain, nemFreeze, nemSlowInval, nemLateRelease}
 
 // maySkip are the nemeses that may legitimately be skipped (recorded
 // "skipped: ..."): a drain the registry refuses because the worker has no
@@ -163,7 +166,7 @@ func (c *cluster) nemesis(kind string, rng *rand.Rand, maxPause time.Duration) r
 			time.Sleep(time.Until(end))
 		}
 		c.storeDelay([]int{1, 2}, 0)
-	case nemFreeze, nemSlowInval:
+	case nemFreeze, nemSlowInval, nemLateRelease:
 		c.staleRoutes(kind, rng, &e)
 	case nemPartition:
 		n := 1 + rng.IntN(3)

@@ -33,8 +33,9 @@ Written by ` + "`TestChaos`" + ` in ` + "`test/chaos`" + ` (its package doc and 
 | redis-partition | one pinboard cut off from Redis for 8 s, the other working |
 | redis-latency+kill-2-workers | replies 100–300 ms late on both pinboards while two workers die, with request bursts for every id through both (the replace race) |
 | redis-latency+drain-worker | the same while a worker drains (the claim race; may be skipped like drain-worker) |
-| redis-freeze+move | one pinboard's Redis link goes silent (connections open, no byte, no RST or FIN) for 12 s or more while placements move through the other: 8 plain ids left to go idle, 8 evicted through the registry, one worker drained; each is then asked through both pinboards in both orders; the workers' control paths avoid the frozen pinboard; a round in which nothing moved fails |
+| redis-freeze+move | one pinboard's Redis link goes silent (connections open, no byte, no RST or FIN) for 12 s or more while placements move through the other: 8 plain ids left to go idle, 8 evicted through the registry, one worker drained; each is asked through both pinboards in both orders as soon as it has moved; the workers' control paths avoid the frozen pinboard; a round in which nothing moved fails |
 | redis-slow-invalidations+move | one pinboard's bytes from Redis (replies and invalidation pushes) 1–2.5 s late for 12 s or more while 8 plain ids go idle and 8 are evicted, asked the same way |
+| late-releases+move | every worker's release calls held in the network (heartbeats pass) while 8 plain ids go idle and 8 are evicted: the holders give up releasing, stale routes renew the placements on them, then the releases arrive late and must leave the renewed placements alone; each id asked through both pinboards before and after |
 
 `
 

@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -29,15 +30,28 @@ import (
 // go idle (PINNED_IDLE_TIMEOUT) and are released; staleEvict others are
 // evicted through pinboard o's registry (the console's DELETE
 // /registry/placements/...); with the freeze, one worker is also drained
-// (through o) and restarted. Once they have moved (released, or placed
-// anew), every one of them is asked through both pinboards in both orders
-// (askBoth), the client's loops asking through both all along; pinboard
+// (through o) and restarted. As soon as each has moved (released, or
+// placed anew), it is asked through both pinboards in both orders
+// (askOne: n first for every other id), the client's loops asking through
+// both all along; pinboard
 // n's old routes lead to the old holder under the old epoch, which must
 // refuse them rather than activate a second instance (the checker's
 // overlap and linearizability checks). Workers whose control path goes to
 // pinboard n turn to o for the duration, as behind a load balancer that
 // checks the pinboards' health: they keep their leases, so the old holder
-// is alive and serving, the case that matters. A round in which no
+// is alive and serving, the case that matters.
+//
+// late-releases+move is their counterpart on the control path: every
+// worker's release calls are held in the network (tcpfwd.HoldRequests on
+// "POST /registry/release"; heartbeats pass) while staleIdle ids go idle
+// and staleEvict are evicted. The holders close the instances and give up
+// releasing (the host's release timeout), so the placements stay and the
+// next route to them is refused stale and renewed under a newer epoch on
+// the same holder (the evicted ids by the client's loops, the idle ones by
+// askBoth); then the held releases are delivered, late, and must leave the
+// renewed placements alone: a release that deleted one would let the id be
+// placed again elsewhere beside its live renewed instance. Each id is
+// asked through both pinboards again after the delivery. A round in which no
 // placement moved proves nothing and fails ("skipped: ...", not allowed).
 
 // Parameters of the stale-route nemeses.
@@ -46,6 +60,10 @@ const (
 	staleEvict = 8                // plain ids evicted
 	staleFault = 12 * time.Second // the shortest freeze or delay
 	staleMove  = 10 * time.Second // bound of the wait for the ids to move
+	// lateMove bounds the wait of late-releases+move for the evicted ids'
+	// placements to be renewed: the eviction (a heartbeat), then the
+	// host's release timeout (10 s), then a stale refusal.
+	lateMove = 25 * time.Second
 )
 
 // slowInvalidations draws the delay of redis-slow-invalidations+move:
@@ -63,6 +81,10 @@ type placed struct {
 
 // staleRoutes runs one stale-route nemesis (kind) and records it in e.
 func (c *cluster) staleRoutes(kind string, rng *rand.Rand, e *history.Event) {
+	if kind == nemLateRelease {
+		c.lateReleases(rng, e)
+		return
+	}
 	c.mu.Lock()
 	lc := c.client
 	c.mu.Unlock()
@@ -97,9 +119,21 @@ func (c *cluster) staleRoutes(kind string, rng *rand.Rand, e *history.Event) {
 	}
 	asked := make(chan int, 1)
 	go func() { // joined below; it makes no testing.TB call
-		gone := c.awaitMoved(o, moving, before, staleMove)
+		// Each id is asked as soon as it has moved, while pinboard n still
+		// routes by its old placement: n first for every other id.
+		var wg sync.WaitGroup
+		k := 0
+		ask := func(id string) {
+			a, b := n, o
+			if k%2 == 1 {
+				a, b = o, n
+			}
+			k++
+			wg.Go(func() { lc.askOne(id, a, b) })
+		}
+		gone := c.awaitMoved(o, moving, before, staleMove, ask)
+		wg.Wait()
 		lc.unhush()
-		lc.askBoth(moving, n, o)
 		asked <- gone
 	}()
 	drain := ""
@@ -120,15 +154,64 @@ func (c *cluster) staleRoutes(kind string, rng *rand.Rand, e *history.Event) {
 	}
 	restore()
 
-	moved, elsewhere := changed(moving, before, c.placements(o, moving))
-	e.Cause = fmt.Sprintf("%s %v: %d idled out, %d evicted", what, time.Since(start).Round(100*time.Millisecond), staleIdle, staleEvict-refused)
+	what = fmt.Sprintf("%s %v: %d idled out, %d evicted", what, time.Since(start).Round(100*time.Millisecond), staleIdle, staleEvict-refused)
 	if drain != "" {
-		e.Cause += ", " + drain
+		what += ", " + drain
 	}
-	e.Cause += fmt.Sprintf("; %d of %d moved (%d to another worker), %d moved before the asks", moved, len(moving), elsewhere, gone)
+	e.Cause = movedCause(what, moving, before, c.placements(o, moving), gone)
+}
+
+// movedCause is the outcome of a stale-route nemesis: what was done, how
+// many of the ids moved by the end (and how many of them while awaitMoved
+// watched); "skipped: ..." when none did (the round proved nothing).
+func movedCause(what string, ids []string, before, after map[string]placed, early int) string {
+	moved, elsewhere := changed(ids, before, after)
+	s := fmt.Sprintf("%s; %d of %d moved (%d to another worker), %d of them within the wait", what, moved, len(ids), elsewhere, early)
 	if moved == 0 {
-		e.Cause = "skipped: no placement moved while pb" + fmt.Sprint(n) + " was " + what + " (" + e.Cause + ")"
+		return "skipped: no placement moved (" + s + ")"
 	}
+	return s
+}
+
+// lateReleases runs late-releases+move (see above) and records it in e.
+func (c *cluster) lateReleases(rng *rand.Rand, e *history.Event) {
+	c.mu.Lock()
+	lc := c.client
+	c.mu.Unlock()
+	o := 1 + rng.IntN(2) // evicts through o; asked through o first for half the ids
+	n := 3 - o
+	ids := lc.plainIDs()
+	rng.Shuffle(len(ids), func(i, j int) { ids[i], ids[j] = ids[j], ids[i] })
+	idle, evict := ids[:staleIdle], ids[staleIdle:staleIdle+staleEvict]
+	moving := slices.Concat(idle, evict)
+	before := c.placements(o, moving)
+	e.Target = "every worker's releases"
+
+	start := time.Now()
+	e.T = history.Now()
+	for _, px := range c.proxys {
+		px.HoldRequests("POST " + wire.PathRelease)
+	}
+	lc.hush(idle)
+	refused := 0
+	for _, id := range evict {
+		if why := c.evict(o, id); why != "" {
+			refused++
+			c.t.Logf("evict %s through pb%d: %s", id, o, why)
+		}
+	}
+	// The evicted ids move (renewed on a stale refusal) once their
+	// holders gave up releasing; the idle ones, left alone, move when asked.
+	gone := c.awaitMoved(o, evict, before, lateMove, nil)
+	lc.unhush()
+	lc.askBoth(moving, n, o)
+	for _, px := range c.proxys {
+		px.Deliver()
+	}
+	delivered := time.Since(start)
+	lc.askBoth(moving, o, n)
+	what := fmt.Sprintf("held %v: %d idled out, %d evicted", delivered.Round(100*time.Millisecond), staleIdle, staleEvict-refused)
+	e.Cause = movedCause(what, moving, before, c.placements(o, moving), gone)
 }
 
 // moveControl turns the control path of the workers that heartbeat
@@ -222,15 +305,36 @@ func (c *cluster) evict(pb int, id string) string {
 }
 
 // awaitMoved polls pinboard pb's registry until every id's placement
-// differs from before (released, or placed anew), bounded by within; it
-// returns how many had.
-func (c *cluster) awaitMoved(pb int, ids []string, before map[string]placed, within time.Duration) int {
+// differs from before (released, or placed anew), bounded by within,
+// calling moved (when not nil) once for each id as soon as it has moved,
+// and for each id that had not when the time ran out; it returns how many
+// had moved in time.
+func (c *cluster) awaitMoved(pb int, ids []string, before map[string]placed, within time.Duration, moved func(id string)) int {
 	deadline := time.Now().Add(within)
+	seen := map[string]bool{}
 	for {
-		moved, _ := changed(ids, before, c.placements(pb, ids))
-		if moved == len(ids) || time.Now().After(deadline) {
-			return moved
+		now := c.placements(pb, ids)
+		for _, id := range ids {
+			if b, ok := before[id]; ok && !seen[id] {
+				if a, ok := now[id]; ok && a != b {
+					seen[id] = true
+					if moved != nil {
+						moved(id)
+					}
+				}
+			}
 		}
-		time.Sleep(200 * time.Millisecond) // polling other processes' state
+		if len(seen) == len(ids) || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(100 * time.Millisecond) // polling other processes' state
 	}
+	if moved != nil {
+		for _, id := range ids {
+			if !seen[id] {
+				moved(id)
+			}
+		}
+	}
+	return len(seen)
 }
