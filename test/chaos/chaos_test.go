@@ -162,12 +162,12 @@ func TestChaos(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sc := scenario{nemeses: kinds, maxPause: shortPause, settle: settle, seed: *seedFlag}
+	sc := scenario{cfg: clusterConfig{idle: shortIdle}, nemeses: kinds, maxPause: shortPause, settle: settle, seed: *seedFlag}
 	if len(kinds) == 0 {
 		sc.nemeses = allNemeses
 	}
 	if *rounds > 0 {
-		sc = scenario{nemeses: kinds, rounds: *rounds, maxPause: 30 * time.Second, settle: settle, seed: *seedFlag}
+		sc.rounds, sc.maxPause = *rounds, 30*time.Second
 	}
 	res := run(t, sc)
 	t.Logf("seed %d, %d rounds in %v\n%s", res.seed, len(res.rounds), res.elapsed.Round(time.Second), res.report)
@@ -229,6 +229,19 @@ type planted struct {
 	nemeses []string
 	settle  time.Duration
 	want    string // the violation kind expected, or kinds separated by "|" (any one); "": none (a control)
+}
+
+// idle is the workers' idle timeout for a planted case: shortIdle for the
+// stale-route nemeses (ids must go idle within the fault), else the
+// counter's default (0), under which blind_renew's old instances outlive
+// the restart fence instead of idling out during it.
+func (p planted) idle() time.Duration {
+	for _, k := range p.nemeses {
+		if k == nemFreeze || k == nemSlowInval || k == nemLateRelease {
+			return shortIdle
+		}
+	}
+	return 0
 }
 
 // plantedBugs are TestPlantedBugs's cases: every fault of internal/faults
@@ -303,7 +316,7 @@ func TestPlantedBugs(t *testing.T) {
 			// above the scheduling noise this adds.
 			t.Parallel()
 			sc := scenario{
-				cfg:     clusterConfig{tags: []string{faults.BuildTag}, faults: tc.faults},
+				cfg:     clusterConfig{tags: []string{faults.BuildTag}, faults: tc.faults, idle: tc.idle()},
 				nemeses: tc.nemeses, maxPause: shortPause, settle: tc.settle, seed: *seedFlag, clients: 12,
 			}
 			// A planted bug shows only when the nemesis lands in its window

@@ -37,11 +37,16 @@ type clusterConfig struct {
 	sentinel bool
 	// lease is PINBOARD_LEASE ("": the pinboard's default, 10 s).
 	lease string
+	// idle is the workers' PINNED_IDLE_TIMEOUT (0: the counter's default,
+	// 5 min). The stale-route nemeses need shortIdle, so that the ids the
+	// client leaves alone go idle and move within the fault.
+	idle time.Duration
 }
 
-// idleTimeout is the workers' PINNED_IDLE_TIMEOUT: short, so that ids the
-// client leaves alone go idle and move within a nemesis (redis-freeze+move).
-const idleTimeout = 3 * time.Second
+// shortIdle is the workers' idle timeout under TestChaos (and the planted
+// stale-route faults): shorter than a lease, as a pinboard may route from
+// its cache that long.
+const shortIdle = 3 * time.Second
 
 // cluster is the system under test plus the harness's own history.
 type cluster struct {
@@ -166,17 +171,20 @@ func (c *cluster) startPinboard(n int, addr string) *pinboardProc {
 func (c *cluster) startWorker(n, inc int, addr string) *workerProc {
 	c.t.Helper()
 	proc := fmt.Sprintf("w%d.%d", n, inc)
+	env := []string{
+		"PINNED_LISTEN=" + addr, "PINNED_PINBOARD_URL=http://" + c.proxys[n-1].Addr(),
+		"PINNED_TOKEN=" + token, "PINNED_ADVERTISE_URL=http://" + addr,
+		"PINNED_HISTORY=" + filepath.Join(c.dir, proc+".jsonl"),
+		"PINNED_PERSIST=" + c.app.URL,
+	}
+	if c.cfg.idle > 0 {
+		env = append(env, "PINNED_IDLE_TIMEOUT="+c.cfg.idle.String())
+	}
 	p := proctest.Start(c.t, proctest.Spec{
-		Name: proc,
-		Bin:  builder.Build(c.t, "github.com/pinned-go/pinned/examples/counter", c.cfg.tags...),
-		Args: []string{"-shutdown-timeout", "3s"},
-		Env: c.env(
-			"PINNED_LISTEN="+addr, "PINNED_PINBOARD_URL=http://"+c.proxys[n-1].Addr(),
-			"PINNED_TOKEN="+token, "PINNED_ADVERTISE_URL=http://"+addr,
-			"PINNED_HISTORY="+filepath.Join(c.dir, proc+".jsonl"),
-			"PINNED_PERSIST="+c.app.URL,
-			"PINNED_IDLE_TIMEOUT="+idleTimeout.String(),
-		),
+		Name:  proc,
+		Bin:   builder.Build(c.t, "github.com/pinned-go/pinned/examples/counter", c.cfg.tags...),
+		Args:  []string{"-shutdown-timeout", "3s"},
+		Env:   c.env(env...),
 		Ready: counterReady,
 	})
 	c.mu.Lock()

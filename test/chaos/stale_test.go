@@ -85,16 +85,8 @@ func (c *cluster) staleRoutes(kind string, rng *rand.Rand, e *history.Event) {
 		c.lateReleases(rng, e)
 		return
 	}
-	c.mu.Lock()
-	lc := c.client
-	c.mu.Unlock()
-	n := 1 + rng.IntN(2)
-	o := 3 - n
-	ids := lc.plainIDs()
-	rng.Shuffle(len(ids), func(i, j int) { ids[i], ids[j] = ids[j], ids[i] })
-	idle, evict := ids[:staleIdle], ids[staleIdle:staleIdle+staleEvict]
-	moving := slices.Concat(idle, evict)
-	before := c.placements(o, moving)
+	m := c.planMoves(rng)
+	lc, n, o, moving, before := m.lc, m.n, m.o, m.all, m.before
 	e.Target = fmt.Sprintf("pb%d", n)
 
 	start := time.Now()
@@ -109,14 +101,7 @@ func (c *cluster) staleRoutes(kind string, rng *rand.Rand, e *history.Event) {
 		c.rproxys[n-1].SetDelays(0, d)
 		what = "replies " + d.String() + " late"
 	}
-	lc.hush(idle)
-	refused := 0
-	for _, id := range evict {
-		if why := c.evict(o, id); why != "" {
-			refused++
-			c.t.Logf("evict %s through pb%d: %s", id, o, why)
-		}
-	}
+	refused := c.startMoves(m)
 	asked := make(chan int, 1)
 	go func() { // joined below; it makes no testing.TB call
 		// Each id is asked as soon as it has moved, while pinboard n still
@@ -175,16 +160,8 @@ func movedCause(what string, ids []string, before, after map[string]placed, earl
 
 // lateReleases runs late-releases+move (see above) and records it in e.
 func (c *cluster) lateReleases(rng *rand.Rand, e *history.Event) {
-	c.mu.Lock()
-	lc := c.client
-	c.mu.Unlock()
-	o := 1 + rng.IntN(2) // evicts through o; asked through o first for half the ids
-	n := 3 - o
-	ids := lc.plainIDs()
-	rng.Shuffle(len(ids), func(i, j int) { ids[i], ids[j] = ids[j], ids[i] })
-	idle, evict := ids[:staleIdle], ids[staleIdle:staleIdle+staleEvict]
-	moving := slices.Concat(idle, evict)
-	before := c.placements(o, moving)
+	m := c.planMoves(rng) // evicts through o; asked through n first for half the ids
+	lc, n, o, moving, before, evict := m.lc, m.n, m.o, m.all, m.before, m.evict
 	e.Target = "every worker's releases"
 
 	start := time.Now()
@@ -192,14 +169,7 @@ func (c *cluster) lateReleases(rng *rand.Rand, e *history.Event) {
 	for _, px := range c.proxys {
 		px.HoldRequests("POST " + wire.PathRelease)
 	}
-	lc.hush(idle)
-	refused := 0
-	for _, id := range evict {
-		if why := c.evict(o, id); why != "" {
-			refused++
-			c.t.Logf("evict %s through pb%d: %s", id, o, why)
-		}
-	}
+	refused := c.startMoves(m)
 	// The evicted ids move (renewed on a stale refusal) once their
 	// holders gave up releasing; the idle ones, left alone, move when asked.
 	gone := c.awaitMoved(o, evict, before, lateMove, nil)
@@ -212,6 +182,44 @@ func (c *cluster) lateReleases(rng *rand.Rand, e *history.Event) {
 	lc.askBoth(moving, o, n)
 	what := fmt.Sprintf("held %v: %d idled out, %d evicted", delivered.Round(100*time.Millisecond), staleIdle, staleEvict-refused)
 	e.Cause = movedCause(what, moving, before, c.placements(o, moving), gone)
+}
+
+// moves is the plan of a stale-route nemesis.
+type moves struct {
+	lc          *loadClient
+	n, o        int // the faulted pinboard; the other, which evicts and reads the registry
+	idle, evict []string
+	all         []string          // idle and evict
+	before      map[string]placed // their placements before the fault (read through o)
+}
+
+// planMoves draws the pinboards and the plain ids of a stale-route
+// nemesis and reads the ids' placements.
+func (c *cluster) planMoves(rng *rand.Rand) *moves {
+	c.mu.Lock()
+	m := &moves{lc: c.client, n: 1 + rng.IntN(2)}
+	c.mu.Unlock()
+	m.o = 3 - m.n
+	ids := m.lc.plainIDs()
+	rng.Shuffle(len(ids), func(i, j int) { ids[i], ids[j] = ids[j], ids[i] })
+	m.idle, m.evict = ids[:staleIdle], ids[staleIdle:staleIdle+staleEvict]
+	m.all = slices.Concat(m.idle, m.evict)
+	m.before = c.placements(m.o, m.all)
+	return m
+}
+
+// startMoves sets the planned ids moving: the client leaves the idle ones
+// alone, the others are evicted through pinboard o. It returns how many
+// evictions the registry refused.
+func (c *cluster) startMoves(m *moves) (refused int) {
+	m.lc.hush(m.idle)
+	for _, id := range m.evict {
+		if why := c.evict(m.o, id); why != "" {
+			refused++
+			c.t.Logf("evict %s through pb%d: %s", id, m.o, why)
+		}
+	}
+	return refused
 }
 
 // moveControl turns the control path of the workers that heartbeat
