@@ -121,7 +121,9 @@ type Sample struct {
 	Workload string `json:"workload"`
 	Target   string `json:"target"`
 	Round    int    `json:"round"`
-	// Rate is the achieved rate: requests (or websocket round trips) per second.
+	// Rate is the achieved rate: requests (or websocket round trips) per
+	// second, failed ones included, as wrk counts them (loadgen's own
+	// achievedRate counts successes only; Goodput is the 2xx rate).
 	Rate float64 `json:"rate"`
 	// MBps is response body megabytes (10^6) per second.
 	MBps             float64 `json:"mbps,omitempty"`
@@ -175,15 +177,24 @@ type Results struct {
 // ErrLoaded is returned when the machine is too busy to measure.
 var ErrLoaded = errors.New("machine is loaded")
 
+// CheckSuites returns an error naming the first of names that is not a
+// suite: one of Suites, "profile" or "all".
+func CheckSuites(names []string) error {
+	for _, s := range names {
+		if !slices.Contains(Suites, s) && s != "profile" && s != "all" {
+			return fmt.Errorf("unknown suite %q; want one of %v, profile or all", s, Suites)
+		}
+	}
+	return nil
+}
+
 // Run runs the selected suites against real processes on 127.0.0.1 and
 // writes a markdown report (and its JSON twin) to OutDir. Every process it
 // starts is killed before it returns.
 func Run(ctx context.Context, o Options) (*Results, error) {
 	o.defaults()
-	for _, s := range o.Suites {
-		if !slices.Contains(Suites, s) && s != "profile" {
-			return nil, fmt.Errorf("unknown suite %q; want one of %v, profile or all", s, Suites)
-		}
+	if err := CheckSuites(o.Suites); err != nil {
+		return nil, err
 	}
 	logf := func(format string, args ...any) {
 		fmt.Fprintf(o.Log, "%s bench: %s\n", time.Now().Format("15:04:05"), fmt.Sprintf(format, args...))

@@ -108,11 +108,11 @@ func (s *session) measure(ctx context.Context, r *rig, w workload, t target, rou
 
 func sampleOf(rep *loadgen.Report) Sample {
 	s := Sample{
-		Rate: rep.AchievedRate,
-		P50:  float64(rep.Latency.P50) / 1000, P99: float64(rep.Latency.P99) / 1000, P999: float64(rep.Latency.P999) / 1000,
+		P50: float64(rep.Latency.P50) / 1000, P99: float64(rep.Latency.P99) / 1000, P999: float64(rep.Latency.P999) / 1000,
 		Sent: rep.Requests.Sent, Errors: rep.Requests.Errors, Unsent: rep.Requests.Unsent,
 	}
 	if rep.ElapsedSeconds > 0 {
+		s.Rate = float64(rep.Requests.Sent) / rep.ElapsedSeconds
 		s.MBps = float64(rep.Bytes.Received) / rep.ElapsedSeconds / 1e6
 	}
 	var ok int64

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/url"
 	"runtime"
+	"strconv"
 	"strings"
 	"time"
 
@@ -367,6 +368,11 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if u.Host == "" || u.User != nil || (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.Fragment != "" {
 		return c, configErr("URL %q: want http[s]://host[:port] with no path, user, query or fragment (the path goes in Path)", c.URL)
+	}
+	if p := u.Port(); p != "" {
+		if n, err := strconv.ParseUint(p, 10, 16); err != nil || n == 0 {
+			return c, configErr("URL %q: port %s is out of range; want 1 to 65535", c.URL, p)
+		}
 	}
 	if c.Path == "" {
 		c.Path = DefaultPath

@@ -88,8 +88,14 @@
 //
 // Every run is bounded by Duration and by Requests, whichever comes first
 // (New refuses a config with both unbounded), plus the per-request Timeout
-// and DrainTimeout. Warmup requests run before the measured phase and are
-// excluded from every statistic.
+// and DrainTimeout; Report.StoppedBy says which bound ended it, and the
+// text report names the other one too. Warmup requests run before the
+// measured phase and are excluded from every statistic.
+//
+// Run does not check that the target exists: against a host that does not
+// resolve or a port nobody listens on, every request fails at once with a
+// connect error. Probe, called first, resolves the host and opens one
+// connection (ErrUnresolvable, ErrUnreachable), as cmd/loadgen does.
 //
 // # Statistics
 //
@@ -112,6 +118,10 @@
 // Report.Generator states the instrument's own cost: process CPU time
 // (utime+stime of all threads, getrusage) per request completed during
 // Run, warmup included.
+//
+// Report.AchievedRate counts successful responses (2xx, or a websocket
+// echo) per second of the measured phase, never failed requests: a target
+// that refuses connections achieves 0 however fast they fail.
 //
 // Errors are classified once per request: a non-2xx status (with its
 // X-Pinned-Reason, if any) or a transport class (timeout, connect,

@@ -212,7 +212,6 @@ func (w *worker) openSlot(i int64, sch *schedule, abandon *atomic.Bool) {
 	if i < sch.warmup {
 		return
 	}
-	w.st.lastStart = start
 	w.st.recordLag(start.Sub(intended))
 	w.st.recordService(done.Sub(start))
 	w.st.record(sc, done.Sub(intended), &w.out, done)

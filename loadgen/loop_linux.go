@@ -731,7 +731,6 @@ func (l *evLoop) finish(sc int, warm bool, slot, intended, sent, done int64, o *
 		return
 	}
 	if sent >= 0 {
-		l.st.lastStart = later(l.st.lastStart, l.instant(sent))
 		l.st.recordLag(time.Duration(sent - intended))
 		if o.err == nil {
 			l.st.recordService(time.Duration(done - sent))

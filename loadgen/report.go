@@ -19,7 +19,9 @@ import (
 // when a field changes meaning or disappears; new fields may appear.
 // Version 2: histogram is HdrHistogram's standard compressed encoding
 // (version 1 wrapped it in base64 once more); scheduleLagUs has percentiles.
-const ReportVersion = 2
+// Version 3: achievedRate counts successful responses, not sent requests
+// (ReadReport recomputes it for older reports).
+const ReportVersion = 3
 
 // Report is the result of a run, and the -json output (field names are the
 // JSON keys). Latencies are in microseconds. Statistics cover the measured
@@ -41,11 +43,13 @@ type Report struct {
 	// TargetRate is the open loop's constant rate; 0 in the closed loop
 	// and for a rate schedule (Config.Stages).
 	TargetRate float64 `json:"targetRate,omitempty"`
-	// AchievedRate is the rate requests actually went out. Open loop:
-	// Requests.Sent over the span from the first measured slot's intended
-	// time to the last actual send, plus one period; it equals TargetRate
-	// when generator and target kept up. Closed loop: Requests.Sent /
-	// ElapsedSeconds.
+	// AchievedRate is the rate of successful responses (Requests.Sent −
+	// Errors.Total: a 2xx status or a websocket echo) over the measured
+	// phase: ElapsedSeconds (to the last completion), and in the open loop
+	// at least the schedule's length (one period per measured slot), so
+	// that it is TargetRate when every request succeeded and the last ones
+	// took no time. Failed requests never count: a target that refuses
+	// connections achieves 0, however fast loadgen sends.
 	AchievedRate float64 `json:"achievedRate"`
 	// ErrorRate is (Errors.Total + Requests.Unsent) / (Requests.Sent +
 	// Requests.Unsent): a slot the open loop could not send counts as failed.
@@ -144,12 +148,15 @@ type Latency struct {
 // Lag summarises the open loop's schedule lag (actual send − intended send
 // time), in microseconds, at 2 significant digits (exact below 256µs).
 type Lag struct {
-	Mean float64 `json:"mean"`
-	P50  int64   `json:"p50"`
-	P90  int64   `json:"p90"`
-	P99  int64   `json:"p99"`
-	P999 int64   `json:"p99_9"`
-	Max  int64   `json:"max"`
+	// Count is the number of requests that left (a request that could not
+	// connect never did).
+	Count int64   `json:"count"`
+	Mean  float64 `json:"mean"`
+	P50   int64   `json:"p50"`
+	P90   int64   `json:"p90"`
+	P99   int64   `json:"p99"`
+	P999  int64   `json:"p99_9"`
+	Max   int64   `json:"max"`
 }
 
 // SeriesPoint is one second of the measured phase: the requests that
@@ -213,7 +220,7 @@ type ScenarioReport struct {
 	Kind    Kind    `json:"kind"`
 	Sent    int64   `json:"sent"`
 	Errors  int64   `json:"errors"`
-	Rate    float64 `json:"rate"`
+	Rate    float64 `json:"rate"` // its successful responses per second, over AchievedRate's span
 	Latency Latency `json:"latencyUs"`
 	Bytes   Bytes   `json:"bytes"`
 }
@@ -244,6 +251,9 @@ type Generator struct {
 type reportTimes struct {
 	wallStart    time.Time
 	measureStart clock.Instant
+	// schedule is the open loop's measured schedule length (0: closed loop
+	// or a cancelled run): the least span AchievedRate is computed over.
+	schedule time.Duration
 }
 
 // percentiles reported in Latency.
@@ -316,15 +326,12 @@ func (r *Runner) report(agg *stats, t reportTimes, stoppedBy string) *Report {
 		}
 	}
 
-	var rateSpan float64 // seconds over which Sent went out
 	if !agg.lastDone.IsZero() {
 		rep.ElapsedSeconds = max(0, agg.lastDone.Sub(t.measureStart).Seconds())
-		rateSpan = rep.ElapsedSeconds
 	}
-	if cfg.IsOpenLoop() && !agg.lastStart.IsZero() {
-		st := cfg.stages()
-		rateSpan = max(0, agg.lastStart.Sub(t.measureStart).Seconds()) + 1/st[len(st)-1].endRate()
-	}
+	// The span the rates are over: the measured phase, and in the open loop
+	// at least its schedule (N slots take N periods, the last one included).
+	rateSpan := max(rep.ElapsedSeconds, t.schedule.Seconds())
 	total := agg.total()
 	rep.Latency = summarize(total, agg.clamped)
 	for _, b := range total.CumulativeDistributionWithTicks(5) {
@@ -340,7 +347,7 @@ func (r *Runner) report(agg *stats, t reportTimes, stoppedBy string) *Report {
 		svc := summarize(agg.svc, 0)
 		rep.Service = &svc
 		l := summarize(agg.lag, 0)
-		rep.ScheduleLag = &Lag{Mean: l.Mean, P50: l.P50, P90: l.P90, P99: l.P99, P999: l.P999, Max: l.Max}
+		rep.ScheduleLag = &Lag{Count: l.Count, Mean: l.Mean, P50: l.P50, P90: l.P90, P99: l.P99, P999: l.P999, Max: l.Max}
 	}
 
 	for i := range agg.sc {
@@ -354,7 +361,7 @@ func (r *Runner) report(agg *stats, t reportTimes, stoppedBy string) *Report {
 			Bytes:   Bytes{Sent: s.bytesSent, Received: s.bytesRecv},
 		}
 		if rateSpan > 0 {
-			sr.Rate = float64(s.sent) / rateSpan
+			sr.Rate = float64(s.sent-s.errors) / rateSpan
 		}
 		rep.Scenarios = append(rep.Scenarios, sr)
 		rep.Requests.Sent += s.sent
@@ -366,7 +373,7 @@ func (r *Runner) report(agg *stats, t reportTimes, stoppedBy string) *Report {
 	rep.Requests.Unsent = agg.unsent
 	rep.Requests.WSSkipped = agg.wsOther
 	if rateSpan > 0 {
-		rep.AchievedRate = float64(rep.Requests.Sent) / rateSpan
+		rep.AchievedRate = float64(rep.Requests.Sent-rep.Requests.Errors) / rateSpan
 	}
 
 	for code, n := range agg.statuses {
@@ -440,14 +447,23 @@ func ReadReport(r io.Reader) (*Report, error) {
 	}
 	switch rep.Version {
 	case ReportVersion:
-	case 1:
-		enc, err := base64.StdEncoding.DecodeString(rep.Histogram)
-		if err != nil {
-			return nil, fmt.Errorf("cannot read loadgen report: version 1 histogram: %w", err)
+	case 1, 2:
+		if rep.Version == 1 {
+			enc, err := base64.StdEncoding.DecodeString(rep.Histogram)
+			if err != nil {
+				return nil, fmt.Errorf("cannot read loadgen report: version 1 histogram: %w", err)
+			}
+			rep.Histogram = string(enc)
 		}
-		rep.Histogram, rep.Version = string(enc), ReportVersion
+		// Their achievedRate counted every sent request; the successful
+		// ones over the measured phase come as close as they can.
+		rep.AchievedRate = 0
+		if rep.ElapsedSeconds > 0 {
+			rep.AchievedRate = float64(rep.Requests.Sent-rep.Requests.Errors) / rep.ElapsedSeconds
+		}
+		rep.Version = ReportVersion
 	default:
-		return nil, fmt.Errorf("cannot read loadgen report: version %d; want %d (or 1)", rep.Version, ReportVersion)
+		return nil, fmt.Errorf("cannot read loadgen report: version %d; want %d (or 1, 2)", rep.Version, ReportVersion)
 	}
 	return &rep, nil
 }

@@ -87,6 +87,18 @@ func TestReportJSONRoundTrip(t *testing.T) {
 	if _, err := ReadReport(strings.NewReader(`{"version": 99}`)); err == nil {
 		t.Error("ReadReport accepted version 99")
 	}
+	// The achieved rate counts the successful responses over the measured
+	// phase (at least the schedule's second), not the requests sent.
+	if want := 990 / max(rep.ElapsedSeconds, 1); rep.AchievedRate != want {
+		t.Errorf("achieved rate %v; want 990 successes over %.3fs = %v", rep.AchievedRate, max(rep.ElapsedSeconds, 1), want)
+	}
+	// A version 2 report (its achievedRate counted sent requests) reads as
+	// version 3, its rate recomputed from its counts.
+	raw["version"], raw["achievedRate"] = 2, 1000
+	old, _ := json.Marshal(raw)
+	if v2, err := ReadReport(bytes.NewReader(old)); err != nil || v2.Version != ReportVersion || v2.AchievedRate != 990/rep.ElapsedSeconds {
+		t.Errorf("version 2 report: %v; want version 3 and an achieved rate of %v", v2, 990/rep.ElapsedSeconds)
+	}
 }
 
 func TestWriteText(t *testing.T) {
@@ -97,7 +109,8 @@ func TestWriteText(t *testing.T) {
 	}
 	out := buf.String()
 	for _, want := range []string{
-		"[direct]", "open loop 1000 req/s", "stopped by duration", "1000 sent, 0 unsent",
+		"[direct]", "open loop 1000 req/s", "stopped by the duration bound (1s) after ", "1000 sent, 0 unsent, 990 ok; ",
+		"req/s achieved (successful responses per second; target 1000 req/s)",
 		"latency (from intended send time)", "p99.9", "p99.99", "service", "schedule lag",
 		"statuses       200×990 503×10", "errors         10 (1.000% of sent+unsent)", "status 503×10", "reason overloaded×10",
 		"bytes          sent 0 B, received 9.8 KiB",

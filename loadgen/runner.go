@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"net"
 	"net/url"
@@ -27,6 +28,15 @@ const (
 
 // ErrAlreadyRun is returned by a second call to Run: a Runner runs once.
 var ErrAlreadyRun = errors.New("loadgen: Runner already ran; make a new one with New")
+
+// Errors of Probe.
+var (
+	// ErrUnresolvable: the URL's host does not resolve (the URL is wrong).
+	ErrUnresolvable = errors.New("the target's host does not resolve")
+	// ErrUnreachable: no connection to the target could be opened (refused,
+	// unreachable, timed out).
+	ErrUnreachable = errors.New("cannot connect to the target")
+)
 
 // Runner runs one load test. Make it with New, call Run once.
 type Runner struct {
@@ -161,6 +171,36 @@ func randomRunID() string {
 	return string(b[:])
 }
 
+// Probe checks that the target can be reached before a run: it resolves
+// the URL's host and opens one TCP connection to it (through Config.Dial
+// when set), which it closes at once without sending a byte, bounded by
+// ctx and Config.Timeout. Its errors wrap ErrUnresolvable or
+// ErrUnreachable and name the host. Run does not probe: cmd/loadgen calls
+// Probe first, so that a wrong URL or a target that is not there fails at
+// once instead of a run that counts every request as a connect error.
+func (r *Runner) Probe(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, r.cfg.Timeout)
+	defer cancel()
+	var (
+		c   net.Conn
+		err error
+	)
+	if r.cfg.Dial != nil {
+		c, err = r.cfg.Dial(r.hostPort)
+	} else {
+		host, _, _ := net.SplitHostPort(r.hostPort)
+		if _, err := net.DefaultResolver.LookupHost(ctx, host); err != nil {
+			return fmt.Errorf("%w: %s: %v", ErrUnresolvable, host, err)
+		}
+		var d net.Dialer
+		c, err = d.DialContext(ctx, "tcp", r.hostPort)
+	}
+	if err != nil {
+		return fmt.Errorf("%w %s: %v", ErrUnreachable, r.hostPort, err)
+	}
+	return c.Close()
+}
+
 // Run runs the load test and returns its report. Cancelling ctx ends the
 // run early (StoppedBy = "canceled") and still returns a report of what was
 // measured. Run returns only after every goroutine it started has exited
@@ -234,7 +274,11 @@ func (r *Runner) Run(ctx context.Context) (*Report, error) {
 		st.iv.flush()
 		agg.merge(st)
 	}
-	rep := r.report(&agg, reportTimes{wallStart: wallStart, measureStart: measureStart}, res.stoppedBy)
+	times := reportTimes{wallStart: wallStart, measureStart: measureStart}
+	if sch != nil && res.stoppedBy != StopCanceled {
+		times.schedule = window
+	}
+	rep := r.report(&agg, times, res.stoppedBy)
 	// The series ends with the schedule or the Duration when one ended the
 	// run (completions after it count in its last second), else with the
 	// last completion.

@@ -61,21 +61,20 @@ type scenarioStats struct {
 // per-second flushes into the shared series (one lock per recorder and
 // second, never per request).
 type stats struct {
-	maxUs     int64
-	all       *hdrhistogram.Histogram // every response's latency, full precision; nil until the first
-	sc        []scenarioStats         // one per scenario; hist only when there are several
-	svc       *hdrhistogram.Histogram // open loop: service time, actual send to done, detail precision; nil until the first
-	lag       *hdrhistogram.Histogram // open loop: schedule lag, detail precision; nil until the first
-	iv        interval                // this second's share of the series
-	clamped   int64
-	statuses  map[int]int64
-	reasons   map[string]*int64
-	classes   [numClasses]int64
-	samples   [numClasses]string // first error text per transport class
-	wsOther   int64
-	unsent    int64
-	lastDone  clock.Instant // completion of the latest measured request
-	lastStart clock.Instant // open loop: actual send of the latest measured request
+	maxUs    int64
+	all      *hdrhistogram.Histogram // every response's latency, full precision; nil until the first
+	sc       []scenarioStats         // one per scenario; hist only when there are several
+	svc      *hdrhistogram.Histogram // open loop: service time, actual send to done, detail precision; nil until the first
+	lag      *hdrhistogram.Histogram // open loop: schedule lag, detail precision; nil until the first
+	iv       interval                // this second's share of the series
+	clamped  int64
+	statuses map[int]int64
+	reasons  map[string]*int64
+	classes  [numClasses]int64
+	samples  [numClasses]string // first error text per transport class
+	wsOther  int64
+	unsent   int64
+	lastDone clock.Instant // completion of the latest measured request
 }
 
 // newStats returns a tally for scenarios scenarios; ser, when set, receives
@@ -219,7 +218,6 @@ func (s *stats) merge(o *stats) {
 	s.wsOther += o.wsOther
 	s.unsent += o.unsent
 	s.lastDone = later(s.lastDone, o.lastDone)
-	s.lastStart = later(s.lastStart, o.lastStart)
 }
 
 // later returns the later of two instants, ignoring zero ones.

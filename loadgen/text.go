@@ -45,10 +45,23 @@ func (rep *Report) WriteText(w io.Writer) error {
 		fmt.Fprintf(&b, " [%s]", rep.Label)
 	}
 	fmt.Fprintf(&b, ": %s; ids %s\n", mode, ids)
-	fmt.Fprintf(&b, "stopped by %s after %.2fs: %d sent, %d unsent, %.1f req/s achieved",
-		rep.StoppedBy, rep.ElapsedSeconds, rep.Requests.Sent, rep.Requests.Unsent, rep.AchievedRate)
+	ok := rep.Requests.Sent - rep.Requests.Errors
+	fmt.Fprintf(&b, "%s after %.2fs: %d sent, %d unsent, %d ok; ", stopText(rep), rep.ElapsedSeconds, rep.Requests.Sent, rep.Requests.Unsent, ok)
+	target := ""
 	if rep.TargetRate > 0 {
-		fmt.Fprintf(&b, " (target %.6g)", rep.TargetRate)
+		target = fmt.Sprintf("target %.6g req/s", rep.TargetRate)
+	}
+	if ok > 0 {
+		fmt.Fprintf(&b, "%.1f req/s achieved (successful responses per second", rep.AchievedRate)
+		if target != "" {
+			b.WriteString("; " + target)
+		}
+		b.WriteString(")")
+	} else {
+		b.WriteString("no successful responses")
+		if target != "" {
+			b.WriteString(" (" + target + ")")
+		}
 	}
 	b.WriteString("\n\n")
 
@@ -56,8 +69,51 @@ func (rep *Report) WriteText(w io.Writer) error {
 	if c.Mode == "open" {
 		from = "from intended send time"
 	}
-	fmt.Fprintf(&b, "latency (%s)\n", from)
-	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(&b, "latency (%s)", from)
+	if rep.Latency.Count == 0 {
+		b.WriteString(": none, no request got a response (see errors)\n")
+	} else {
+		b.WriteString("\n")
+		latencyTable(&b, rep)
+	}
+	if l := rep.ScheduleLag; l != nil && l.Count > 0 {
+		fmt.Fprintf(&b, "schedule lag   p50 %s, p90 %s, p99 %s, p99.9 %s, max %s (mean %s): how late requests left\n",
+			fmtUs(float64(l.P50)), fmtUs(float64(l.P90)), fmtUs(float64(l.P99)), fmtUs(float64(l.P999)), fmtUs(float64(l.Max)), fmtUs(l.Mean))
+	} else if l != nil {
+		b.WriteString("schedule lag   none: no request left (see errors)\n")
+	}
+	writeCounts(&b, rep)
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// stopText says what ended the run: the bound reached (and the other one,
+// when both were set, so that a count never cuts a timed run short
+// unnoticed) or an interruption.
+func stopText(rep *Report) string {
+	c := &rep.Config
+	dur := time.Duration(c.DurationSeconds * float64(time.Second)).String()
+	switch rep.StoppedBy {
+	case StopDuration:
+		if c.Requests > 0 {
+			return fmt.Sprintf("stopped by the duration bound (%s), before the request bound (%d)", dur, c.Requests)
+		}
+		return fmt.Sprintf("stopped by the duration bound (%s)", dur)
+	case StopRequests:
+		if c.DurationSeconds > 0 {
+			return fmt.Sprintf("stopped by the request bound (%d), before the duration bound (%s)", c.Requests, dur)
+		}
+		return fmt.Sprintf("stopped by the request bound (%d)", c.Requests)
+	case StopCanceled:
+		return "interrupted"
+	}
+	return "stopped by " + rep.StoppedBy
+}
+
+// latencyTable writes the latency percentiles: per scenario of a mix, all,
+// and the open loop's service time.
+func latencyTable(b *strings.Builder, rep *Report) {
+	tw := tabwriter.NewWriter(b, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "  scenario\tcount\terrors\tmean\tp50\tp90\tp99\tp99.9\tp99.99\tmax\t")
 	row := func(name string, errs string, l *Latency) {
 		fmt.Fprintf(tw, "  %s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", name, l.Count, errs,
@@ -76,53 +132,51 @@ func (rep *Report) WriteText(w io.Writer) error {
 	}
 	_ = tw.Flush()
 	if rep.Latency.Clamped > 0 {
-		fmt.Fprintf(&b, "  %d latencies above the histogram range were clamped to it (raise -max-latency)\n", rep.Latency.Clamped)
+		fmt.Fprintf(b, "  %d latencies above the histogram range were clamped to it (raise -max-latency)\n", rep.Latency.Clamped)
 	}
-	if l := rep.ScheduleLag; l != nil {
-		fmt.Fprintf(&b, "schedule lag   p50 %s, p90 %s, p99 %s, p99.9 %s, max %s (mean %s): how late requests left\n",
-			fmtUs(float64(l.P50)), fmtUs(float64(l.P90)), fmtUs(float64(l.P99)), fmtUs(float64(l.P999)), fmtUs(float64(l.Max)), fmtUs(l.Mean))
-	}
-	fmt.Fprintf(&b, "bytes          sent %s, received %s\n", fmtBytes(rep.Bytes.Sent), fmtBytes(rep.Bytes.Received))
+}
+
+// writeCounts writes bytes, statuses, errors and the generator's cost.
+func writeCounts(b *strings.Builder, rep *Report) {
+	fmt.Fprintf(b, "bytes          sent %s, received %s\n", fmtBytes(rep.Bytes.Sent), fmtBytes(rep.Bytes.Received))
 	if len(rep.Statuses) > 0 {
 		b.WriteString("statuses      ")
 		for _, k := range sortedKeys(rep.Statuses) {
-			fmt.Fprintf(&b, " %s×%d", k, rep.Statuses[k])
+			fmt.Fprintf(b, " %s×%d", k, rep.Statuses[k])
 		}
 		b.WriteByte('\n')
 	}
 	e := &rep.Errors
-	fmt.Fprintf(&b, "errors         %d (%.3f%% of sent+unsent)", e.Total, 100*rep.ErrorRate)
+	fmt.Fprintf(b, "errors         %d (%.3f%% of sent+unsent)", e.Total, 100*rep.ErrorRate)
 	if e.Total > 0 {
-		fmt.Fprintf(&b, ": timeout %d, connect %d, connection %d, pool %d, other %d", e.Timeout, e.Connect, e.Connection, e.Pool, e.Other)
+		fmt.Fprintf(b, ": timeout %d, connect %d, connection %d, pool %d, other %d", e.Timeout, e.Connect, e.Connection, e.Pool, e.Other)
 		if len(e.Status) > 0 {
 			b.WriteString("; status")
 			for _, k := range sortedKeys(e.Status) {
-				fmt.Fprintf(&b, " %s×%d", k, e.Status[k])
+				fmt.Fprintf(b, " %s×%d", k, e.Status[k])
 			}
 		}
 		if len(e.Reason) > 0 {
 			b.WriteString("; reason")
 			for _, k := range sortedKeys(e.Reason) {
-				fmt.Fprintf(&b, " %s×%d", k, e.Reason[k])
+				fmt.Fprintf(b, " %s×%d", k, e.Reason[k])
 			}
 		}
 	}
 	b.WriteByte('\n')
 	for _, k := range sortedKeys(e.Samples) {
-		fmt.Fprintf(&b, "  first %s error: %s\n", k, e.Samples[k])
+		fmt.Fprintf(b, "  first %s error: %s\n", k, e.Samples[k])
 	}
 	if rep.Requests.WSSkipped > 0 {
-		fmt.Fprintf(&b, "websocket      %d non-echo messages skipped\n", rep.Requests.WSSkipped)
+		fmt.Fprintf(b, "websocket      %d non-echo messages skipped\n", rep.Requests.WSSkipped)
 	}
 	g := &rep.Generator
 	recorders := fmt.Sprintf("%d workers", g.Workers)
 	if g.Engine == EngineLoop {
 		recorders = fmt.Sprintf("%d loops", g.Loops)
 	}
-	fmt.Fprintf(&b, "generator      %s engine, %s, GOMAXPROCS %d, CPU %.2fs = %.1fµs/request, %d GCs (pause total %s, max %s)\n",
+	fmt.Fprintf(b, "generator      %s engine, %s, GOMAXPROCS %d, CPU %.2fs = %.1fµs/request, %d GCs (pause total %s, max %s)\n",
 		g.Engine, recorders, g.GoMaxProcs, g.CPUSeconds, g.CPUPerRequestUs, g.GCCount, fmtUs(float64(g.GCPauseTotalUs)), fmtUs(float64(g.GCPauseMaxUs)))
-	_, err := io.WriteString(w, b.String())
-	return err
 }
 
 // rateText describes the open loop's rate: constant, or its schedule.

@@ -80,6 +80,7 @@ var catalogue = []Family{
 	{"pinned_placement_replaces_total", "counter", "result", "placement", "placements moved off a dead session: won, lost"},
 	{"pinned_placement_renewals_total", "counter", "", "placement", "placement epochs renewed on the same session after their holder refused them as stale"},
 	{"pinned_placement_no_worker_total", "counter", "", "placement", "misses with no live worker for the namespace (503)"},
+	{"pinned_placement_unknown_namespace_total", "counter", "", "placement", "misses for a namespace no worker served recently (404)"},
 	{"pinned_placement_store_errors_total", "counter", "", "placement", "store (Redis) errors while resolving"},
 	{"pinned_placement_invalidates_total", "counter", "", "placement", "refusals the proxy reported (a worker's 503 closing/draining/lease, 403 forbidden, or unreachable)"},
 	{"pinned_placement_sessions_dropped_total", "counter", "", "placement", "worker sessions forgotten because they were gone from the store"},

@@ -10,7 +10,7 @@
 //	go f.Serve(ln)
 //	go p.Run(ctx)                                            // the endpoint janitor
 //	...
-//	f.Shutdown(ctx); p.Close()
+//	f.Shutdown(ctx); p.Close()                               // see "Shutdown"
 //
 // # Two ways in
 //
@@ -200,7 +200,9 @@
 // Every answer the proxy makes itself is a wire.Error JSON body; every 503
 // carries Retry-After and X-Pinned-Reason.
 //
-//   - Resolve fails: 503 no_worker (ErrNoWorker) or 503 store.
+//   - Resolve fails: 503 no_worker (ErrNoWorker) or 503 store (logged as a
+//     throttled warning, or at DEBUG when the error wraps ErrNotReady: the
+//     resolver is still starting).
 //   - The session's advertise URL is unusable (wire.ParseAdvertiseURL):
 //     Refused, and 503 unreachable.
 //   - The endpoint is over its cap (MaxConns in flight plus MaxQueue
@@ -298,6 +300,31 @@
 //     only off the hot path.
 //   - A Resolver and its Sessions serve one Proxy (the proxy attaches its
 //     endpoints to the Sessions).
+//
+// # Shutdown
+//
+// Front.Shutdown is bounded by its context, whatever clients and workers
+// do. In order: the listener closes (stop accepting); every connection
+// finishes the exchange in progress, whose answer says Connection: close,
+// and closes; idle keep-alive connections close at once; tunnels on the
+// loops end. The connections a loop handed over to the fasthttp path
+// (pinned_proxy_handovers_total: a worker's registry calls are among
+// them, and its heartbeats keep one of them alive for good) get the same
+// treatment from the fasthttp server's ShutdownWithContext, which the
+// Front makes effective by serving that server on a listener of its own
+// (fasthttp's Shutdown does nothing on a server without a listener, and
+// ServeConn gives it none). When the context ends first, every connection
+// still open is closed, on the loops and handed over alike, and Shutdown
+// returns the context's error; a request of the fasthttp path still
+// waiting for a worker then ends on its own, by ResponseHeaderTimeout or
+// StreamIdleTimeout, without holding Shutdown (a dial in flight, bounded by
+// EndpointConfig.DialTimeout, may). Front.Conns counts the client
+// connections still open, for progress logs. Then Proxy.Close ends the
+// fasthttp path's tunnels and closes the idle worker connections.
+//
+// Without a Front, the fasthttp server's own ShutdownWithContext does the
+// draining; connections still busy at its deadline are left to the process's
+// exit.
 //
 // # Callers must not assume
 //

@@ -51,6 +51,7 @@ type replies struct {
 	upgradeToken, upgradeHandshake reply // 400, close
 
 	// Worker side.
+	unknownNamespace reply // 404 unknown_namespace, no Retry-After: stop asking
 	noWorker, store, unreachable, overloaded, tunnelsFull reply // 503 + Retry-After
 	connsFull                                             reply // 503 + Retry-After, close: MaxConns client connections
 	badGateway                                            reply // 502
@@ -114,6 +115,8 @@ func (r *replies) build(cfg *Config) {
 	r.upgradeHandshake = closing(mk(fasthttp.StatusBadRequest, "upgrade",
 		"a WebSocket handshake is an HTTP/1.1 GET with Connection: Upgrade and no body"))
 
+	r.unknownNamespace = mk(fasthttp.StatusNotFound, "namespace", "unknown namespace: no worker has served it recently")
+	r.unknownNamespace.reason = wire.ReasonUnknownNamespace
 	r.noWorker = unavailable(wire.ReasonNoWorker, "no worker serves the namespace")
 	r.store = unavailable(wire.ReasonStore, "placement directory unavailable")
 	r.unreachable = unavailable(wire.ReasonUnreachable, "worker unreachable")
@@ -129,7 +132,7 @@ func (r *replies) build(cfg *Config) {
 	for _, rp := range []*reply{&r.notObject, &r.notOrigin, &r.fragment, &r.dotSegment, &r.escape, &r.backslash,
 		&r.hostMismatch, &r.framing, &r.transferEncoding, &r.contentLength, &r.fieldName, &r.obsFold, &r.bareLF,
 		&r.tooManyFields, &r.tooManyHeaderFields, &r.malformed, &r.headTooLarge, &r.headTimeout, &r.version, &r.tooLarge,
-		&r.badBody, &r.upgradeToken, &r.upgradeHandshake, &r.noWorker, &r.store, &r.unreachable, &r.overloaded,
+		&r.badBody, &r.upgradeToken, &r.upgradeHandshake, &r.unknownNamespace, &r.noWorker, &r.store, &r.unreachable, &r.overloaded,
 		&r.tunnelsFull, &r.connsFull, &r.badGateway, &r.timeout} {
 		rp.raw = r.render(rp)
 	}

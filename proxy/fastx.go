@@ -330,13 +330,15 @@ func (x *lx) RunTask() {
 
 func (x *lx) resolveFailed(err error) {
 	p := x.lp.p
+	if errors.Is(err, ErrUnknownNamespace) {
+		x.fail(&p.replies.unknownNamespace)
+		return
+	}
 	if errors.Is(err, ErrNoWorker) {
 		x.fail(&p.replies.noWorker)
 		return
 	}
-	if p.errLog.Allow() {
-		p.log.Warn("cannot resolve placement", "name", string(x.name), "err", err)
-	}
+	p.logResolveFailed(x.name, err)
 	x.fail(&p.replies.store)
 }
 

@@ -212,17 +212,31 @@ func (p *Proxy) route(ctx *fasthttp.RequestCtx, name []byte) (Route, error) {
 	return rt, err
 }
 
-// resolveFailed answers a request whose route could not be resolved: 503
-// no_worker for ErrNoWorker, 503 store for anything else.
+// resolveFailed answers a request whose route could not be resolved: 404
+// unknown_namespace for ErrUnknownNamespace, 503 no_worker for
+// ErrNoWorker, 503 store for anything else.
 func (p *Proxy) resolveFailed(ctx *fasthttp.RequestCtx, name []byte, err error) {
+	if errors.Is(err, ErrUnknownNamespace) {
+		p.reply(ctx, &p.replies.unknownNamespace)
+		return
+	}
 	if errors.Is(err, ErrNoWorker) {
 		p.reply(ctx, &p.replies.noWorker)
 		return
 	}
-	if p.errLog.Allow() {
+	p.logResolveFailed(name, err)
+	p.reply(ctx, &p.replies.store)
+}
+
+// logResolveFailed logs a resolver failure other than ErrNoWorker: a
+// throttled warning, or DEBUG for ErrNotReady (the resolver is starting).
+func (p *Proxy) logResolveFailed(name []byte, err error) {
+	switch {
+	case errors.Is(err, ErrNotReady):
+		p.log.Debug("cannot resolve placement yet: the resolver is starting", "name", string(name), "err", err)
+	case p.errLog.Allow():
 		p.log.Warn("cannot resolve placement", "name", string(name), "err", err)
 	}
-	p.reply(ctx, &p.replies.store)
 }
 
 // unusable answers a request routed to a session whose advertise URL the

@@ -69,12 +69,23 @@ type Front struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 
-	wg      sync.WaitGroup // loops, hand-overs, resolves, dials
+	wg      sync.WaitGroup // loops, resolves, dials, Fallback's Serve on anchor
 	mu      sync.Mutex
 	started bool
 	stopped bool
 	drained chan struct{} // closed when conns reaches zero after Shutdown began
 	drainMu sync.Mutex
+
+	// anchor is the listener Fallback serves (it never accepts anything:
+	// handed-over connections go to ServeConn), so that Fallback's
+	// ShutdownWithContext, which does nothing on a server without a
+	// listener, closes them as they fall idle.
+	anchor *anchorListener
+	// handed holds the handed-over connections still open, closed by
+	// Shutdown when its context ends first. Each is served by a goroutine
+	// of the Front (ServeConn), counted in conns until it returns.
+	handedMu sync.Mutex
+	handed   map[*handedConn]struct{}
 }
 
 // NewFront prepares a Front for p. It makes the loops' epoll instances but
@@ -89,7 +100,8 @@ func (p *Proxy) NewFront(cfg FrontConfig) (*Front, error) {
 	if cfg.Local == nil {
 		cfg.Local = func([]byte) bool { return false }
 	}
-	f := &Front{p: p, cfg: cfg, lfd: -1, served: make(chan struct{}), drained: make(chan struct{})}
+	f := &Front{p: p, cfg: cfg, lfd: -1, served: make(chan struct{}), drained: make(chan struct{}),
+		anchor: newAnchorListener(), handed: make(map[*handedConn]struct{})}
 	f.ctx, f.cancel = context.WithCancel(context.Background())
 	for i := range cfg.Loops {
 		nl, err := netloop.New(netloop.Config{})
@@ -133,16 +145,32 @@ func (f *Front) Serve(ln net.Listener) error {
 		})
 	}
 	f.loops[0].nl.Post(taskFunc(func() { f.loops[0].listen(lfd) }))
+	f.wg.Go(func() { _ = f.cfg.Fallback.Serve(f.anchor) })
 	f.mu.Unlock()
 	<-f.served
 	return nil
 }
 
-// Shutdown stops accepting, lets every exchange in progress finish (each
-// connection closes after its current answer; idle ones close at once), then
-// shuts Fallback down for the connections handed over, all bounded by ctx;
-// when ctx ends first, the remaining connections are closed. Then the loops
-// stop. Serve returns once Shutdown is done.
+// Conns returns the number of client connections open: those on the loops
+// and those handed over to Fallback (WebSocket tunnels of the fasthttp path
+// excepted: Proxy.Close ends them). Shutdown waits for it to reach zero.
+func (f *Front) Conns() int { return int(f.conns.Load()) }
+
+// Shutdown stops accepting and drains: every exchange in progress
+// finishes (each connection closes after its current answer, which says
+// Connection: close; idle ones close at once), on the loops and on the
+// connections handed over to Fallback alike (Fallback's
+// ShutdownWithContext does it for those: Serve runs Fallback on a
+// listener of the Front's own for that). When ctx ends first, every
+// connection still open is closed, handed-over keep-alive ones included,
+// and Shutdown returns ctx's error. Then the loops stop. Serve returns
+// once Shutdown is done.
+//
+// Shutdown returns by ctx's deadline, whatever the clients and the workers
+// do, give or take a dial in flight (EndpointConfig.DialTimeout): a
+// request of the fasthttp path still waiting for a worker when its
+// connection is closed ends on its own, by the proxy's timeouts, without
+// holding Shutdown.
 func (f *Front) Shutdown(ctx context.Context) error {
 	f.mu.Lock()
 	if f.stopped {
@@ -164,24 +192,48 @@ func (f *Front) Shutdown(ctx context.Context) error {
 	for _, lp := range f.loops {
 		lp.nl.Post(taskFunc(lp.beginShutdown))
 	}
+	// Fallback's Serve registers the anchor before its first Accept:
+	// until then its Shutdown would find no listener and do nothing.
 	var err error
-	if f.conns.Load() > 0 {
+	select {
+	case <-f.anchor.accepting:
+		if ferr := f.cfg.Fallback.ShutdownWithContext(ctx); ferr != nil && !errors.Is(ferr, net.ErrClosed) {
+			err = ferr
+		}
+	case <-ctx.Done():
+		err = ctx.Err()
+	}
+	_ = f.anchor.Close() // in case Fallback's Shutdown did not
+	if err == nil && f.conns.Load() > 0 {
 		select {
 		case <-f.drainedChan():
 		case <-ctx.Done():
 			err = ctx.Err()
 		}
 	}
-	if ferr := f.cfg.Fallback.ShutdownWithContext(ctx); ferr != nil && err == nil && !errors.Is(ferr, net.ErrClosed) {
-		err = ferr
+	if err != nil {
+		f.closeHanded() // the loops close theirs when they stop
 	}
 	f.cancel()
 	for _, lp := range f.loops {
 		lp.nl.Stop()
 	}
 	f.wg.Wait()
+	if err != nil {
+		f.closeHanded() // any a loop handed over meanwhile
+	}
 	close(f.served)
 	return err
+}
+
+// closeHanded closes every handed-over connection still open: its
+// goroutine's next read or write fails, and it ends.
+func (f *Front) closeHanded() {
+	f.handedMu.Lock()
+	defer f.handedMu.Unlock()
+	for hc := range f.handed {
+		_ = hc.Conn.Close()
+	}
 }
 
 // drainedChan returns the channel closed when the last connection ends.
@@ -234,11 +286,58 @@ func (f *Front) handOver(c *cconn, pending []byte) {
 	}
 	hc := &handedConn{Conn: nc, pre: append([]byte(nil), pending...)}
 	f.p.m.handovers.Inc()
-	f.wg.Go(func() {
+	f.handedMu.Lock()
+	f.handed[hc] = struct{}{}
+	f.handedMu.Unlock()
+	// Owned by the Front: it ends when ServeConn returns (the connection
+	// closed, by either side or by Shutdown, or hijacked for a tunnel).
+	go func() {
 		defer f.connDone()
 		_ = f.cfg.Fallback.ServeConn(hc)
-	})
+		f.handedMu.Lock()
+		delete(f.handed, hc)
+		f.handedMu.Unlock()
+	}()
 }
+
+// anchorListener is a listener that accepts nothing until it is closed
+// (see Front.anchor).
+type anchorListener struct {
+	accepting chan struct{} // closed at the first Accept
+	first     sync.Once
+	closed    chan struct{}
+	close     sync.Once
+}
+
+func newAnchorListener() *anchorListener {
+	return &anchorListener{accepting: make(chan struct{}), closed: make(chan struct{})}
+}
+
+// Accept waits for Close and returns net.ErrClosed, which ends
+// fasthttp's Serve cleanly.
+func (a *anchorListener) Accept() (net.Conn, error) {
+	a.first.Do(func() { close(a.accepting) })
+	<-a.closed
+	return nil, net.ErrClosed
+}
+
+// Close ends Accept; it is idempotent.
+func (a *anchorListener) Close() error {
+	a.close.Do(func() { close(a.closed) })
+	return nil
+}
+
+// Addr returns a placeholder address: nothing can dial the anchor.
+func (a *anchorListener) Addr() net.Addr { return anchorAddr{} }
+
+// anchorAddr is the anchor's address, which names no network.
+type anchorAddr struct{}
+
+// Network implements net.Addr.
+func (anchorAddr) Network() string { return "pinned-handover" }
+
+// String implements net.Addr.
+func (anchorAddr) String() string { return "handed-over connections" }
 
 // handedConn is a connection handed over by a loop: the bytes the loop had
 // read come first.

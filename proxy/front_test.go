@@ -3,6 +3,7 @@ package proxy_test
 import (
 	"bufio"
 	"context"
+	"errors"
 	"io"
 	"net"
 	"strconv"
@@ -225,12 +226,7 @@ func TestFrontShutdownDrains(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer idle.Close()
-	busy, err := net.Dial("tcp", f.addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer busy.Close()
-	_, _ = io.WriteString(busy, "GET /counter/a HTTP/1.1\r\nHost: h\r\n\r\n")
+	busy := sendRaw(t, f.addr, "GET /counter/a HTTP/1.1\r\nHost: h\r\n\r\n")
 	<-entered
 
 	done := make(chan error, 1)
@@ -250,6 +246,107 @@ func TestFrontShutdownDrains(t *testing.T) {
 	}
 	if err := <-done; err != nil {
 		t.Errorf("Shutdown: %v", err)
+	}
+}
+
+// sendRaw opens a connection to addr and writes req on it, leaving the
+// answer unread; the connection closes when the test ends.
+func sendRaw(t *testing.T, addr, req string) net.Conn {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	if _, err := io.WriteString(c, req); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// handOverKeepAlive opens a connection to f and sends it a request the loops
+// hand over to the fasthttp path (an absolute-form target) whose answer
+// keeps the connection open; it checks that the request was handed over.
+func handOverKeepAlive(t *testing.T, f *front) net.Conn {
+	t.Helper()
+	c, err := net.Dial("tcp", f.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	r := rawResponse(t, c, bufio.NewReader(c), "GET http://h/counter/a HTTP/1.1\r\nHost: h\r\n\r\n")
+	if r.StatusCode() != 200 || r.ConnectionClose() {
+		t.Fatalf("handed-over request: %d, close %v; want 200 on a kept-alive connection", r.StatusCode(), r.ConnectionClose())
+	}
+	if got := metricValue(t, f, "pinned_proxy_handovers_total"); got != 1 {
+		t.Fatalf("handovers = %v; want 1", got)
+	}
+	return c
+}
+
+// shutdownWithin runs f's Shutdown with a context of timeout and returns its
+// error, failing the test when it has not returned within bound (the test's
+// own deadline, above timeout).
+func shutdownWithin(t *testing.T, f *front, timeout, bound time.Duration) error {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		defer cancel()
+		done <- f.fr.Shutdown(ctx)
+	}()
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(bound):
+		t.Fatalf("Shutdown(%v) has not returned after %v", timeout, bound)
+		return nil
+	}
+}
+
+// An idle keep-alive connection handed over to the fasthttp path (a
+// worker's heartbeat connection to the pinboard is one) is closed by
+// Shutdown like an idle one on a loop: Shutdown returns at once, without
+// waiting for its deadline.
+func TestFrontShutdownClosesIdleHandedOverConnection(t *testing.T) {
+	needLoops(t)
+	_, f, _, _ := setup(t, nil)
+	c := handOverKeepAlive(t, f)
+	start := time.Now()
+	if err := shutdownWithin(t, f, time.Minute, 20*time.Second); err != nil {
+		t.Errorf("Shutdown = %v; want nil (nothing was busy)", err)
+	}
+	if d := time.Since(start); d > 20*time.Second {
+		t.Errorf("Shutdown took %v with one idle connection", d)
+	}
+	if !closedAfter(c, 5*time.Second) {
+		t.Error("the handed-over connection stayed open after Shutdown")
+	}
+}
+
+// A handed-over connection whose request the worker never answers is
+// closed when Shutdown's context ends, and Shutdown returns then with the
+// context's error, not when the request ends.
+func TestFrontShutdownDeadlineClosesBusyHandedOverConnection(t *testing.T) {
+	needLoops(t)
+	release := make(chan struct{})
+	entered := make(chan struct{}, 1)
+	_, f, _, _ := setup(t, func(ctx *fasthttp.RequestCtx) {
+		select {
+		case entered <- struct{}{}:
+		default:
+		}
+		<-release
+		ctx.SetBodyString("late")
+	})
+	defer close(release) // the worker's handler ends with the test
+	c := sendRaw(t, f.addr, "GET http://h/counter/a HTTP/1.1\r\nHost: h\r\n\r\n")
+	<-entered
+	if err := shutdownWithin(t, f, time.Second, 20*time.Second); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Shutdown = %v; want context.DeadlineExceeded (a request was still waiting)", err)
+	}
+	if !closedAfter(c, 5*time.Second) {
+		t.Error("the busy handed-over connection stayed open after Shutdown's deadline")
 	}
 }
 

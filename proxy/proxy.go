@@ -421,6 +421,8 @@ func knownReason(b []byte) string {
 		return wire.ReasonStale
 	case wire.ReasonNoWorker:
 		return wire.ReasonNoWorker
+	case wire.ReasonUnknownNamespace:
+		return wire.ReasonUnknownNamespace
 	case wire.ReasonUnreachable:
 		return wire.ReasonUnreachable
 	case wire.ReasonOverloaded:

@@ -70,6 +70,20 @@ type TunnelWatcher interface {
 // worker for the namespace, or wait for one to register.
 var ErrNoWorker = errors.New("proxy: no worker serves the namespace")
 
+// ErrUnknownNamespace is what a Resolver wraps when no worker has served
+// the namespace recently (a typo, a namespace that never existed or was
+// retired): the proxy answers 404 unknown_namespace, without Retry-After,
+// so that clients stop asking. A namespace whose workers went away a moment
+// ago is ErrNoWorker instead.
+var ErrUnknownNamespace = errors.New("proxy: no worker has served the namespace recently")
+
+// ErrNotReady, wrapped in an error of Resolver.Resolve, says the resolver
+// cannot answer yet because it is still starting (its directory's first
+// connection is being made). The request gets 503 store + Retry-After like
+// any other resolver failure, but nothing has failed yet: the proxy logs it
+// at DEBUG, never as a warning.
+var ErrNotReady = errors.New("proxy: resolver not ready yet")
+
 // Recorder hears of every request the proxy routed, on the request's path:
 // it must be fast, safe for concurrent use, and must not allocate or block.
 // name is the placement name "/<ns>/<id>" (valid only during the call),

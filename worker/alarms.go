@@ -109,7 +109,7 @@ func (w *Worker) alarmCall(ctx context.Context, path string, body any) ([]byte, 
 			return rep.body, nil
 		case rep.err == nil && rep.status == fasthttp.StatusUnauthorized:
 			w.m.alarmCalls[resultUnauthorized].Inc()
-			return nil, fmt.Errorf("%s: %w: %s (set Config.Token to the pinboard's token)", path, ErrAlarmRefused, rep.describe())
+			return nil, fmt.Errorf("%s: %w: %s (set %s to the pinboard's token)", path, ErrAlarmRefused, rep.describe(), w.cfg.TokenSource)
 		case rep.err == nil && rep.status == fasthttp.StatusConflict && rep.field() == "sessionId":
 			w.m.alarmCalls[resultRefused].Inc()
 			return nil, fmt.Errorf("%s: %w: %s", path, host.ErrAlarmNotHolder, rep.describe())

@@ -77,6 +77,11 @@ type Config struct {
 	// Token is the deployment token shared with the pinboard, sent as
 	// "Authorization: Bearer <Token>". It is never logged.
 	Token string
+	// TokenSource names where this process's operator sets Token, for the
+	// errors logged and returned when the pinboard refuses it (401): a
+	// binary passes the variable it reads the token from (the counter demo:
+	// "PINNED_TOKEN"). Empty means "Config.Token".
+	TokenSource string
 
 	// Logger receives the worker's events, tagged logger=pinned.worker.
 	// nil means slog.Default().
@@ -152,6 +157,9 @@ func (c Config) withDefaults() Config {
 	def(&c.ShutdownPollInterval, DefaultShutdownPollInterval)
 	if c.ReleaseAttempts == 0 {
 		c.ReleaseAttempts = DefaultReleaseAttempts
+	}
+	if c.TokenSource == "" {
+		c.TokenSource = "Config.Token"
 	}
 	if c.MaxConns == 0 {
 		c.MaxConns = DefaultMaxConns
@@ -274,4 +282,10 @@ func heartbeatAttempts(window, heartbeat, retry time.Duration) int {
 	}
 	span := window - heartbeat // attempts at offsets 0, retry, 2·retry, ... < span
 	return int((span + retry - 1) / retry)
+}
+
+// tokenRefused is what the worker says when the pinboard refuses its token
+// (401): the refusal and where to set the token (TokenSource).
+func (c Config) tokenRefused() string {
+	return "the pinboard refused the deployment token (401); set " + c.TokenSource + " to the pinboard's token"
 }

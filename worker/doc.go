@@ -136,7 +136,16 @@
 // Shutdown ends with POST /registry/deregister for the last session, once
 // Run has sent its final heartbeat and every host is empty, so the pinboard
 // drops the session at once instead of a lease later. It is skipped (and
-// counted) while aborted instances are still tearing down.
+// counted) while aborted instances are still tearing down, and once
+// Shutdown's deadline has passed.
+//
+// Shutdown is bounded by its context's deadline whatever the pinboard does:
+// from the moment it is called no call to the pinboard (heartbeat, the final
+// one included, release, deregistration) outlasts that deadline, and when
+// the context ends the connections to the pinboard are closed, failing the
+// calls in flight, and the releases still retrying give up. A pinboard that
+// is gone or frozen thus costs the releases (the ids stay placed until the
+// session expires), never the bound.
 //
 // # Alarms
 //

@@ -142,27 +142,41 @@ func (l *loop) driveDrain(now clock.Instant) {
 //     with headroom 0 and ctx's deadline as drainDeadline;
 //  2. idle instances are closed now and every ShutdownPollInterval (each
 //     close makes the host release the placement), until every host is
-//     empty (Len() == 0) or ctx ends, which aborts what remains;
+//     empty (Len() == 0) or ctx ends, which aborts what remains and closes
+//     the connections to the pinboard, failing the calls in flight;
 //  3. Run sends a final heartbeat (draining, headroom 0), stops heartbeating
 //     and returns nil; Shutdown waits for that;
 //  4. when every host is empty (every instance closed and its release
 //     sent), Shutdown deregisters the session (POST /registry/deregister,
 //     one attempt within RequestTimeout), so the pinboard forgets it at once
 //     and re-places anything it still held. When instances had to be
-//     aborted and are still tearing down, it skips this step: their ids stay
-//     placed on the session until its lease runs out, so no other worker
-//     activates them while a teardown may still write.
+//     aborted and are still tearing down, or ctx's deadline has passed, it
+//     skips this step: their ids stay placed on the session until its lease
+//     runs out, so no other worker activates them while a teardown may
+//     still write.
 //
-// Shutdown returns nil when the hosts emptied before ctx ended, otherwise an
-// error wrapping ctx's cause. It is safe to call without Run and more than
-// once (the deregistration happens at most once).
+// From the moment Shutdown is called, no call to the pinboard (heartbeat,
+// release, deregistration) outlasts ctx's deadline, so Shutdown returns
+// by that deadline whatever the pinboard does (a pinboard that is gone or
+// frozen only makes the releases give up), as does a host's Close given
+// the same deadline. Shutdown returns nil when the hosts emptied before
+// ctx ended, otherwise an error wrapping ctx's cause. It is safe to call
+// without Run and more than once (the deregistration happens at most
+// once; each call's deadline replaces the previous one).
 func (w *Worker) Shutdown(ctx context.Context) error {
-	var deadlineMs int64
+	var deadlineMs, by int64
 	if d, ok := ctx.Deadline(); ok {
-		deadlineMs = d.UnixMilli()
+		deadlineMs, by = d.UnixMilli(), d.UnixNano()
 	}
+	w.shutdownBy.Store(by)
 	w.enterDrain(modeWindDown, deadlineMs, "shutdown")
 	err := w.awaitEmpty(ctx)
+	if ctx.Err() != nil {
+		// Calls in flight (a heartbeat to a pinboard that does not answer,
+		// releases) would keep Run, and the hosts' Close, waiting up to
+		// RequestTimeout past the deadline: fail them now.
+		w.pinboard.abort()
+	}
 	w.stopped.Do(func() { close(w.stopReq) })
 	w.mu.Lock()
 	started := w.started
@@ -177,12 +191,32 @@ func (w *Worker) Shutdown(ctx context.Context) error {
 		}
 		return err
 	}
-	var deadline time.Time
-	if d, ok := ctx.Deadline(); ok {
-		deadline = d
+	if d, ok := ctx.Deadline(); ok && !time.Now().Before(d) {
+		if w.lastSess.Load() != nil && !w.deregOnce.Load() {
+			w.m.deregisters[resultSkipped].Inc()
+			w.log.Warn("not deregistering: the shutdown deadline passed; the session ends with its lease")
+		}
+		return err
 	}
-	w.deregister(deadline)
+	w.deregister()
 	return err
+}
+
+// shutdownPassed reports whether the latest Shutdown's deadline has passed.
+func (w *Worker) shutdownPassed() bool {
+	by := w.shutdownBy.Load()
+	return by != 0 && time.Now().UnixNano() >= by
+}
+
+// callDeadline returns the deadline of a call to the pinboard that must end
+// by d (zero: RequestTimeout alone), and by the latest Shutdown's deadline.
+func (w *Worker) callDeadline(d time.Time) time.Time {
+	if by := w.shutdownBy.Load(); by != 0 {
+		if s := time.Unix(0, by); d.IsZero() || s.Before(d) {
+			return s
+		}
+	}
+	return d
 }
 
 // awaitEmpty closes idle instances until the hosts are empty or ctx ends;

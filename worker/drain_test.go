@@ -301,3 +301,85 @@ func TestEvictMessage(t *testing.T) {
 	h.expectLogged("INFO", "instance evicted by the pinboard", "namespace", "/counter", "instance", "alice", "found", "true")
 	h.expectLogged("WARN", "evict for a namespace this worker does not serve ignored", "namespace", "/other")
 }
+
+// shutdownReturns runs Shutdown with a deadline of d (real time) and
+// returns its error and how long it took; it fails the test when Shutdown
+// has not returned within bound, which is below the harness's
+// RequestTimeout (20 s): a call waiting out that timeout would exceed it.
+func shutdownReturns(t *testing.T, h *harness, d, bound time.Duration) (error, time.Duration) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	start := time.Now()
+	done := make(chan error, 1)
+	go func() { done <- h.w.Shutdown(ctx) }()
+	select {
+	case err := <-done:
+		return err, time.Since(start)
+	case <-time.After(bound):
+		t.Fatalf("Shutdown with a %v deadline has not returned after %v", d, bound)
+		return nil, 0
+	}
+}
+
+// A pinboard that takes calls and never answers them (frozen) holds
+// neither Shutdown nor Run past Shutdown's deadline: the heartbeat in
+// flight fails when the deadline passes, the final heartbeat cannot
+// outlast it, and the deregistration is skipped (the session ends with its
+// lease), although the hosts emptied.
+func TestShutdownDeadlineBoundsCallsToAFrozenPinboard(t *testing.T) {
+	h := newHarness(t)
+	h.register()
+	h.pb.mu.Lock()
+	h.pb.onHeartbeat = func(int, wire.HeartbeatRequest) action { return action{drop: true} }
+	h.pb.mu.Unlock()
+	h.host.set(0, 0)
+	err, took := shutdownReturns(t, h, time.Second, 10*time.Second)
+	if err != nil {
+		t.Errorf("Shutdown() = %v; want nil (the hosts emptied)", err)
+	}
+	select {
+	case <-h.w.runDone:
+	default:
+		t.Fatal("Shutdown returned before Run")
+	}
+	if n := len(h.pb.deregisterList()); n != 0 {
+		t.Errorf("%d deregister calls after the deadline; want 0", n)
+	}
+	if got := h.metric(`pinned_deregistrations_total{result="skipped"}`); got != "1" {
+		t.Errorf(`pinned_deregistrations_total{result="skipped"} = %s; want 1`, got)
+	}
+	h.expectLogged("WARN", "not deregistering: the shutdown deadline passed; the session ends with its lease", "logger", "pinned.worker")
+	t.Logf("Shutdown returned after %v", took)
+}
+
+// A release in flight to a frozen pinboard gives up at Shutdown's deadline,
+// so a host closing its instances returns by then too; so does a busy
+// instance's abort.
+func TestShutdownDeadlineBoundsReleases(t *testing.T) {
+	h := newHarness(t)
+	h.register()
+	h.pb.mu.Lock()
+	h.pb.onRelease = func(int) action { return action{drop: true} }
+	h.pb.mu.Unlock()
+	h.host.set(1, 0)
+	released := make(chan error, 1)
+	go func() { released <- h.w.Release(context.Background(), "/counter", "a", 0) }()
+	h.until("the release in flight", func() bool {
+		h.pb.mu.Lock()
+		defer h.pb.mu.Unlock()
+		return h.pb.held > 0
+	})
+	err, _ := shutdownReturns(t, h, time.Second, 10*time.Second)
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Shutdown() = %v; want an error wrapping context.DeadlineExceeded (a busy instance was aborted)", err)
+	}
+	select {
+	case err := <-released:
+		if err == nil {
+			t.Error("Release() = nil; want it given up")
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Release did not give up at Shutdown's deadline")
+	}
+}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/pinned-go/pinned/clock"
 	"github.com/pinned-go/pinned/internal/faults"
+	"github.com/pinned-go/pinned/internal/leaseterm"
 	"github.com/pinned-go/pinned/internal/wire"
 )
 
@@ -110,10 +111,11 @@ func SessionOf(ctx context.Context) (id string, ok bool) {
 // lease is an immutable snapshot of the current lease, replaced whole on each
 // renewal and read lock-free by Admit.
 type lease struct {
-	sess      *session
-	sent      clock.Instant // send time of the call whose ack anchors the lease
-	expiresIn time.Duration // lease length supplied by the pinboard in that ack
-	seq       uint64        // sequence number of that call (newer acks only move the anchor forward)
+	sess *session
+	// Term: the send time of the call whose ack anchors the lease, and the
+	// lease length the pinboard supplied in that ack.
+	leaseterm.Term
+	seq uint64 // sequence number of that call (newer acks only move the anchor forward)
 }
 
 // anchorLease is THE place where an ack extends the lease. The lease counts
@@ -126,10 +128,7 @@ type lease struct {
 // received is when the ack arrived; it is used only by the planted fault
 // faults.ReceiveAnchor (test binaries built with the pinned_faults tag).
 func anchorLease(sess *session, sent, received clock.Instant, seq uint64, expiresIn time.Duration) *lease {
-	if faults.Has(faults.ReceiveAnchor) {
-		sent = received
-	}
-	return &lease{sess: sess, sent: sent, expiresIn: expiresIn, seq: seq}
+	return &lease{sess: sess, Term: leaseterm.Anchor(sent, received, expiresIn), seq: seq}
 }
 
 // leaseValid is THE inline lease check: l is usable at now when fewer than
@@ -139,7 +138,7 @@ func anchorLease(sess *session, sent, received clock.Instant, seq uint64, expire
 // suspended process refuses work the moment it wakes, whether or not the
 // watchdog has run.
 func (w *Worker) leaseValid(l *lease, now clock.Instant) bool {
-	return l != nil && !now.Elapsed(l.sent, l.expiresIn-w.cfg.LeaseBuffer)
+	return l != nil && l.Valid(now, w.cfg.LeaseBuffer)
 }
 
 // selfAbort is THE place where the worker fences itself after losing its
@@ -221,7 +220,7 @@ func (w *Worker) ExpiresAt() time.Time {
 	if l == nil {
 		return time.Time{}
 	}
-	return l.sent.Wall().Add(l.expiresIn)
+	return l.Expires().Wall()
 }
 
 // Remaining returns how long the worker may still serve under its lease
@@ -231,7 +230,7 @@ func (w *Worker) Remaining() time.Duration {
 	if l == nil {
 		return 0
 	}
-	left := l.expiresIn - w.cfg.LeaseBuffer - w.clock.Now().Sub(l.sent)
+	left := l.ExpiresIn - w.cfg.LeaseBuffer - w.clock.Now().Sub(l.Sent)
 	return max(left, 0)
 }
 

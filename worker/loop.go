@@ -226,7 +226,7 @@ func (l *loop) nextWake(now clock.Instant) (clock.Instant, bool) {
 	w := l.w
 	if l.sess != nil {
 		if cur := w.current.Load(); cur != nil {
-			consider(cur.sent.Add(cur.expiresIn - w.cfg.LeaseBuffer + faults.LateWatchdogDelay())) // the watchdog
+			consider(cur.Deadline(w.cfg.LeaseBuffer).Add(faults.LateWatchdogDelay())) // the watchdog
 		}
 		if !l.stopping && l.inflight < maxInflightHeartbeats {
 			consider(l.nextSend)
@@ -249,7 +249,7 @@ func (l *loop) start(r result, path string, body any, pair challengePair) {
 	l.calls.Add(1)
 	go func() {
 		defer l.calls.Done()
-		r.reply = w.pinboard.post(path, body, time.Time{})
+		r.reply = w.pinboard.post(path, body, w.callDeadline(time.Time{}))
 		w.challenges.remove(pair.challenge)
 		select {
 		case l.results <- r:
@@ -380,8 +380,7 @@ func (l *loop) onRegister(r result, now clock.Instant) error {
 	l.nextRegister = now.Add(delay)
 	if rep.err == nil && rep.status == fasthttp.StatusUnauthorized {
 		w.m.registrations[resultUnauthorized].Inc()
-		l.log.Error("registration failed: the pinboard refused the deployment token (401); set Config.Token to the pinboard's token",
-			"reason", "unauthorized", "attempt", l.regFailures, "retryIn", delay)
+		l.log.Error("registration failed: "+w.cfg.tokenRefused(), "reason", "unauthorized", "attempt", l.regFailures, "retryIn", delay)
 		return nil
 	}
 	w.m.registrations[resultFailed].Inc()
@@ -434,7 +433,7 @@ func (l *loop) onHeartbeat(r result, now clock.Instant) error {
 		if l.troubled || late {
 			attrs := []any{"ackDelay", now.Sub(r.sent), "remaining", w.Remaining()}
 			if prev != nil {
-				attrs = append(attrs, "sinceLastRenew", r.sent.Sub(prev.sent))
+				attrs = append(attrs, "sinceLastRenew", r.sent.Sub(prev.Sent))
 			}
 			l.log.Warn("lease renewed late", attrs...)
 		}
@@ -450,7 +449,7 @@ func (l *loop) onHeartbeat(r result, now clock.Instant) error {
 		l.log.Warn("the pinboard does not know the session; registering again", "reason", "reregister")
 		l.lose(ErrReregister, now)
 	case rep.err == nil && rep.status == fasthttp.StatusUnauthorized:
-		l.heartbeatFailed(resultUnauthorized, "the pinboard refused the deployment token (401); set Config.Token to the pinboard's token")
+		l.heartbeatFailed(resultUnauthorized, w.cfg.tokenRefused())
 	default:
 		l.heartbeatFailed(resultFailed, rep.describe())
 	}
@@ -483,7 +482,7 @@ func (l *loop) lose(cause error, now clock.Instant) {
 	}
 	attrs := []any{"reason", lossLabel(cause), "instances", n}
 	if old != nil {
-		attrs = append(attrs, "renewSent", old.sent.Wall(), "sinceRenewSent", now.Sub(old.sent))
+		attrs = append(attrs, "renewSent", old.Sent.Wall(), "sinceRenewSent", now.Sub(old.Sent))
 	}
 	if errors.Is(cause, ErrStopped) {
 		l.log.Info("lease released: the worker stopped", attrs...)

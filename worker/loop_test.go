@@ -215,6 +215,19 @@ func TestUnauthorizedIsLoggedAndRetried(t *testing.T) {
 	}
 }
 
+// A binary names the variable its operator sets (Config.TokenSource) where a
+// library user reads the field's name.
+func TestUnauthorizedNamesTheTokenSource(t *testing.T) {
+	h := newHarness(t, func(c *Config) { c.TokenSource = "PINNED_TOKEN" })
+	h.pb.onRegister = func(int) action { return action{status: 401} }
+	h.start()
+	h.until("a refusal", func() bool { return len(h.pb.registerList()) == 1 && h.inflight == 0 })
+	if !h.logged("ERROR", "registration failed: the pinboard refused the deployment token (401); set PINNED_TOKEN to the pinboard's token", "reason", "unauthorized") ||
+		strings.Contains(h.logs.String(), "Config.Token") {
+		t.Errorf("the 401 error does not name PINNED_TOKEN alone:\n%s", h.logs.String())
+	}
+}
+
 func TestPinboardLeaseTooShortForTheBuffer(t *testing.T) {
 	t.Run("at registration", func(t *testing.T) {
 		h := newHarness(t)

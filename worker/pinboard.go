@@ -3,8 +3,10 @@ package worker
 import (
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/url"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -13,33 +15,90 @@ import (
 )
 
 // pinboardClient makes the worker's registry calls. Its HostClient retries
-// nothing itself; the loop and Release decide about retries.
+// nothing itself; the loop and Release decide about retries. It keeps the
+// connections it dialled, so that abort can fail the calls in flight at
+// once.
 type pinboardClient struct {
 	hc     *fasthttp.HostClient
 	base   string // scheme://host[:port][/prefix]
 	auth   string // "Bearer <token>"
 	perReq time.Duration
+
+	connsMu sync.Mutex
+	conns   map[*trackedConn]struct{}
+	abortCh chan struct{} // closed by the next abort
 }
 
 func newPinboardClient(u *url.URL, cfg Config) *pinboardClient {
 	isTLS := u.Scheme == "https"
-	return &pinboardClient{
-		hc: &fasthttp.HostClient{
-			Addr:                      fasthttp.AddMissingPort(u.Host, isTLS),
-			IsTLS:                     isTLS,
-			Name:                      "pinned-worker",
-			MaxConns:                  cfg.MaxConns,
-			MaxConnWaitTimeout:        cfg.RequestTimeout,
-			ReadTimeout:               cfg.RequestTimeout,
-			WriteTimeout:              cfg.RequestTimeout,
-			MaxResponseBodySize:       wire.MaxBodyBytes,
-			MaxIdemponentCallAttempts: 1,
-			DisablePathNormalizing:    true,
-		},
-		base:   u.String(),
-		auth:   "Bearer " + cfg.Token,
-		perReq: cfg.RequestTimeout,
+	p := &pinboardClient{
+		base:    u.String(),
+		auth:    "Bearer " + cfg.Token,
+		perReq:  cfg.RequestTimeout,
+		conns:   make(map[*trackedConn]struct{}),
+		abortCh: make(chan struct{}),
 	}
+	p.hc = &fasthttp.HostClient{
+		Addr:                      fasthttp.AddMissingPort(u.Host, isTLS),
+		IsTLS:                     isTLS,
+		Name:                      "pinned-worker",
+		MaxConns:                  cfg.MaxConns,
+		MaxConnWaitTimeout:        cfg.RequestTimeout,
+		ReadTimeout:               cfg.RequestTimeout,
+		WriteTimeout:              cfg.RequestTimeout,
+		MaxResponseBodySize:       wire.MaxBodyBytes,
+		MaxIdemponentCallAttempts: 1,
+		DisablePathNormalizing:    true,
+		DialTimeout:               p.dial,
+	}
+	return p
+}
+
+// dial is fasthttp's own dial (HostClient's default), remembered for abort.
+func (p *pinboardClient) dial(addr string, timeout time.Duration) (net.Conn, error) {
+	c, err := fasthttp.DialTimeout(addr, timeout)
+	if err != nil {
+		return nil, err
+	}
+	tc := &trackedConn{Conn: c, p: p}
+	p.connsMu.Lock()
+	p.conns[tc] = struct{}{}
+	p.connsMu.Unlock()
+	return tc, nil
+}
+
+// abort closes every connection to the pinboard, idle or carrying a call:
+// the calls in flight fail at once instead of waiting for their deadline.
+// It closes the channel aborted returned until now.
+func (p *pinboardClient) abort() {
+	p.connsMu.Lock()
+	defer p.connsMu.Unlock()
+	for tc := range p.conns {
+		_ = tc.Conn.Close()
+		delete(p.conns, tc)
+	}
+	close(p.abortCh)
+	p.abortCh = make(chan struct{})
+}
+
+// aborted returns a channel closed by the next abort.
+func (p *pinboardClient) aborted() <-chan struct{} {
+	p.connsMu.Lock()
+	defer p.connsMu.Unlock()
+	return p.abortCh
+}
+
+// trackedConn is a connection to the pinboard that abort can close.
+type trackedConn struct {
+	net.Conn
+	p *pinboardClient
+}
+
+func (tc *trackedConn) Close() error {
+	tc.p.connsMu.Lock()
+	delete(tc.p.conns, tc)
+	tc.p.connsMu.Unlock()
+	return tc.Conn.Close()
 }
 
 // reply is the outcome of one registry call: err for a transport failure

@@ -16,7 +16,7 @@ import (
 
 // ErrReleaseRefused is returned (wrapped) by Release when the pinboard
 // refused the call in a way a retry cannot fix (a 4xx other than 408/429):
-// 401 means Config.Token is wrong; 400 means a malformed namespace or id.
+// 401 means Config.Token is wrong (the error says where to set it: TokenSource); 400 means a malformed namespace or id.
 var ErrReleaseRefused = errors.New("the pinboard refused the release")
 
 // Release implements host.Worker: POST /registry/release {clientId,
@@ -30,18 +30,22 @@ var ErrReleaseRefused = errors.New("the pinboard refused the release")
 // (its lease was just lost), the last one it held: the
 // pinboard frees the placement only when that session still holds it, so a
 // release that arrives late, after the id was placed on a newer session,
-// never deletes the newer placement. It makes at most Config.ReleaseAttempts calls, each bounded
-// by Config.RequestTimeout, waiting Config.ReleaseBackoff (doubled each time)
-// between them, and stops early when ctx ends. It returns nil once the
-// pinboard answered 200 (whether or not a placement was freed: the pinboard
-// frees it only when it belongs to this client's current session).
+// never deletes the newer placement. It makes at most
+// Config.ReleaseAttempts calls, each bounded by Config.RequestTimeout and by
+// a Shutdown's deadline, waiting Config.ReleaseBackoff (doubled each time)
+// between them, and stops early when ctx ends, when a Shutdown's context
+// ended (the call in flight was failed) or once its deadline has passed.
+// It returns nil once the pinboard answered 200 (whether or not a placement
+// was freed: the pinboard frees it only when it belongs to this client's
+// current session).
 // Transport errors, 5xx, 408 and 429 are retried; other answers are not.
 // A give-up is logged once for every release that overlapped it (giveUpLog).
 // Release is safe for concurrent use and works with or without Run.
 func (w *Worker) Release(ctx context.Context, namespace, id string, epoch uint64) (err error) {
 	w.giveUps.begin()
 	var gaveUp string // the reason, when this call gives up
-	defer func() { w.giveUps.end(w.clock.Now(), namespace, id, gaveUp, w.log, w.cfg.ReleaseAttempts) }()
+	made := 0         // calls made
+	defer func() { w.giveUps.end(w.clock.Now(), namespace, id, gaveUp, w.log, made) }()
 	sid, ok := SessionOf(ctx)
 	if !ok {
 		sid = w.releaseSession()
@@ -49,6 +53,7 @@ func (w *Worker) Release(ctx context.Context, namespace, id string, epoch uint64
 	body := wire.ReleaseRequest{ClientID: w.clientID, Namespace: namespace, ID: id, SessionID: sid, Epoch: epoch}
 	wait := w.cfg.ReleaseBackoff
 	var last reply
+	aborted := w.pinboard.aborted() // Shutdown's context ended: no more attempts
 	for attempt := 1; ; attempt++ {
 		if err := ctx.Err(); err != nil {
 			return fmt.Errorf("cannot release %s: %w", wire.PlacementName(namespace, id), context.Cause(ctx))
@@ -57,15 +62,15 @@ func (w *Worker) Release(ctx context.Context, namespace, id string, epoch uint64
 		if d, ok := ctx.Deadline(); ok {
 			deadline = d
 		}
-		last = w.pinboard.post(wire.PathRelease, body, deadline)
+		last = w.pinboard.post(wire.PathRelease, body, w.callDeadline(deadline))
+		made++
 		switch {
 		case last.err == nil && last.status == fasthttp.StatusOK:
 			w.m.releases[resultOK].Inc()
 			return nil
 		case last.err == nil && last.status == fasthttp.StatusUnauthorized:
 			w.m.releases[resultUnauthorized].Inc()
-			w.log.Error("release failed: the pinboard refused the deployment token (401); set Config.Token to the pinboard's token",
-				"namespace", namespace, "instance", id)
+			w.log.Error("release failed: "+w.cfg.tokenRefused(), "namespace", namespace, "instance", id)
 			return fmt.Errorf("cannot release %s: %w: %s", wire.PlacementName(namespace, id), ErrReleaseRefused, last.describe())
 		case last.err == nil && last.status < 500 && last.status != fasthttp.StatusRequestTimeout && last.status != fasthttp.StatusTooManyRequests:
 			w.m.releases[resultFailed].Inc()
@@ -73,7 +78,7 @@ func (w *Worker) Release(ctx context.Context, namespace, id string, epoch uint64
 			return fmt.Errorf("cannot release %s: %w: %s", wire.PlacementName(namespace, id), ErrReleaseRefused, last.describe())
 		}
 		w.m.releases[resultFailed].Inc()
-		if attempt >= w.cfg.ReleaseAttempts {
+		if attempt >= w.cfg.ReleaseAttempts || isClosed(aborted) || w.shutdownPassed() {
 			break
 		}
 		t := w.clock.NewTimer(wait)
@@ -81,12 +86,27 @@ func (w *Worker) Release(ctx context.Context, namespace, id string, epoch uint64
 		case <-t.C():
 		case <-ctx.Done():
 			t.Stop()
+		case <-aborted:
+			t.Stop()
+		}
+		if isClosed(aborted) {
+			break
 		}
 		wait *= 2
 	}
 	w.m.releases[resultGaveUp].Inc()
 	gaveUp = last.describe() // logged by giveUps, one line for every overlapping give-up
-	return fmt.Errorf("cannot release %s after %d attempts: %s", wire.PlacementName(namespace, id), w.cfg.ReleaseAttempts, last.describe())
+	return fmt.Errorf("cannot release %s after %d attempts: %s", wire.PlacementName(namespace, id), made, last.describe())
+}
+
+// isClosed reports whether ch is closed.
+func isClosed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
 }
 
 // giveUpMaxDelay bounds how long a give-up waits for overlapping releases
@@ -154,17 +174,14 @@ func (w *Worker) releaseSession() string {
 // /registry/deregister), once: the last step of Shutdown, after every
 // instance has closed and released its placement, so the ids it may still
 // hold become placeable at once instead of a lease later. One attempt,
-// bounded by RequestTimeout and by deadline when that is later than now; a
+// bounded by RequestTimeout and by Shutdown's deadline (callDeadline); a
 // failure only costs that wait (the session expires with its lease).
-func (w *Worker) deregister(deadline time.Time) {
+func (w *Worker) deregister() {
 	p := w.lastSess.Load()
 	if p == nil || !w.deregOnce.CompareAndSwap(false, true) {
 		return
 	}
-	if !deadline.After(time.Now()) {
-		deadline = time.Time{} // ctx already ended: RequestTimeout alone
-	}
-	rep := w.pinboard.post(wire.PathDeregister, wire.DeregisterRequest{SessionID: *p}, deadline)
+	rep := w.pinboard.post(wire.PathDeregister, wire.DeregisterRequest{SessionID: *p}, w.callDeadline(time.Time{}))
 	log := w.log.With("session", *p)
 	switch {
 	case rep.err == nil && rep.status == fasthttp.StatusOK:

@@ -51,6 +51,9 @@ type Worker struct {
 	giveUps    giveUpLog // aggregated "release gave up" warnings
 
 	drain drainState
+	// shutdownBy is the deadline of the latest Shutdown (unix ns; 0: none):
+	// no call to the pinboard outlasts it (callDeadline).
+	shutdownBy atomic.Int64
 
 	mu        sync.Mutex
 	hosts     []host.Attached // appended until Run starts, then only shrinks (detach); replaced, never modified

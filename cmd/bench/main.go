@@ -19,7 +19,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -33,12 +32,14 @@ import (
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := run(ctx, os.Args[1:], os.Stderr)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
 	os.Exit(code)
 }
 
-func run(ctx context.Context, args []string, stderr io.Writer) int {
+// run is the whole command: -h and -version go to stdout, everything else
+// to stderr. It returns the exit status.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	var o bench.Options
 	var suites, workloads string
 	set := cmdline.New("bench", "", `pinned's benchmark suites against real processes on 127.0.0.1; run from the
@@ -63,17 +64,16 @@ PATH. See bench/README.md.`)
 	set.Int(&o.Workers, "workers", "", 0, "fleet workers in the activation and alarms suites (0: 2)")
 	set.String(&o.PinboardB, "pinboard-b", "", "path", "", "a second pinboard binary alternated with the built one (before/after)")
 	set.String(&workloads, "workloads", "", "list", "", "proxy suite: comma-separated workloads to run (closed-64, closed-256, open-12k, cpu-5k, cost-5k, overload; empty: all)")
-	if err := set.Parse(args, nil, stderr); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		fmt.Fprintln(stderr, "bench:", err)
-		return 2
+	if err := set.Parse(args, nil, stdout); err != nil {
+		return cmdline.Exit(stderr, "bench", err)
 	}
 	for _, s := range strings.Split(suites, ",") {
 		if s = strings.TrimSpace(s); s != "" {
 			o.Suites = append(o.Suites, s)
 		}
+	}
+	if err := bench.CheckSuites(o.Suites); err != nil {
+		return cmdline.Exit(stderr, "bench", cmdline.Usagef("-suite: %w", err))
 	}
 	for _, w := range strings.Split(workloads, ",") {
 		if w = strings.TrimSpace(w); w != "" {

@@ -2,26 +2,40 @@ package main
 
 import (
 	"context"
+	"os"
 	"strings"
 	"testing"
+
+	"github.com/pinned-go/pinned/internal/testkit/proctest"
 )
 
+// builder builds the command for TestCommandLine.
+var builder proctest.Builder
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	builder.Cleanup()
+	os.Exit(code)
+}
+
+// TestFlags: bad flags and unknown suites exit 2 before anything is
+// measured; -h lists every flag on stdout.
 func TestFlags(t *testing.T) {
-	var out strings.Builder
-	if code := run(context.Background(), []string{"-nope"}, &out); code != 2 {
-		t.Errorf("bad flag: exit %d; want 2", code)
+	var out, errs strings.Builder
+	for _, args := range [][]string{{"-nope"}, {"extra"}, {"-suite", "nope"}, {"-suite", "proxy,nope"}} {
+		out.Reset()
+		errs.Reset()
+		if code := run(context.Background(), args, &out, &errs); code != 2 || out.Len() != 0 {
+			t.Errorf("bench %q: exit %d, stdout %q; want 2 and nothing on stdout", args, code, out.String())
+		}
+	}
+	if !strings.Contains(errs.String(), `bench: -suite: unknown suite "nope"`) {
+		t.Errorf("unknown suite: %q; want the suite named", errs.String())
 	}
 	out.Reset()
-	if code := run(context.Background(), []string{"extra"}, &out); code != 2 {
-		t.Errorf("stray argument: exit %d; want 2", code)
-	}
-	out.Reset()
-	if code := run(context.Background(), []string{"-suite", "nope"}, &out); code != 1 || !strings.Contains(out.String(), `unknown suite "nope"`) {
-		t.Errorf("unknown suite: exit %d, %q; want 1 naming the suite", code, out.String())
-	}
-	out.Reset()
-	if code := run(context.Background(), []string{"-h"}, &out); code != 0 {
-		t.Errorf("-h: exit %d; want 0", code)
+	errs.Reset()
+	if code := run(context.Background(), []string{"-h"}, &out, &errs); code != 0 || errs.Len() != 0 {
+		t.Errorf("-h: exit %d, stderr %q; want 0 and the usage on stdout", code, errs.String())
 	}
 	for _, want := range []string{
 		"-suite list (no variable, default all)",
@@ -29,9 +43,19 @@ func TestFlags(t *testing.T) {
 		"-max-busy float (no variable, default 0)",
 		"-smoke bool (no variable, default false)",
 		`-pinboard-b path (no variable, default "")`,
+		"-version bool (no variable, default false)",
 	} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("-h lacks %q:\n%s", want, out.String())
 		}
 	}
+}
+
+// TestCommandLine runs the built command: exit status 2 and the message
+// for bad flags and an unknown suite, -h and -version on stdout.
+func TestCommandLine(t *testing.T) {
+	proctest.CheckCommandLine(t, builder.Build(t, "github.com/pinned-go/pinned/cmd/bench"), "bench", []proctest.Case{
+		{Args: []string{"-suite", "nope"}, Code: 2, Stderr: `bench: -suite: unknown suite "nope"; want one of [`},
+		{Args: []string{"-rounds", "x"}, Code: 2, Stderr: `bench: -rounds="x": want an integer`},
+	})
 }

@@ -14,10 +14,16 @@
 // raised to one more than the CPUs unless the environment sets it); https
 // and websocket scenarios on the fasthttp engine. See package loadgen.
 //
-// Exit status: 0 the run completed and some request succeeded (and the
-// error rate is within -max-error-rate, if set); 1 no request succeeded, or
-// the error rate exceeded -max-error-rate; 2 bad flags or configuration; 3
-// the run was interrupted or a report could not be written.
+// Before the run it resolves the target's host and opens one connection to
+// it (loadgen.Runner.Probe): a host that does not resolve or a port out of
+// range is a usage error, a target that refuses the connection fails at
+// once, and nothing is sent to either.
+//
+// Exit status: 0 the run completed and its error rate (failed and unsent
+// requests) is within -max-errors (1% unless set); 1 the error rate
+// exceeded it, no request succeeded, or the target could not be reached;
+// 2 bad flags or configuration; 3 the run was interrupted or a report
+// could not be written.
 package main
 
 import (
@@ -31,6 +37,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -40,13 +47,16 @@ import (
 	"github.com/pinned-go/pinned/loadgen"
 )
 
-// Exit codes.
+// Exit codes: those every pinned command shares (cmdline), and 3.
 const (
-	exitOK        = 0
-	exitErrorRate = 1
-	exitUsage     = 2
-	exitRun       = 3
+	exitOK        = cmdline.ExitOK
+	exitErrorRate = cmdline.ExitFailed // also: the target cannot be reached
+	exitUsage     = cmdline.ExitUsage
+	exitRun       = 3 // interrupted, or a report could not be written
 )
+
+// defaultMaxErrors is -max-errors' default: the error budget of a run.
+const defaultMaxErrors = 0.01
 
 // maxFileSize bounds a header file.
 const maxFileSize = 1 << 20
@@ -62,7 +72,7 @@ func main() {
 type options struct {
 	jsonPath, plotPath, hgrmPath string
 	quiet                        bool
-	maxErrorRate                 float64
+	maxErrors                    float64 // the error budget, a fraction; negative: none
 }
 
 // headerFlags collects repeated -H "Name: value" flags; -H @file reads one
@@ -121,13 +131,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if len(args) > 0 && args[0] == "plot" {
 		return plotCommand(args[1:], stdout, stderr)
 	}
-	cfg, opts, err := parseFlags(args, stderr)
-	if errors.Is(err, flag.ErrHelp) {
-		return exitOK
-	}
-	if err != nil {
-		fmt.Fprintln(stderr, "loadgen:", err)
-		return exitUsage
+	cfg, opts, err := parseFlags(args, stdout)
+	if err != nil { // every error of the flags is a usage error
+		return cmdline.Exit(stderr, "loadgen", cmdline.Usage(err))
 	}
 	if !opts.quiet {
 		cfg.Progress = stderr
@@ -145,8 +151,19 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	r, err := loadgen.New(cfg)
 	if err != nil {
-		fmt.Fprintln(stderr, "loadgen:", err)
-		return exitUsage
+		return cmdline.Exit(stderr, "loadgen", cmdline.Usage(err))
+	}
+	if err := r.Probe(ctx); err != nil {
+		switch {
+		case ctx.Err() != nil:
+			fmt.Fprintln(stderr, "loadgen: interrupted before the run; nothing was sent")
+			return exitRun
+		case errors.Is(err, loadgen.ErrUnresolvable):
+			err = cmdline.Usagef("-url %s: %w", cfg.URL, err)
+		default:
+			err = fmt.Errorf("%w; nothing was sent", err)
+		}
+		return cmdline.Exit(stderr, "loadgen", err)
 	}
 	if r.Engine() != loadgen.EngineLoop {
 		runtime.GOMAXPROCS(procs)
@@ -159,7 +176,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return writeReports(rep, opts, stdout, stderr)
 }
 
-func parseFlags(args []string, stderr io.Writer) (loadgen.Config, options, error) {
+// parseFlags reads the command line into a loadgen.Config and the options;
+// -h and -version write to stdout.
+func parseFlags(args []string, stdout io.Writer) (loadgen.Config, options, error) {
 	var (
 		cfg         loadgen.Config
 		opts        options
@@ -175,6 +194,7 @@ func parseFlags(args []string, stderr io.Writer) (loadgen.Config, options, error
 		durationSet bool
 		kindSet     bool
 		requests    int64
+		requestsSet bool
 		engine      string
 		bodyFile    string
 		insecure    bool
@@ -185,8 +205,13 @@ loadgen plot [-title T] -o plot.html report.json... overlays saved runs.
 
 -rate takes N (constant), A:B with -ramp D (linear from A to B over D, then B), or
 A,B,C with -step D (each rate for D, the last one held); -duration then defaults to
-the ramp or the steps. Exit status: 0 ok; 1 no request succeeded, or the error rate is
-above -max-error-rate; 2 bad flags or config; 3 interrupted or output failed.`)
+the ramp or the steps. A run is bounded by -duration (10s unless -requests alone is
+given) or -requests; with both the first reached ends it, and the report names it.
+Before the run the target's host is resolved and one connection opened: an unresolvable
+host is a usage error, a refused connection fails at once. The achieved rate counts
+successful responses per second. Exit status: 0 ok; 1 the error rate (failed and unsent
+requests) is above -max-errors, no request succeeded, or the target refused; 2 bad flags
+or config; 3 interrupted or output failed.`)
 	set.String(&cfg.URL, "url", "", "URL", "", "target base URL, http://host:port or https://host:port (required)")
 	set.String(&cfg.Path, "path", "", "template", loadgen.DefaultPath, "path template; every {id} is replaced by the request's id")
 	set.String(&rate, "rate", "", "N|A:B|A,B,C", "0", "open loop at this many requests/s (see above), latency from the intended send time; 0: closed loop")
@@ -199,7 +224,8 @@ above -max-error-rate; 2 bad flags or config; 3 interrupted or output failed.`)
 	set.Int(&cfg.MaxWorkers, "max-workers", "", 0, "fasthttp engine, open loop: bound on the worker pool (0: -c)")
 	set.Var(tracked(&duration, &durationSet, loadgen.DefaultDuration, time.ParseDuration, time.Duration.String), "duration", "", "duration",
 		"measured duration; 0: no time bound (with -ramp or -step: the schedule's length)")
-	set.Var(int64Value(&requests, loadgen.DefaultRequests), "requests", "", "int", "measured requests; 0: no count bound (the run stops at the first bound reached)")
+	set.Var(tracked(&requests, &requestsSet, 0, parseInt64, formatInt64), "requests", "", "int",
+		"measured requests; 0: no count bound. Alone, the run has no time bound; with -duration the first bound reached ends\nthe run, and the report says which")
 	set.Duration(&cfg.Warmup, "warmup", "", 0, "load before the measured phase, excluded from every statistic")
 	set.Var(tracked(&kind, &kindSet, string(loadgen.KindGet), func(v string) (string, error) { return v, nil }, func(v string) string { return v }),
 		"scenario", "", "kind", "kind of request: get, post, download, upload or ws")
@@ -231,16 +257,22 @@ above -max-error-rate; 2 bad flags or config; 3 interrupted or output failed.`)
 	set.String(&opts.plotPath, "plot", "", "file", "", "write the HTML report (percentile and time-series charts) to file")
 	set.String(&opts.hgrmPath, "hgrm", "", "file", "", "write the latency distribution in HdrHistogram's .hgrm text format to file")
 	set.Bool(&opts.quiet, "quiet", "", "no progress line on stderr")
-	set.Float(&opts.maxErrorRate, "max-error-rate", "", -1, "exit 1 if the error rate (failed+unsent)/(sent+unsent) exceeds this fraction; negative: only when nothing succeeded")
-	if err := set.Parse(args, nil, stderr); err != nil {
+	opts.maxErrors = defaultMaxErrors
+	set.Var(cmdline.Parsed[float64]{P: &opts.maxErrors, Parse: parseBudget, Format: formatBudget}, "max-errors", "", "percent|off",
+		"error budget: exit 1 if the error rate (failed+unsent)/(sent+unsent) exceeds it; off: only when nothing succeeded")
+	if err := set.Parse(args, nil, stdout); err != nil {
 		return cfg, opts, err
 	}
 	scheduled, err := parseRate(&cfg, rate, ramp, step)
 	if err != nil {
 		return cfg, opts, err
 	}
-	if !durationSet && scheduled > 0 {
+	switch {
+	case durationSet:
+	case scheduled > 0:
 		duration = scheduled
+	case requestsSet && requests > 0:
+		duration = 0 // a count alone bounds the run
 	}
 	switch {
 	case duration < 0:
@@ -324,13 +356,38 @@ func tracked[T any](p *T, isSet *bool, def T, parse func(string) (T, error), for
 // int64Value is an int64 setting with default def.
 func int64Value(p *int64, def int64) cmdline.Parsed[int64] {
 	*p = def
-	return cmdline.Parsed[int64]{P: p, Format: func(v int64) string { return strconv.FormatInt(v, 10) }, Parse: func(v string) (int64, error) {
-		n, err := strconv.ParseInt(v, 10, 64)
-		if err != nil {
-			return 0, errors.New("want an integer")
-		}
-		return n, nil
-	}}
+	return cmdline.Parsed[int64]{P: p, Format: formatInt64, Parse: parseInt64}
+}
+
+func parseInt64(v string) (int64, error) {
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil {
+		return 0, errors.New("want an integer")
+	}
+	return n, nil
+}
+
+func formatInt64(v int64) string { return strconv.FormatInt(v, 10) }
+
+// parseBudget reads -max-errors: a percentage from 0% to 100%, or off (a
+// negative budget: only a run with no success fails).
+func parseBudget(v string) (float64, error) {
+	if v == "off" {
+		return -1, nil
+	}
+	num, ok := strings.CutSuffix(v, "%")
+	f, err := strconv.ParseFloat(num, 64)
+	if !ok || err != nil || !(f >= 0 && f <= 100) {
+		return 0, errors.New("want a percentage from 0% to 100%, such as 1% or 0.5%, or off")
+	}
+	return f / 100, nil
+}
+
+func formatBudget(f float64) string {
+	if f < 0 {
+		return "off"
+	}
+	return strconv.FormatFloat(f*100, 'g', -1, 64) + "%"
 }
 
 // parseRate reads -rate (with -ramp or -step) into cfg and returns how long
@@ -432,8 +489,8 @@ func writeReports(rep *loadgen.Report, opts options, stdout, stderr io.Writer) i
 	case ok <= 0:
 		fmt.Fprintf(stderr, "loadgen: no request succeeded (%d sent, %d failed, %d unsent)\n", rep.Requests.Sent, rep.Requests.Errors, rep.Requests.Unsent)
 		return exitErrorRate
-	case opts.maxErrorRate >= 0 && rep.ErrorRate > opts.maxErrorRate:
-		fmt.Fprintf(stderr, "loadgen: error rate %.4f exceeds -max-error-rate %g\n", rep.ErrorRate, opts.maxErrorRate)
+	case opts.maxErrors >= 0 && rep.ErrorRate > opts.maxErrors:
+		fmt.Fprintf(stderr, "loadgen: error rate %.3f%% exceeds the error budget -max-errors %s\n", 100*rep.ErrorRate, formatBudget(opts.maxErrors))
 		return exitErrorRate
 	}
 	return exitOK
@@ -463,12 +520,13 @@ func writeFile(path string, fn func(io.Writer) error) error {
 // loadgen plot [-title T] -o plot.html a.json b.json ...
 func plotCommand(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("loadgen plot", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs.SetOutput(stderr) // the flag package's own error lines
 	out := fs.String("o", "", "")
 	title := fs.String("title", "", "")
+	usage := stdout // -h; after a usage error, stderr
 	fs.Usage = func() {
 		// Written out: flag.PrintDefaults leaves out empty defaults.
-		fmt.Fprint(stderr, `Usage: loadgen plot [-title T] -o plot.html report.json...
+		fmt.Fprint(usage, `Usage: loadgen plot [-title T] -o plot.html report.json...
 
 Overlays saved JSON reports (-json) on one HTML page.
 
@@ -478,10 +536,12 @@ Overlays saved JSON reports (-json) on one HTML page.
       plot title (empty: "loadgen latency")
 `)
 	}
+	if slices.Contains(args, "-h") || slices.Contains(args, "-help") || slices.Contains(args, "--help") {
+		fs.Usage()
+		return exitOK
+	}
+	usage = stderr
 	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return exitOK
-		}
 		return exitUsage
 	}
 	if *out == "" || fs.NArg() == 0 {

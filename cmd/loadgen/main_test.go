@@ -1,4 +1,9 @@
+//go:debug netdns=go
+
 package main
+
+// The go:debug line makes the resolver Go's own, which refuses a malformed
+// host name without sending a query: no test traffic leaves 127.0.0.1.
 
 import (
 	"bytes"
@@ -17,20 +22,35 @@ import (
 
 	"github.com/fasthttp/websocket"
 	"github.com/valyala/fasthttp"
-	"go.uber.org/goleak"
 
+	"github.com/pinned-go/pinned/internal/testkit/dyingtarget"
+	"github.com/pinned-go/pinned/internal/testkit/leakcheck"
+	"github.com/pinned-go/pinned/internal/testkit/proctest"
 	"github.com/pinned-go/pinned/internal/testkit/tlstest"
 	"github.com/pinned-go/pinned/internal/wire"
 	"github.com/pinned-go/pinned/loadgen"
 )
 
-func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m,
-		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*HostClient).connsCleaner"),
-		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*TCPDialer).tcpAddrsClean"),
-		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*workerPool).Start.func2"),
-		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.updateServerDate.func1"),
-	)
+// builder builds the command for TestCommandLine.
+var builder proctest.Builder
+
+func TestMain(m *testing.M) { leakcheck.VerifyTestMain(m, builder.Cleanup) }
+
+// TestCommandLine runs the built command: a URL it cannot use is exit
+// status 2 before anything is sent (a port out of range, a host that does
+// not resolve), -h and -version print to stdout.
+func TestCommandLine(t *testing.T) {
+	bin := builder.Build(t, "github.com/pinned-go/pinned/cmd/loadgen")
+	proctest.CheckCommandLine(t, bin, "loadgen", []proctest.Case{
+		{Args: []string{"-url", "http://127.0.0.1:99999"}, Code: 2,
+			Stderr: `loadgen: invalid loadgen config: URL "http://127.0.0.1:99999": port 99999 is out of range; want 1 to 65535`},
+		{Args: []string{"-url", "http://" + badHost}, Code: 2, Stderr: "loadgen: -url http://" + badHost + ": the target's host does not resolve"},
+		{Args: []string{"-url", "http://127.0.0.1:1", "-max-errors", "x"}, Code: 2, Stderr: `loadgen: -max-errors="x": want a percentage`},
+		{Args: []string{"plot", "-h"}},
+	}, "GODEBUG=netdns=go") // Go's resolver: no query for badHost
+	if r := proctest.Run(t, bin, []string{"plot", "-h"}); !strings.HasPrefix(r.Stdout, "Usage: loadgen plot") {
+		t.Errorf("loadgen plot -h printed %q on stdout", r.Stdout)
+	}
 }
 
 type quiet struct{}
@@ -85,7 +105,15 @@ func TestUsageErrorsExit2(t *testing.T) {
 	f(`kind "gett"`, "-url", "http://127.0.0.1:1", "-mix", badMix)
 	f("-mix replaces", "-url", "http://127.0.0.1:1", "-mix", badMix, "-body-size", "3")
 	f(`unexpected argument "extra"`, "-url", "http://127.0.0.1:1", "extra")
+	f("port 99999 is out of range; want 1 to 65535", "-url", "http://127.0.0.1:99999")
+	f("-url http://"+badHost+": the target's host does not resolve: "+badHost, "-url", "http://"+badHost)
+	f(`-max-errors="5": want a percentage`, "-url", "http://127.0.0.1:1", "-max-errors", "5")
+	f(`-max-errors="101%"`, "-url", "http://127.0.0.1:1", "-max-errors", "101%")
 }
+
+// badHost does not resolve, and is refused by Go's resolver before any
+// query (a label longer than 63 bytes).
+var badHost = strings.Repeat("x", 64) + ".invalid"
 
 func TestRunWritesTableJSONAndPlot(t *testing.T) {
 	url := serve(t, func(ctx *fasthttp.RequestCtx) { ctx.SetBodyString("hello") })
@@ -99,7 +127,7 @@ func TestRunWritesTableJSONAndPlot(t *testing.T) {
 	if stderr != "" {
 		t.Errorf("stderr %q; want nothing with -quiet", stderr)
 	}
-	if !strings.Contains(stdout, "stopped by requests") || !strings.Contains(stdout, "p99.9") {
+	if !strings.Contains(stdout, "stopped by the request bound (50) after") || !strings.Contains(stdout, "p99.9") {
 		t.Errorf("table:\n%s", stdout)
 	}
 	rep := readReport(t, jsonPath)
@@ -135,7 +163,7 @@ func TestJSONToStdoutMovesTableToStderr(t *testing.T) {
 	if err := json.Unmarshal([]byte(stdout), &rep); err != nil {
 		t.Fatalf("stdout is not one JSON document: %v\n%s", err, stdout)
 	}
-	if rep["targetRate"] != 500.0 || rep["stoppedBy"] != "duration" {
+	if rep["targetRate"] != 500.0 || rep["stoppedBy"] != "duration" || rep["config"].(map[string]any)["requests"] != 0.0 {
 		t.Errorf("targetRate %v stoppedBy %v", rep["targetRate"], rep["stoppedBy"])
 	}
 	if !strings.Contains(stderr, "latency (from intended send time)") {
@@ -143,7 +171,9 @@ func TestJSONToStdoutMovesTableToStderr(t *testing.T) {
 	}
 }
 
-func TestMaxErrorRateExit1(t *testing.T) {
+// TestErrorBudget: past the error budget (-max-errors, 1% unless set) the
+// run fails.
+func TestErrorBudget(t *testing.T) {
 	var n atomic.Int64
 	url := serve(t, func(ctx *fasthttp.RequestCtx) {
 		if n.Add(1)%2 == 0 {
@@ -152,47 +182,115 @@ func TestMaxErrorRateExit1(t *testing.T) {
 		}
 	})
 	args := []string{"-url", url, "-requests", "20", "-c", "1", "-quiet"}
-	if code, stdout, _ := runArgs(args...); code != exitOK || !strings.Contains(stdout, "reason capacity×10") {
-		t.Errorf("half failing, without -max-error-rate: exit %d; want 0 and the reasons in the table:\n%s", code, stdout)
+	if code, stdout, stderr := runArgs(args...); code != exitErrorRate || !strings.Contains(stdout, "reason capacity×10") ||
+		!strings.Contains(stderr, "error rate 50.000% exceeds the error budget -max-errors 1%") {
+		t.Errorf("half failing, default budget: exit %d, stderr %q; want 1 and the reasons in the table:\n%s", code, stderr, stdout)
 	}
-	if code, _, stderr := runArgs(append(args, "-max-error-rate", "0.4")...); code != exitErrorRate || !strings.Contains(stderr, "exceeds -max-error-rate") {
-		t.Errorf("with -max-error-rate 0.4: exit %d, stderr %q; want 1", code, stderr)
+	if code, _, stderr := runArgs(append(args, "-max-errors", "40%")...); code != exitErrorRate || !strings.Contains(stderr, "exceeds the error budget -max-errors 40%") {
+		t.Errorf("with -max-errors 40%%: exit %d, stderr %q; want 1", code, stderr)
 	}
-	if code, _, stderr := runArgs(append(args, "-max-error-rate", "0.6")...); code != exitOK {
-		t.Errorf("with -max-error-rate 0.6: exit %d, stderr %q; want 0", code, stderr)
+	for _, budget := range []string{"60%", "off"} {
+		if code, _, stderr := runArgs(append(args, "-max-errors", budget)...); code != exitOK {
+			t.Errorf("with -max-errors %s: exit %d, stderr %q; want 0", budget, code, stderr)
+		}
+	}
+	ok := serve(t, func(*fasthttp.RequestCtx) {})
+	if code, _, stderr := runArgs("-url", ok, "-requests", "20", "-quiet"); code != exitOK || stderr != "" {
+		t.Errorf("no error: exit %d, stderr %q; want 0", code, stderr)
 	}
 }
 
-// TestEveryRequestFailedExit1: a run where nothing succeeded is a failure
-// without any flag, whether the target refuses, answers errors or is gone.
-func TestEveryRequestFailedExit1(t *testing.T) {
-	failing := serve(t, func(ctx *fasthttp.RequestCtx) { ctx.Error("no", 500) })
-	ln, err := net.Listen("tcp4", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+// TestTargetKilledMidRunExit1: a target that dies after 40 of 100 requests
+// is a failed run (60% errors, over the budget), its achieved rate the 40
+// successes at most over the schedule's half second, not the target rate.
+func TestTargetKilledMidRunExit1(t *testing.T) {
+	dir := t.TempDir()
+	out := filepath.Join(dir, "r.json")
+	code, stdout, stderr := runArgs("-url", dyingtarget.Start(t, 40), "-rate", "200", "-requests", "100", "-quiet", "-json", out)
+	if code != exitErrorRate || !strings.Contains(stderr, "exceeds the error budget -max-errors 1%") {
+		t.Fatalf("exit %d, stderr %q; want 1 over the error budget\n%s", code, stderr, stdout)
 	}
-	gone := "http://" + ln.Addr().String()
-	ln.Close()
-	for _, url := range []string{failing, gone} {
-		for _, mode := range [][]string{{"-requests", "10"}, {"-rate", "200", "-requests", "10"}} {
-			code, stdout, stderr := runArgs(append([]string{"-url", url, "-quiet"}, mode...)...)
-			if code != exitErrorRate || !strings.Contains(stderr, "no request succeeded (10 sent, 10 failed") || !strings.Contains(stdout, "errors         10") {
-				t.Errorf("%s %v: exit %d, stderr %q; want 1 and why\n%s", url, mode, code, stderr, stdout)
-			}
+	rep := readReport(t, out)
+	ok := rep.Requests.Sent - rep.Requests.Errors
+	if rep.Requests.Sent != 100 || ok > 40 || rep.AchievedRate > 80 || rep.AchievedRate != float64(ok)/max(rep.ElapsedSeconds, 0.5) {
+		t.Errorf("sent %d, %d ok, achieved %.1f/s; want 100 sent, at most 40 ok, their rate", rep.Requests.Sent, ok, rep.AchievedRate)
+	}
+	if !strings.Contains(stdout, fmt.Sprintf("100 sent, 0 unsent, %d ok; %.1f req/s achieved (successful responses per second; target 200 req/s)", ok, rep.AchievedRate)) {
+		t.Errorf("the report line does not say what was achieved:\n%s", stdout)
+	}
+}
+
+// TestBounds: -duration alone is never cut short by a count, -requests
+// alone has no time bound, and with both the report names the bound that
+// ended the run and the other one.
+func TestBounds(t *testing.T) {
+	url := serve(t, func(*fasthttp.RequestCtx) {})
+	dir := t.TempDir()
+	for _, c := range []struct {
+		args        []string
+		stopped     string
+		durationSec float64
+		requests    float64
+	}{
+		{[]string{"-duration", "300ms"}, "stopped by the duration bound (300ms) after", 0.3, 0},
+		{[]string{"-requests", "30"}, "stopped by the request bound (30) after", 0, 30},
+		{[]string{"-requests", "30", "-duration", "1m"}, "stopped by the request bound (30), before the duration bound (1m0s) after", 60, 30},
+		{[]string{"-rate", "100", "-duration", "300ms", "-requests", "1000"}, "stopped by the duration bound (300ms), before the request bound (1000) after", 0.3, 1000},
+	} {
+		out := filepath.Join(dir, "r.json")
+		code, stdout, stderr := runArgs(append([]string{"-url", url, "-c", "2", "-quiet", "-json", out}, c.args...)...)
+		if code != exitOK || !strings.Contains(stdout, c.stopped) {
+			t.Errorf("%v: exit %d %s; want the line %q:\n%s", c.args, code, stderr, c.stopped, stdout)
+			continue
+		}
+		if rep := readReport(t, out); rep.Config.DurationSeconds != c.durationSec || float64(rep.Config.Requests) != c.requests {
+			t.Errorf("%v: bounds %vs and %d requests; want %vs and %v", c.args, rep.Config.DurationSeconds, rep.Config.Requests, c.durationSec, c.requests)
 		}
 	}
 }
 
+// TestEveryRequestFailedExit1: a run where nothing succeeded is a failure
+// whatever the budget, and says so; a target that refuses the first
+// connection fails at once, before the run.
+func TestEveryRequestFailedExit1(t *testing.T) {
+	failing := serve(t, func(ctx *fasthttp.RequestCtx) { ctx.Error("no", 500) })
+	for _, mode := range [][]string{{"-requests", "10"}, {"-rate", "200", "-requests", "10"}} {
+		code, stdout, stderr := runArgs(append([]string{"-url", failing, "-quiet", "-max-errors", "off"}, mode...)...)
+		if code != exitErrorRate || !strings.Contains(stderr, "no request succeeded (10 sent, 10 failed") || !strings.Contains(stdout, "errors         10") ||
+			!strings.Contains(stdout, "0 ok; no successful responses") {
+			t.Errorf("%v: exit %d, stderr %q; want 1 and why\n%s", mode, code, stderr, stdout)
+		}
+	}
+	ln, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gone := ln.Addr().String()
+	ln.Close()
+	code, stdout, stderr := runArgs("-url", "http://"+gone, "-duration", "10s")
+	if code != exitErrorRate || stdout != "" ||
+		!strings.Contains(stderr, "loadgen: cannot connect to the target "+gone+": ") || !strings.Contains(stderr, "refused; nothing was sent") {
+		t.Errorf("a refused target: exit %d, stderr %q, stdout %q; want 1 at once, naming the target", code, stderr, stdout)
+	}
+}
+
+// TestInterruptExit3: an interrupted run exits 3 with the report so far;
+// interrupted before it started, with nothing.
 func TestInterruptExit3(t *testing.T) {
-	url := serve(t, func(ctx *fasthttp.RequestCtx) {})
 	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
+	defer cancel()
+	url := serve(t, func(*fasthttp.RequestCtx) { cancel() }) // the first request interrupts the run
 	var o, e bytes.Buffer
 	if code := run(ctx, []string{"-url", url, "-rate", "100", "-duration", "10s", "-quiet"}, &o, &e); code != exitRun {
 		t.Errorf("cancelled run: exit %d; want 3; stderr %q", code, e.String())
 	}
-	if !strings.Contains(o.String(), "stopped by canceled") {
-		t.Errorf("table:\n%s", o.String())
+	if !strings.Contains(o.String(), "interrupted after") || !strings.Contains(e.String(), "interrupted; the report covers the run so far") {
+		t.Errorf("stdout:\n%s\nstderr:\n%s", o.String(), e.String())
+	}
+	o.Reset()
+	e.Reset()
+	if code := run(ctx, []string{"-url", url, "-duration", "10s"}, &o, &e); code != exitRun || o.Len() != 0 || !strings.Contains(e.String(), "interrupted before the run") {
+		t.Errorf("cancelled before the run: exit %d, stdout %q, stderr %q; want 3 and nothing sent", code, o.String(), e.String())
 	}
 }
 
@@ -252,30 +350,30 @@ func TestMixFile(t *testing.T) {
 // TestHelpListsEveryFlagWithItsDefault: -h documents every flag, with its
 // default even when it is zero, false or empty.
 func TestHelpListsEveryFlagWithItsDefault(t *testing.T) {
-	code, _, stderr := runArgs("-h")
-	if code != exitOK {
-		t.Fatalf("-h: exit %d", code)
+	code, stdout, stderr := runArgs("-h")
+	if code != exitOK || stderr != "" {
+		t.Fatalf("-h: exit %d, stderr %q; want 0 and the usage on stdout", code, stderr)
 	}
 	fs := flag.NewFlagSet("x", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	n := 0
-	for _, line := range strings.Split(stderr, "\n") {
+	for _, line := range strings.Split(stdout, "\n") {
 		if strings.HasPrefix(line, "  -") {
 			n++
 		}
 	}
 	for _, name := range []string{"url", "path", "rate", "ramp", "step", "c", "engine", "loops", "coalesce", "max-workers", "duration", "requests", "warmup",
 		"scenario", "mix", "body-size", "body-file", "method", "H", "dist", "keys", "zipf-s", "id-prefix", "run-id", "seed", "timeout",
-		"conn-wait", "drain", "max-latency", "insecure", "cacert", "label", "json", "plot", "hgrm", "quiet", "max-error-rate"} {
-		i := strings.Index(stderr, "\n  -"+name+" ")
+		"conn-wait", "drain", "max-latency", "insecure", "cacert", "label", "json", "plot", "hgrm", "quiet", "max-errors", "version"} {
+		i := strings.Index(stdout, "\n  -"+name+" ")
 		if i < 0 {
-			i = strings.Index(stderr, "\n  -"+name+"\n")
+			i = strings.Index(stdout, "\n  -"+name+"\n")
 		}
 		if i < 0 {
 			t.Errorf("-h does not list -%s", name)
 			continue
 		}
-		rest := stderr[i+1:]
+		rest := stdout[i+1:]
 		if j := strings.Index(rest[1:], "\n  -"); j >= 0 {
 			rest = rest[:j+1]
 		}
@@ -283,12 +381,18 @@ func TestHelpListsEveryFlagWithItsDefault(t *testing.T) {
 			t.Errorf("-h lists -%s without its default:\n%s", name, rest)
 		}
 	}
-	if n != 37 {
-		t.Errorf("-h lists %d flags; the test knows 37: update one of them", n)
+	if n != 38 {
+		t.Errorf("-h lists %d flags; the test knows 38: update one of them", n)
 	}
-	code, _, stderr = runArgs("plot", "-h")
-	if code != exitOK || !strings.Contains(stderr, "-o file (default \"\")") || !strings.Contains(stderr, "-title string (default \"\")") {
-		t.Errorf("plot -h: exit %d\n%s", code, stderr)
+	if !strings.Contains(stdout, "-max-errors percent|off (no variable, default 1%)") || !strings.Contains(stdout, "-requests int (no variable, default 0)") {
+		t.Errorf("-h does not show the error budget and the request bound's defaults:\n%s", stdout)
+	}
+	code, stdout, stderr = runArgs("plot", "-h")
+	if code != exitOK || stderr != "" || !strings.Contains(stdout, "-o file (default \"\")") || !strings.Contains(stdout, "-title string (default \"\")") {
+		t.Errorf("plot -h: exit %d, stderr %q\n%s", code, stderr, stdout)
+	}
+	if code, stdout, stderr = runArgs("plot", "-o"); code != exitUsage || stdout != "" || !strings.Contains(stderr, "Usage: loadgen plot") {
+		t.Errorf("plot -o without a value: exit %d, stdout %q, stderr %q; want 2 and the usage on stderr", code, stdout, stderr)
 	}
 }
 

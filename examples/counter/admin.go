@@ -1,6 +1,8 @@
 package main
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -26,16 +28,10 @@ type adminServer struct {
 	served chan error
 }
 
-// startAdmin listens on addr, which must be a loopback address: profiles
-// and metrics are not for the network.
+// startAdmin listens on addr, a loopback address (loadOptions refuses any
+// other -admin-listen: adminAddr): profiles and metrics are not for the
+// network.
 func startAdmin(addr string, set *metrics.Set, logger *slog.Logger) (*adminServer, error) {
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		return nil, fmt.Errorf("counter: PINNED_ADMIN_LISTEN=%q: want host:port (%v)", addr, err)
-	}
-	if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
-		return nil, fmt.Errorf("counter: PINNED_ADMIN_LISTEN=%q: the admin listener must be on a loopback address (127.0.0.1:port)", addr)
-	}
 	rt := router.New()
 	rt.RedirectTrailingSlash, rt.RedirectFixedPath = false, false
 	rt.GET("/metrics", metricshttp.Handler(metricshttp.Config{Sets: []*metrics.Set{set}, Process: true, Metadata: true}))
@@ -56,13 +52,18 @@ func startAdmin(addr string, set *metrics.Set, logger *slog.Logger) (*adminServe
 	return a, nil
 }
 
-// stop closes the admin listener and waits for its server to return; a nil
-// server (no admin listener) does nothing.
-func (a *adminServer) stop() error {
+// stop closes the admin listener and waits for its requests in progress
+// (a profile being captured) until ctx ends; a nil server (no admin
+// listener) does nothing.
+func (a *adminServer) stop(ctx context.Context) error {
 	if a == nil {
 		return nil
 	}
-	err := a.srv.Shutdown()
+	a.ln.Close() // in case Shutdown runs before Serve registered it
+	err := a.srv.ShutdownWithContext(ctx)
+	if errors.Is(err, net.ErrClosed) {
+		err = nil
+	}
 	if serr := <-a.served; serr != nil && err == nil {
 		err = serr
 	}

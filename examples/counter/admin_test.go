@@ -11,16 +11,22 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/pinned-go/pinned/internal/cmdline"
 	"github.com/pinned-go/pinned/internal/testkit/logtest"
 )
 
 // TestAdminListener: PINNED_ADMIN_LISTEN adds a loopback listener with
 // pprof and metrics (the bench's profiles come from it), refuses a
-// non-loopback address, and GET /blob streams exactly size bytes.
+// non-loopback address or a bad port saying which, and GET /blob streams
+// exactly size bytes.
 func TestAdminListener(t *testing.T) {
-	for _, bad := range []string{"0.0.0.0:0", "10.1.2.3:0", "nonsense"} {
-		if _, err := startAdmin(bad, nil, slog.New(slog.DiscardHandler)); err == nil {
-			t.Errorf("startAdmin(%q) accepted a non-loopback address", bad)
+	for bad, want := range map[string]string{
+		"0.0.0.0:0": "loopback", "10.1.2.3:0": "loopback", "[::]:9091": "loopback",
+		"nonsense": "port from 0 to 65535", "127.0.0.1:99999": "port from 0 to 65535", ":99999": "port from 0 to 65535",
+	} {
+		_, err := loadOptions(nil, []string{"PINNED_ADMIN_LISTEN=" + bad}, io.Discard)
+		if cmdline.Status(err) != cmdline.ExitUsage || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "PINNED_ADMIN_LISTEN") {
+			t.Errorf("PINNED_ADMIN_LISTEN=%s: %v; want a usage error naming the variable and %q", bad, err, want)
 		}
 	}
 

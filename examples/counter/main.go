@@ -33,21 +33,25 @@
 // then answers 200 only while the worker is registered (worker.Ready). On
 // SIGTERM the worker winds down first (new ids 503 draining, idle instances
 // closed and released), then the host and the server stop.
+//
+// Shutdown (SIGTERM or SIGINT) is bounded by -shutdown-timeout
+// (PINNED_SHUTDOWN_TIMEOUT) as a whole, whatever the pinboard does (gone or
+// frozen: the releases give up): what is left at the deadline is aborted.
+// It logs what it waits for once a second and how long it took ("counter
+// stopped"). A second signal exits at once with 128 + its number.
 package main
 
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"os"
-	"os/signal"
 	"strconv"
+	"strings"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/VictoriaMetrics/metrics"
@@ -87,7 +91,8 @@ func (f fleetOptions) enabled() bool {
 	return f.pinboardURL != "" || f.token != "" || f.advertiseURL != ""
 }
 
-// check says which fleet variable is missing when only some are set.
+// check says which fleet variable is missing when only some are set (a
+// usage error).
 func (f fleetOptions) check() error {
 	var missing []string
 	for _, v := range []struct{ name, val string }{
@@ -98,7 +103,7 @@ func (f fleetOptions) check() error {
 		}
 	}
 	if len(missing) > 0 {
-		return fmt.Errorf("counter: fleet mode needs PINNED_PINBOARD_URL, PINNED_TOKEN and PINNED_ADVERTISE_URL; missing %v (unset all three for local mode)", missing)
+		return cmdline.Usagef("fleet mode needs PINNED_PINBOARD_URL, PINNED_TOKEN and PINNED_ADVERTISE_URL; missing %v (unset all three for local mode)", missing)
 	}
 	return nil
 }
@@ -115,33 +120,38 @@ const defaultListen = "127.0.0.1:8080"
 const fleetAdminListen = "127.0.0.1:0"
 
 // loadOptions parses args and environ (as os.Environ); a flag beats its
-// variable. For -h it writes every setting to usage and returns
-// flag.ErrHelp.
-func loadOptions(args, environ []string, usage io.Writer) (options, error) {
+// variable. For -h it writes every setting to stdout and returns
+// flag.ErrHelp (-version: the version, cmdline.ErrVersion). Every setting
+// the demo cannot run with, alone or together (a partial fleet
+// configuration), is a usage error here, before anything starts.
+func loadOptions(args, environ []string, stdout io.Writer) (options, error) {
 	var o options
 	set := cmdline.New("counter", "PINNED_", `pinned's demo: a durable counter per id under /counter/{id}/.
 Local mode by default; fleet mode (a worker registered with a pinboard) when
 PINNED_PINBOARD_URL, PINNED_TOKEN and PINNED_ADVERTISE_URL are all set.`)
-	set.String(&o.listen, "listen", "PINNED_LISTEN", "host:port", defaultListen,
+	set.ListenAddr(&o.listen, "listen", "PINNED_LISTEN", defaultListen,
 		"address of the demo's server (fleet mode: the advertise URL must reach it)")
-	set.String(&o.adminListen, "admin-listen", "PINNED_ADMIN_LISTEN", "host:port", "",
+	set.Var(cmdline.Parsed[string]{P: &o.adminListen, Parse: adminAddr, Format: func(v string) string { return v }},
+		"admin-listen", "PINNED_ADMIN_LISTEN", "host:port",
 		"loopback admin listener: /metrics and /debug/pprof/*. Empty: none in local mode (/metrics is on -listen),\n"+
 			fleetAdminListen+" (a free port, logged) in fleet mode (/metrics is never on the advertised listener)")
 	set.Duration(&o.idleTimeout, "idle-timeout", "PINNED_IDLE_TIMEOUT", host.DefaultIdleTimeout,
-		"close an instance after this long without activity")
-	set.Int(&o.maxInstances, "max-instances", "PINNED_MAX_INSTANCES", host.DefaultMaxInstances,
+		"close an instance after this long without activity (negative: never)")
+	o.maxInstances = host.DefaultMaxInstances
+	set.Var(positive(&o.maxInstances, "a positive number of instances"), "max-instances", "PINNED_MAX_INSTANCES", "int",
 		"live instances at most; more answer 503 capacity")
 	o.maxBodyBytes = host.DefaultMaxRequestBodySize
-	set.Var(cmdline.Parsed[int]{P: &o.maxBodyBytes, Parse: func(v string) (int, error) {
-		n, err := strconv.Atoi(v)
-		if err != nil || n <= 0 {
-			return 0, errors.New("want a positive number of bytes")
-		}
-		return n, nil
-	}, Format: strconv.Itoa}, "max-body-bytes", "PINNED_MAX_BODY_BYTES", "bytes",
+	set.Var(positive(&o.maxBodyBytes, "a positive number of bytes"), "max-body-bytes", "PINNED_MAX_BODY_BYTES", "bytes",
 		"largest request body accepted; larger ones answer 413 (the server agrees; the worker tells the pinboard)")
-	set.Duration(&o.shutdownTimeout, "shutdown-timeout", "PINNED_SHUTDOWN_TIMEOUT", 10*time.Second,
-		"graceful shutdown bound; then the remaining instances are aborted")
+	o.shutdownTimeout = 10 * time.Second
+	set.Var(cmdline.Parsed[time.Duration]{P: &o.shutdownTimeout, Parse: func(v string) (time.Duration, error) {
+		d, err := time.ParseDuration(v)
+		if err != nil || d <= 0 {
+			return 0, errors.New("want a positive duration such as 10s")
+		}
+		return d, nil
+	}, Format: time.Duration.String}, "shutdown-timeout", "PINNED_SHUTDOWN_TIMEOUT", "duration",
+		"bound on the whole graceful shutdown; then the remaining instances are aborted (a second signal exits at once)")
 	set.String(&o.fleet.pinboardURL, "pinboard-url", "PINNED_PINBOARD_URL", "url", "",
 		"fleet mode: the pinboard's base URL, e.g. http://127.0.0.1:8080")
 	set.String(&o.fleet.advertiseURL, "advertise-url", "PINNED_ADVERTISE_URL", "url", "",
@@ -153,39 +163,89 @@ PINNED_PINBOARD_URL, PINNED_TOKEN and PINNED_ADVERTISE_URL are all set.`)
 	set.String(&o.history, "", EnvHistory, "path", "",
 		"append the chaos history (instances, requests, effects, lease events) to this file; for test/chaos")
 	set.Known("PINNED_FAULTS") // read by internal/faults in binaries built with the pinned_faults tag
-	if err := set.Parse(args, environ, usage); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return o, err
-		}
-		return o, fmt.Errorf("counter: %w", err)
+	if err := set.Parse(args, environ, stdout); err != nil {
+		return o, err
 	}
 	o.unknown = set.Unknown(environ)
+	if o.fleet.enabled() {
+		if err := o.fleet.check(); err != nil {
+			return o, err
+		}
+	}
 	return o, nil
 }
 
-func main() {
-	opts, err := loadOptions(os.Args[1:], os.Environ(), os.Stdout)
-	if errors.Is(err, flag.ErrHelp) {
-		os.Exit(0)
-	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(2)
-	}
-	logger := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	cmdline.Warn(logger, opts.unknown)
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, opts, logger, func(l listening) {
-		attrs := []any{"addr", l.addr.String()}
-		if l.admin != nil {
-			attrs = append(attrs, "admin", l.admin.String())
+// positive is an int setting refusing values below 1; want says what a
+// valid value is.
+func positive(p *int, want string) cmdline.Parsed[int] {
+	return cmdline.Parsed[int]{P: p, Parse: func(v string) (int, error) {
+		n, err := strconv.Atoi(v)
+		if err != nil || n <= 0 {
+			return 0, errors.New("want " + want)
 		}
-		logger.Info("counter demo listening", append(attrs, "try", "curl -X POST "+l.addr.String()+"/counter/alice/incr")...)
-	}); err != nil {
-		logger.Error("counter demo failed", "error", err)
-		os.Exit(1)
+		return n, nil
+	}, Format: strconv.Itoa}
+}
+
+// adminAddr reads -admin-listen: empty (the mode's default), or a
+// host:port whose port is in range and whose host is loopback (profiles
+// and metrics are not for the network).
+func adminAddr(v string) (string, error) {
+	if v == "" {
+		return "", nil
 	}
+	if _, err := cmdline.HostPort(v); err != nil {
+		return "", err
+	}
+	host, _, _ := net.SplitHostPort(v)
+	if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
+		return "", errors.New("the admin listener must be on a loopback address, such as 127.0.0.1:9091")
+	}
+	return v, nil
+}
+
+func main() {
+	os.Exit(mainStatus(os.Args[1:], os.Environ(), os.Stdout, os.Stderr))
+}
+
+// mainStatus is the whole command; it returns the exit status
+// (cmdline.Status: 2 for a usage or configuration error).
+func mainStatus(args, environ []string, stdout, stderr io.Writer) int {
+	opts, err := loadOptions(args, environ, stdout)
+	if err != nil {
+		return cmdline.Exit(stderr, "counter", err)
+	}
+	logger := slog.New(slog.NewTextHandler(stderr, nil))
+	cmdline.Warn(logger, opts.unknown)
+	sigs := cmdline.NotifySignals(logger)
+	defer sigs.Stop()
+	return sigs.Run(logger, func(ctx context.Context) int {
+		err := run(ctx, opts, logger, func(l listening) {
+			attrs := []any{"addr", l.addr.String()}
+			if l.admin != nil {
+				attrs = append(attrs, "admin", l.admin.String())
+			}
+			logger.Info("counter demo listening", append(attrs, "try", tryHint(opts, l))...)
+		})
+		if cmdline.Status(err) == cmdline.ExitUsage {
+			return cmdline.Exit(stderr, "counter", err)
+		}
+		if err != nil {
+			logger.Error("counter demo failed", "error", err)
+		}
+		return cmdline.Status(err)
+	})
+}
+
+// tryHint is the command the "listening" line suggests: a request through
+// the pinboard in fleet mode (the demo's own listener answers only the
+// pinboard: 403 forbidden), else to the demo itself.
+func tryHint(opts options, l listening) string {
+	base := "http://" + l.addr.String()
+	if opts.fleet.enabled() {
+		base = strings.TrimSuffix(opts.fleet.pinboardURL, "/")
+	}
+	return "curl -X POST " + base + "/counter/alice/incr"
 }
 
 // fleet is the worker side of fleet mode; its zero value is local mode.
@@ -208,11 +268,12 @@ func newWorker(opts options, logger *slog.Logger, set *metrics.Set, onLease func
 		PinboardURL:  opts.fleet.pinboardURL,
 		AdvertiseURL: opts.fleet.advertiseURL,
 		Token:        opts.fleet.token,
+		TokenSource:  "PINNED_TOKEN",
 		Logger:       logger,
 		Metrics:      set,
 	})
-	if err != nil {
-		return nil, fmt.Errorf("counter: %w", err)
+	if err != nil { // a URL or the token the worker cannot use
+		return nil, cmdline.Usage(err)
 	}
 	if onLease != nil {
 		w.OnLease(onLease) // before Run: the first registration is reported too
@@ -293,8 +354,8 @@ func run(ctx context.Context, opts options, logger *slog.Logger, ready func(list
 		Logger:             logger,
 		Metrics:            set,
 	}, counterapp.TypeWithOptions(counterapp.Options{Hooks: rec.hooks(), Persist: rdb}))
-	if err != nil {
-		return err
+	if err != nil { // a setting the host refuses
+		return cmdline.Usage(err)
 	}
 
 	var serving atomic.Bool
@@ -348,7 +409,6 @@ func run(ctx context.Context, opts options, logger *slog.Logger, ready func(list
 			_ = h.Close(context.Background())
 			return err
 		}
-		defer admin.stop()
 	}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
@@ -369,15 +429,23 @@ func run(ctx context.Context, opts options, logger *slog.Logger, ready func(list
 	case err = <-served:
 		served <- err
 	}
-	// Shutdown: unready first (load balancers stop sending); in fleet mode
-	// the worker winds down (new ids 503 draining, instances closed and
-	// released so the pinboard re-places them elsewhere); then close the
-	// host (in-flight work finishes, the rest is aborted at the deadline,
-	// every teardown runs), then the server.
+	// Shutdown, all within one deadline: unready first (load balancers
+	// stop sending); in fleet mode the worker winds down (new ids 503
+	// draining, instances closed and released so the pinboard re-places
+	// them elsewhere; at the deadline the rest are aborted and the calls
+	// to the pinboard given up); then close the host (in-flight work
+	// finishes, the rest is aborted at the deadline, every teardown runs),
+	// then the servers (connections still open at the deadline are left
+	// to the process's exit).
 	serving.Store(false)
-	var errs []error
-	hctx, cancel := context.WithTimeout(context.Background(), opts.shutdownTimeout)
+	deadline := time.Now().Add(opts.shutdownTimeout)
+	hctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
+	logger.Info("shutting down", "timeout", opts.shutdownTimeout, "instances", h.Len())
+	progress := cmdline.StartShutdownLog(logger, deadline, 0, func() []cmdline.Waiting {
+		return []cmdline.Waiting{{What: "instances", N: h.Len()}, {What: "connections", N: int(srv.GetOpenConnectionsCount())}}
+	})
+	var errs []error
 	if err := fl.shutdown(hctx); err != nil {
 		errs = append(errs, fmt.Errorf("counter: stopping the worker: %w", err))
 	}
@@ -387,14 +455,16 @@ func run(ctx context.Context, opts options, logger *slog.Logger, ready func(list
 	}
 	// The host has ended every stream and websocket; what is left are
 	// plain requests answered 503 closing.
-	sctx, cancel := context.WithTimeout(context.Background(), opts.shutdownTimeout)
-	defer cancel()
-	if err := srv.ShutdownWithContext(sctx); err != nil {
+	if err := srv.ShutdownWithContext(hctx); err != nil {
 		errs = append(errs, fmt.Errorf("counter: stopping the server: %w", err))
 	}
 	if err := <-served; err != nil {
 		errs = append(errs, fmt.Errorf("counter: serving: %w", err))
 	}
+	if err := admin.stop(hctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+		errs = append(errs, fmt.Errorf("counter: stopping the admin listener: %w", err))
+	}
+	progress.Done("counter stopped")
 	return errors.Join(errs...)
 }
 

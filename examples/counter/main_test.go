@@ -9,20 +9,77 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/fasthttp/websocket"
-	"go.uber.org/goleak"
 
 	"github.com/pinned-go/pinned/fence"
+	"github.com/pinned-go/pinned/internal/cmdline"
 	"github.com/pinned-go/pinned/internal/testkit/leakcheck"
+	"github.com/pinned-go/pinned/internal/testkit/proctest"
 	"github.com/pinned-go/pinned/internal/testkit/promcheck"
 	"github.com/pinned-go/pinned/internal/testkit/redistest"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m, leakcheck.Options()...) }
+// builder builds the counter (and a pinboard) for the tests that run them
+// as processes.
+var builder proctest.Builder
+
+func TestMain(m *testing.M) { leakcheck.VerifyTestMain(m, builder.Cleanup) }
+
+// TestCommandLine runs the built counter: every setting it cannot run
+// with, alone or together, is exit status 2 with a message naming it and
+// what is wrong, before anything starts; -h and -version print to stdout
+// and exit 0.
+func TestCommandLine(t *testing.T) {
+	// Never the default port: a command that wrongly starts must not take
+	// 127.0.0.1:8080 (a case's -listen, the flag, wins).
+	proctest.CheckCommandLine(t, builder.Build(t, "github.com/pinned-go/pinned/examples/counter"), "counter", []proctest.Case{
+		{Args: []string{"-listen", ":99999"}, Code: 2, Stderr: `counter: -listen (PINNED_LISTEN)=":99999": want host:port with a port from 0 to 65535`},
+		{Env: []string{"PINNED_MAX_INSTANCES=-3"}, Code: 2, Stderr: `counter: PINNED_MAX_INSTANCES="-3": want a positive number of instances`},
+		{Env: []string{"PINNED_PINBOARD_URL=http://127.0.0.1:1"}, Code: 2,
+			Stderr: "counter: fleet mode needs PINNED_PINBOARD_URL, PINNED_TOKEN and PINNED_ADVERTISE_URL; missing [PINNED_TOKEN PINNED_ADVERTISE_URL]"},
+		{Args: []string{"-admin-listen", ":99999"}, Code: 2, Stderr: `counter: -admin-listen (PINNED_ADMIN_LISTEN)=":99999": want host:port with a port from 0 to 65535`, Not: "loopback"},
+		{Args: []string{"-admin-listen", "0.0.0.0:9091"}, Code: 2, Stderr: "the admin listener must be on a loopback address, such as 127.0.0.1:9091"},
+		{Args: []string{"-shutdown-timeout", "0s"}, Code: 2, Stderr: `-shutdown-timeout (PINNED_SHUTDOWN_TIMEOUT)="0s": want a positive duration`},
+		{Env: []string{"PINNED_PINBOARD_URL=ftp://127.0.0.1:1", "PINNED_TOKEN=t", "PINNED_ADVERTISE_URL=http://127.0.0.1:2"}, Code: 2, Stderr: "PinboardURL"},
+		{Args: []string{"-nope"}, Code: 2, Stderr: "counter: flag provided but not defined: -nope (see counter -h)"},
+	}, "PINNED_LISTEN=127.0.0.1:0")
+}
+
+// TestFleetModeNamesThePinboardAndTheTokenVariable runs the built counter
+// in fleet mode with a wrong token against a real pinboard: its "try" hint
+// is a request through the pinboard (its own listener answers only the
+// pinboard), and the refusal names PINNED_TOKEN, the variable its operator
+// sets, not a Go field.
+func TestFleetModeNamesThePinboardAndTheTokenVariable(t *testing.T) {
+	pb := proctest.Start(t, proctest.Spec{
+		Name:  "pinboard",
+		Bin:   builder.Build(t, "github.com/pinned-go/pinned/cmd/pinboard"),
+		Args:  []string{"-dev"},
+		Env:   []string{"PINBOARD_TOKEN=right-token-0123456789", "PINBOARD_LISTEN=127.0.0.1:0", "PINBOARD_ADMIN_LISTEN=127.0.0.1:0"},
+		Ready: regexp.MustCompile(`msg="pinboard listening".* public=(\S+)`),
+	})
+	pinboardURL := "http://" + pb.Ready()[1]
+	addr := proctest.FreeAddr(t)
+	c := proctest.Start(t, proctest.Spec{
+		Name: "counter",
+		Bin:  builder.Build(t, "github.com/pinned-go/pinned/examples/counter"),
+		Env: []string{"PINNED_LISTEN=" + addr, "PINNED_ADVERTISE_URL=http://" + addr, "PINNED_PINBOARD_URL=" + pinboardURL,
+			"PINNED_TOKEN=wrong-token-0123456789"},
+		Ready: regexp.MustCompile(`msg="counter demo listening".* try="([^"]*)"`),
+	})
+	if want := "curl -X POST " + pinboardURL + "/counter/alice/incr"; c.Ready()[1] != want {
+		t.Errorf("try=%q; want %q (through the pinboard)", c.Ready()[1], want)
+	}
+	refused := regexp.MustCompile(`level=ERROR msg="registration failed: the pinboard refused the deployment token \(401\); set PINNED_TOKEN to the pinboard's token"`)
+	if c.WaitLog(refused, 20*time.Second) == nil || strings.Contains(c.Log(), "Config.Token") {
+		t.Errorf("the refused token does not name PINNED_TOKEN alone:\n%s", c.Log())
+	}
+}
 
 const timeout = 10 * time.Second
 
@@ -73,7 +130,8 @@ func TestLoadOptions(t *testing.T) {
 	if _, err := loadOptions(nil, env(map[string]string{"PINNED_IDLE_TIMEOUT": "soon"}), io.Discard); err == nil || !strings.Contains(err.Error(), "PINNED_IDLE_TIMEOUT") {
 		t.Errorf("a bad PINNED_IDLE_TIMEOUT gave %v; want an error naming it", err)
 	}
-	o, err := loadOptions(nil, env(map[string]string{"PINNED_LISTEM": "x", "PINNED_FAULTS": "", "PINNED_TOKEN": "t"}), io.Discard)
+	o, err := loadOptions(nil, env(map[string]string{"PINNED_LISTEM": "x", "PINNED_FAULTS": "", "PINNED_TOKEN": "t",
+		"PINNED_PINBOARD_URL": "http://127.0.0.1:1", "PINNED_ADVERTISE_URL": "http://127.0.0.1:2"}), io.Discard)
 	if err != nil || len(o.unknown) != 1 || o.unknown[0].Name != "PINNED_LISTEM" || o.unknown[0].Near != "PINNED_LISTEN" {
 		t.Errorf("unknown variables %+v, %v; want PINNED_LISTEM (near PINNED_LISTEN) only", o.unknown, err)
 	}
@@ -92,9 +150,9 @@ func TestLoadOptions(t *testing.T) {
 			t.Errorf("-h lacks %q:\n%s", want, help.String())
 		}
 	}
-	o, _ = loadOptions(nil, env(map[string]string{"PINNED_PINBOARD_URL": "http://127.0.0.1:1"}), io.Discard)
-	if err := run(context.Background(), o, slog.New(slog.DiscardHandler), nil); err == nil || !strings.Contains(err.Error(), "fleet mode") {
-		t.Errorf("run with PINNED_PINBOARD_URL = %v; want a fleet-mode error", err)
+	if _, err := loadOptions(nil, env(map[string]string{"PINNED_PINBOARD_URL": "http://127.0.0.1:1"}), io.Discard); cmdline.Status(err) != cmdline.ExitUsage ||
+		!strings.Contains(err.Error(), "fleet mode") {
+		t.Errorf("PINNED_PINBOARD_URL alone: %v; want a usage error about fleet mode", err)
 	}
 }
 

@@ -13,22 +13,24 @@
 // `fleet -h` lists the flags: -listen (the pinboard's public address,
 // default 127.0.0.1:8080), -admin-listen (the console, /metrics and
 // /debug/pprof, default 127.0.0.1:9090), -workers (default 3), -shutdown-timeout. Ctrl-C
-// drains the workers, then stops the pinboard. Every component, the workers'
-// fasthttp servers included, logs through slog on stderr (WARN and above).
+// drains the workers, then stops the pinboard, all within -shutdown-timeout
+// (what is still open then is closed), logging once a second what it waits
+// for and at the end how long it took; a second Ctrl-C exits at once
+// (status 130). Every component, the workers' fasthttp servers included,
+// logs through slog on stderr (WARN and above); the fleet's own lines
+// (logger=fleet: the shutdown) are INFO.
 package main
 
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"os"
-	"os/signal"
 	"sync"
-	"syscall"
+	"sync/atomic"
 	"time"
 
 	"github.com/fasthttp/router"
@@ -48,44 +50,46 @@ type options struct {
 	shutdownTimeout     time.Duration
 }
 
-// loadOptions parses args. For -h it writes every flag to usage and returns
-// flag.ErrHelp.
-func loadOptions(args []string, usage io.Writer) (options, error) {
+// loadOptions parses args. For -h it writes every flag to stdout and
+// returns flag.ErrHelp (-version: the version, cmdline.ErrVersion); every
+// other error is a usage error.
+func loadOptions(args []string, stdout io.Writer) (options, error) {
 	var o options
 	set := cmdline.New("fleet", "", `pinned's fleet demo in one process: a pinboard in development mode and
-counter workers on their own 127.0.0.1 ports. It reads no environment variable.`)
-	set.String(&o.listen, "listen", "", "host:port", "127.0.0.1:8080", "the pinboard's public address (registry and proxy)")
-	set.String(&o.adminListen, "admin-listen", "", "host:port", "127.0.0.1:9090", "the pinboard's admin address (the console, /metrics, /debug/pprof)")
+counter workers on their own 127.0.0.1 ports. It reads no environment variable.
+Exit status: 0 after Ctrl-C, 1 when it fails (a port is taken), 2 for bad flags.`)
+	set.ListenAddr(&o.listen, "listen", "", "127.0.0.1:8080", "the pinboard's public address (registry and proxy)")
+	set.ListenAddr(&o.adminListen, "admin-listen", "", "127.0.0.1:9090", "the pinboard's admin address (the console, /metrics, /debug/pprof)")
 	set.Int(&o.workers, "workers", "", 3, "counter workers to start (1 to 16)")
-	set.Duration(&o.shutdownTimeout, "shutdown-timeout", "", 5*time.Second, "bound on draining each worker at exit")
-	if err := set.Parse(args, nil, usage); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return o, err
-		}
-		return o, fmt.Errorf("fleet: %w", err)
+	set.Duration(&o.shutdownTimeout, "shutdown-timeout", "", 5*time.Second,
+		"bound on the whole shutdown at exit: the workers drain, then the pinboard stops; a second Ctrl-C exits at once")
+	if err := set.Parse(args, nil, stdout); err != nil {
+		return o, err
 	}
 	if o.workers < 1 || o.workers > 16 {
-		return o, fmt.Errorf("fleet: -workers %d: want 1 to 16", o.workers)
+		return o, cmdline.Usagef("-workers %d: want 1 to 16", o.workers)
 	}
 	return o, nil
 }
 
 func main() {
-	opts, err := loadOptions(os.Args[1:], os.Stdout)
-	if errors.Is(err, flag.ErrHelp) {
-		os.Exit(0)
-	}
+	os.Exit(mainStatus(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// mainStatus is the whole command; it returns the exit status
+// (cmdline.Status).
+func mainStatus(args []string, stdout, stderr io.Writer) int {
+	opts, err := loadOptions(args, stdout)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(2)
+		return cmdline.Exit(stderr, "fleet", err)
 	}
-	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, opts, logger, func(f fleet) { f.print(os.Stdout) }); err != nil {
-		fmt.Fprintln(os.Stderr, "fleet:", err)
-		os.Exit(1)
-	}
+	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	own := slog.New(slog.NewTextHandler(stderr, nil)).With("logger", "fleet")
+	sigs := cmdline.NotifySignals(own)
+	defer sigs.Stop()
+	return sigs.Run(own, func(ctx context.Context) int {
+		return cmdline.Exit(stderr, "fleet", run(ctx, opts, logger, own, func(f fleet) { f.print(stdout) }))
+	})
 }
 
 // fleet is what the demo started: where to reach it.
@@ -109,11 +113,11 @@ func (f fleet) print(w io.Writer) {
 }
 
 // run starts the pinboard and the workers, calls ready once every worker
-// is registered, and runs until ctx ends; then it drains the workers and
-// stops the pinboard.
-func run(ctx context.Context, o options, logger *slog.Logger, ready func(fleet)) (err error) {
-	settings, err := pinboard.ParseSettings([]string{"-dev", "-listen", o.listen, "-admin-listen", o.adminListen},
-		nil, io.Discard)
+// is registered, and runs until ctx ends; then it shuts down (shutdown).
+// logger is the components' logger, own the fleet's (the shutdown's lines).
+func run(ctx context.Context, o options, logger, own *slog.Logger, ready func(fleet)) (err error) {
+	settings, err := pinboard.ParseSettings([]string{"-dev", "-listen", o.listen, "-admin-listen", o.adminListen,
+		"-shutdown-timeout", o.shutdownTimeout.String()}, nil, io.Discard)
 	if err != nil {
 		return err
 	}
@@ -134,24 +138,13 @@ func run(ctx context.Context, o options, logger *slog.Logger, ready func(fleet))
 	}
 	pbCtx, stopPinboard := context.WithCancel(context.Background())
 	pbDone := make(chan error, 1)
-	go func() { pbDone <- pb.Run(pbCtx) }() // owned by run: joined below
+	go func() { pbDone <- pb.Run(pbCtx) }() // owned by run: joined by shutdown (until its deadline)
+	var workers []*fleetWorker
 	defer func() {
-		stopPinboard()
-		err = errors.Join(err, <-pbDone)
+		err = errors.Join(err, shutdown(workers, stopPinboard, pbDone, o.shutdownTimeout, own))
 	}()
 
 	f := fleet{Pinboard: "http://" + pub.Addr().String(), Admin: "http://" + adm.Addr().String(), Token: settings.Tokens[0]}
-	var workers []*fleetWorker
-	defer func() {
-		// Drain the workers while the pinboard still takes their releases.
-		var wg sync.WaitGroup
-		errs := make([]error, len(workers))
-		for i, w := range workers {
-			wg.Go(func() { errs[i] = w.stop(o.shutdownTimeout) })
-		}
-		wg.Wait()
-		err = errors.Join(append([]error{err}, errs...)...)
-	}()
 	for i := range o.workers {
 		w, err := startWorker(fmt.Sprintf("w%d", i+1), f.Pinboard, f.Token, logger)
 		if err != nil {
@@ -180,6 +173,52 @@ func run(ctx context.Context, o options, logger *slog.Logger, ready func(fleet))
 	}
 	<-ctx.Done()
 	return nil
+}
+
+// shutdown stops the fleet within timeout: the workers drain in parallel
+// while the pinboard still takes their releases (idle instances close and
+// release their ids; the rest are aborted at the deadline), then the
+// pinboard stops (its own shutdown bounded by the same timeout). If the
+// pinboard has not stopped by the deadline, shutdown returns without it
+// (the process exits). It logs on log what it waits for, once a second,
+// and how long it took.
+func shutdown(workers []*fleetWorker, stopPinboard func(), pbDone <-chan error, timeout time.Duration, log *slog.Logger) error {
+	deadline := time.Now().Add(timeout)
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	defer cancel()
+	instances := func() int {
+		n := 0
+		for _, w := range workers {
+			n += w.h.Len()
+		}
+		return n
+	}
+	log.Info("shutting down: draining the workers, then the pinboard", "timeout", timeout, "workers", len(workers), "instances", instances())
+	var draining, pinboardUp atomic.Int32
+	draining.Store(int32(len(workers)))
+	pinboardUp.Store(1)
+	progress := cmdline.StartShutdownLog(log, deadline, 0, func() []cmdline.Waiting {
+		return []cmdline.Waiting{{What: "workers", N: int(draining.Load())}, {What: "instances", N: instances()},
+			{What: "pinboard", N: int(pinboardUp.Load())}}
+	})
+	var wg sync.WaitGroup
+	errs := make([]error, len(workers)+1)
+	for i, w := range workers {
+		wg.Go(func() {
+			defer draining.Add(-1)
+			errs[i] = w.stop(ctx)
+		})
+	}
+	wg.Wait()
+	stopPinboard()
+	select {
+	case errs[len(workers)] = <-pbDone:
+		pinboardUp.Store(0)
+	case <-ctx.Done():
+		errs[len(workers)] = errors.New("the pinboard did not stop within the shutdown timeout")
+	}
+	progress.Done("fleet stopped")
+	return errors.Join(errs...)
 }
 
 // fleetWorker is one counter worker: a worker.Worker, the counter host
@@ -242,10 +281,9 @@ func startWorker(name, pinboardURL, token string, logger *slog.Logger) (*fleetWo
 }
 
 // stop drains the worker (idle instances close and release their ids; the
-// rest are aborted after timeout), closes the host and the server.
-func (fw *fleetWorker) stop(timeout time.Duration) error {
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
+// rest are aborted when ctx ends), closes the host and the server, all by
+// ctx's deadline.
+func (fw *fleetWorker) stop(ctx context.Context) error {
 	var errs []error
 	if err := fw.w.Shutdown(ctx); err != nil {
 		errs = append(errs, err)

@@ -16,14 +16,29 @@ import (
 	"time"
 
 	"github.com/fasthttp/websocket"
-	"go.uber.org/goleak"
 
 	"github.com/pinned-go/pinned/internal/testkit/leakcheck"
 	"github.com/pinned-go/pinned/internal/testkit/logtest"
+	"github.com/pinned-go/pinned/internal/testkit/proctest"
 	"github.com/pinned-go/pinned/internal/wire"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m, leakcheck.Options()...) }
+// builder builds the demo for TestCommandLine.
+var builder proctest.Builder
+
+func TestMain(m *testing.M) { leakcheck.VerifyTestMain(m, builder.Cleanup) }
+
+// TestCommandLine runs the built demo: a flag it cannot run with is exit
+// status 2 naming that flag (never a pinboard variable the demo does not
+// read), before anything listens; -h and -version print to stdout.
+func TestCommandLine(t *testing.T) {
+	proctest.CheckCommandLine(t, builder.Build(t, "github.com/pinned-go/pinned/examples/fleet"), "fleet", []proctest.Case{
+		{Args: []string{"-listen", ":99999"}, Code: 2, Stderr: `fleet: -listen=":99999": want host:port with a port from 0 to 65535`, Not: "PINBOARD_"},
+		{Args: []string{"-admin-listen", "127.0.0.1:65536"}, Code: 2, Stderr: `fleet: -admin-listen="127.0.0.1:65536": want host:port with a port from 0 to 65535`, Not: "PINBOARD_"},
+		{Args: []string{"-workers", "0"}, Code: 2, Stderr: "fleet: -workers 0: want 1 to 16"},
+		{Args: []string{"extra"}, Code: 2, Stderr: `fleet: unexpected argument "extra" (see fleet -h)`},
+	})
+}
 
 func TestLoadOptions(t *testing.T) {
 	o, err := loadOptions(nil, io.Discard)
@@ -72,7 +87,7 @@ func TestFleet(t *testing.T) {
 	done := make(chan error, 1)
 	var logs logtest.Buffer
 	logger := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	go func() { done <- run(ctx, o, logger, func(f fleet) { ready <- f }) }()
+	go func() { done <- run(ctx, o, logger, logger, func(f fleet) { ready <- f }) }()
 	var f fleet
 	select {
 	case f = <-ready:

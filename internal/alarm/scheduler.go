@@ -338,7 +338,10 @@ func (s *Scheduler) claim(shard int, now int64, limit int) ([]store.ClaimedAlarm
 
 func (s *Scheduler) storeError(op string, err error) {
 	s.m.storeErrors.Inc()
-	if s.storeLog.Allow() {
+	switch {
+	case store.IsConnecting(err): // the pinboard has just started: nothing failed yet
+		s.log.Debug("alarm store not connected yet; retrying", "op", op, "err", err)
+	case s.storeLog.Allow():
 		s.log.Error("alarm store call failed; retrying", "op", op, "err", err)
 	}
 }

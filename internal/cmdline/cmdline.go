@@ -1,10 +1,18 @@
 // Package cmdline is the command line of pinned's commands (pinboard,
 // counter, fleet, bench, loadgen): each setting is declared once with its
 // flag, its environment variable (either may be absent), its type, its
-// default and its usage. -h prints every setting in one format and Parse
-// returns flag.ErrHelp (the command exits 0); Unknown lists the variables
-// with the command's prefix that no setting declares, so a typo in a
-// variable name is reported instead of silently ignored.
+// default and its usage. -h prints every setting in one format to stdout
+// and Parse returns flag.ErrHelp; -version prints the module version and
+// VCS revision (runtime/debug.ReadBuildInfo) and Parse returns ErrVersion
+// (either way the command exits 0). Unknown lists the variables with the
+// command's prefix that no setting declares, so a typo in a variable name
+// is reported instead of silently ignored.
+//
+// Exit statuses are the same for every command and decided in one place,
+// Status: 0 for success, -h and -version; 2 (ExitUsage) for a UsageError,
+// which every error of Parse is and which a command returns (Usage,
+// Usagef) for any other setting or combination of settings it cannot run
+// with, found before it starts anything; 1 for a failure while running.
 //
 // Why not peterbourgon/ff (v4): it fills declared flags from prefixed
 // variables and prints help, but settings that must not be flags (tokens:
@@ -14,9 +22,18 @@
 // every command and script here uses -flag. What ff would replace is the
 // environment loop of Parse.
 //
+// The commands' stop is here too (shutdown.go): Signals turns the first
+// SIGTERM or SIGINT into a cancelled context (the graceful shutdown) and a
+// second one into an immediate exit with ExitForced (128 + the signal's
+// number); ShutdownLog logs what a shutdown still waits for, at most once
+// per interval, and how long it took.
+//
 // Invariants: a flag wins over its variable, a variable over the default;
-// every error names the flag or variable to fix and the value given; a
-// Set keeps no global state (each command builds its own).
+// every error names the flag or variable to fix and the value given, and is
+// a UsageError; a Set keeps no global state (each command builds its own);
+// the goroutine of a Signals ends with Stop, that of a ShutdownLog with
+// Done; only commands (package main and the pinboard's Main) create a
+// Signals, the one process-wide registration (os/signal).
 package cmdline
 
 import (
@@ -25,11 +42,71 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
+	"runtime/debug"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
 )
+
+// Exit statuses shared by every command (Status).
+const (
+	ExitOK     = 0 // done; also -h and -version
+	ExitFailed = 1 // the command ran and failed
+	ExitUsage  = 2 // a usage or configuration error (UsageError), before anything started
+)
+
+// UsageError is a usage or configuration error: a flag, a variable or a
+// combination of settings the command cannot run with. Its message names
+// what to change. Every command exits ExitUsage for one (Status).
+type UsageError struct{ Err error }
+
+func (e *UsageError) Error() string { return e.Err.Error() }
+
+// Unwrap returns the error Usage wrapped.
+func (e *UsageError) Unwrap() error { return e.Err }
+
+// Usage marks err as a usage or configuration error; nil stays nil, and an
+// error that already is one is returned as it is.
+func Usage(err error) error {
+	var u *UsageError
+	if err == nil || errors.As(err, &u) {
+		return err
+	}
+	return &UsageError{Err: err}
+}
+
+// Usagef is Usage(fmt.Errorf(format, args...)).
+func Usagef(format string, args ...any) error { return Usage(fmt.Errorf(format, args...)) }
+
+// Exit writes "name: err" to stderr unless err's status is ExitOK, and
+// returns the status (Status) for the command to exit with.
+func Exit(stderr io.Writer, name string, err error) int {
+	code := Status(err)
+	if code != ExitOK {
+		fmt.Fprintf(stderr, "%s: %v\n", name, err)
+	}
+	return code
+}
+
+// ErrVersion is what Parse returns for -version, once it has printed the
+// version: the command exits ExitOK.
+var ErrVersion = errors.New("cmdline: -version printed")
+
+// Status is the exit status for err, the same for every command: ExitOK for
+// nil, flag.ErrHelp and ErrVersion; ExitUsage for a UsageError; ExitFailed
+// for anything else.
+func Status(err error) int {
+	var u *UsageError
+	switch {
+	case err == nil, errors.Is(err, flag.ErrHelp), errors.Is(err, ErrVersion):
+		return ExitOK
+	case errors.As(err, &u):
+		return ExitUsage
+	}
+	return ExitFailed
+}
 
 // Set is one command's settings.
 type Set struct {
@@ -39,6 +116,7 @@ type Set struct {
 	known        []string
 	intro        string
 	failed       error // the first error a Value reported during Parse
+	version      bool  // -version
 }
 
 type option struct {
@@ -46,13 +124,14 @@ type option struct {
 	value                      flag.Value
 }
 
-// New returns an empty Set for the command name. prefix (e.g. "PINBOARD_")
-// is the prefix of the command's variables that Unknown checks; intro, if
-// not empty, is printed by -h above the settings.
+// New returns a Set for the command name holding one setting, -version.
+// prefix (e.g. "PINBOARD_") is the prefix of the command's variables that
+// Unknown checks; intro, if not empty, is printed by -h above the settings.
 func New(name, prefix, intro string) *Set {
 	s := &Set{name: name, prefix: prefix, intro: intro, fs: flag.NewFlagSet(name, flag.ContinueOnError)}
 	s.fs.SetOutput(io.Discard)
 	s.fs.Usage = func() {}
+	s.Bool(&s.version, "version", "", "print the module version and VCS revision, then exit")
 	return s
 }
 
@@ -201,9 +280,11 @@ func (c *checked) IsBoolFlag() bool {
 
 // Parse sets every setting from environ (KEY=VALUE entries, as os.Environ;
 // an empty value counts as unset), then from args (the flags, without the
-// program name). For -h or -help it writes the usage to usage and returns
-// flag.ErrHelp. Arguments that are not flags are an error.
-func (s *Set) Parse(args, environ []string, usage io.Writer) error {
+// program name). For -h or -help it writes the usage to stdout and returns
+// flag.ErrHelp; for -version it writes the version (Version) to stdout and
+// returns ErrVersion. Arguments that are not flags are an error. Every
+// other error is a UsageError.
+func (s *Set) Parse(args, environ []string, stdout io.Writer) error {
 	s.failed = nil
 	for _, o := range s.opts {
 		if o.env == "" {
@@ -215,24 +296,94 @@ func (s *Set) Parse(args, environ []string, usage io.Writer) error {
 			err := c.Set(v)
 			c.viaEnv = false
 			if err != nil {
-				return err
+				return Usage(err)
 			}
 		}
 	}
 	if err := s.fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			s.PrintUsage(usage)
+			s.PrintUsage(stdout)
 			return err
 		}
 		if s.failed != nil {
-			return s.failed
+			return Usage(s.failed)
 		}
-		return fmt.Errorf("%v (see %s -h)", err, s.name)
+		return Usagef("%v (see %s -h)", err, s.name)
+	}
+	if s.version {
+		fmt.Fprintln(stdout, Version(s.name))
+		return ErrVersion
 	}
 	if s.fs.NArg() > 0 {
-		return fmt.Errorf("unexpected argument %q (see %s -h)", s.fs.Arg(0), s.name)
+		return Usagef("unexpected argument %q (see %s -h)", s.fs.Arg(0), s.name)
 	}
 	return nil
+}
+
+// Version describes the running binary for -version: the command's name,
+// the main module's path and version, its VCS revision, the revision's time
+// and whether the tree was modified, and the Go version, all from
+// runtime/debug.ReadBuildInfo. The revision is there when the binary was
+// built in a git checkout with VCS stamping (go build's default,
+// -buildvcs=auto; not go run, nor a git worktree, whose .git is a file).
+func Version(name string) string {
+	bi, ok := debug.ReadBuildInfo()
+	return formatVersion(name, bi, ok)
+}
+
+func formatVersion(name string, bi *debug.BuildInfo, ok bool) string {
+	if !ok || bi == nil {
+		return name + " (no build information: a binary built without module support)"
+	}
+	var rev, at string
+	modified := false
+	for _, kv := range bi.Settings {
+		switch kv.Key {
+		case "vcs.revision":
+			rev = kv.Value
+		case "vcs.time":
+			at = kv.Value
+		case "vcs.modified":
+			modified = kv.Value == "true"
+		}
+	}
+	v := fmt.Sprintf("%s %s %s", name, bi.Main.Path, bi.Main.Version)
+	if rev == "" {
+		v += ", revision unknown (built without VCS stamping: go build in a git checkout stamps it)"
+	} else {
+		v += ", revision " + rev
+		var notes []string
+		if at != "" {
+			notes = append(notes, at)
+		}
+		if modified {
+			notes = append(notes, "modified")
+		}
+		if len(notes) > 0 {
+			v += " (" + strings.Join(notes, ", ") + ")"
+		}
+	}
+	return v + ", " + bi.GoVersion
+}
+
+// HostPort reads a listen address: host:port with a numeric port from 0 to
+// 65535 (0: any free port); the host may be empty (every interface). For
+// Parsed.Parse.
+func HostPort(v string) (string, error) {
+	_, port, err := net.SplitHostPort(v)
+	if err == nil {
+		_, err = strconv.ParseUint(port, 10, 16)
+	}
+	if err != nil {
+		return "", errors.New("want host:port with a port from 0 to 65535, such as :8080 or 127.0.0.1:9090")
+	}
+	return v, nil
+}
+
+// ListenAddr declares a listen address setting (HostPort) with default def.
+func (s *Set) ListenAddr(p *string, flagName, env, def, usage string) {
+	*p = def
+	s.Var(Parsed[string]{P: p, Parse: HostPort, Format: func(v string) string { return v }}, flagName, env, "host:port", usage)
 }
 
 // Lookup returns the value of the variable name in environ ("" when unset).
@@ -319,8 +470,8 @@ func distance(a, b string) int {
 	return prev[len(b)]
 }
 
-// PrintUsage writes every setting in declaration order, one format for
-// all:
+// PrintUsage writes every setting in declaration order (-version last),
+// one format for all:
 //
 //	-name type (env VARIABLE, default value)
 //	    usage
@@ -337,7 +488,7 @@ func (s *Set) PrintUsage(w io.Writer) {
 		fmt.Fprintf(w, "\nA flag wins over its environment variable, a variable over the default.\n")
 	}
 	fmt.Fprintln(w)
-	for _, o := range s.opts {
+	for _, o := range append(s.opts[1:len(s.opts):len(s.opts)], s.opts[0]) { // opts[0] is New's -version
 		def := o.def
 		if def == "" || strings.ContainsAny(def, " \t\"") {
 			def = fmt.Sprintf("%q", def)

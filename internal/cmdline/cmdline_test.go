@@ -4,7 +4,10 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
+	"runtime"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"testing"
@@ -101,8 +104,96 @@ func TestHelp(t *testing.T) {
 			t.Errorf("-h output lacks %q:\n%s", line, got)
 		}
 	}
-	if n := strings.Count(got, "\n  -") + strings.Count(got, "\n  DEMO_"); n != 8 {
-		t.Errorf("-h lists %d settings; want 8:\n%s", n, got)
+	if n := strings.Count(got, "\n  -") + strings.Count(got, "\n  DEMO_"); n != 9 {
+		t.Errorf("-h lists %d settings; want 9:\n%s", n, got)
+	}
+	if !strings.HasSuffix(got, "  -version bool (no variable, default false)\n      print the module version and VCS revision, then exit\n") {
+		t.Errorf("-h does not end with -version:\n%s", got)
+	}
+}
+
+// Every error Parse returns is a usage error, and Status maps it to exit
+// status 2 like any error a command marks with Usage; other errors are 1;
+// -h and -version are 0.
+func TestStatus(t *testing.T) {
+	for _, c := range []struct {
+		args, env []string
+	}{
+		{nil, []string{"DEMO_LEASE=10"}},
+		{[]string{"-port", "0"}, nil},
+		{[]string{"-nope"}, nil},
+		{[]string{"extra"}, nil},
+	} {
+		var s settings
+		err := newSet(&s).Parse(c.args, c.env, io.Discard)
+		var u *UsageError
+		if !errors.As(err, &u) || Status(err) != ExitUsage {
+			t.Errorf("Parse(%q, %q) = %v (status %d); want a UsageError, status 2", c.args, c.env, err, Status(err))
+		}
+	}
+	for _, c := range []struct {
+		err  error
+		want int
+	}{
+		{nil, ExitOK},
+		{flag.ErrHelp, ExitOK},
+		{ErrVersion, ExitOK},
+		{Usagef("-n %d: want 1 to 16", 0), ExitUsage},
+		{fmt.Errorf("counter: %w", Usage(errors.New("bad"))), ExitUsage},
+		{Usage(Usage(errors.New("bad"))), ExitUsage},
+		{errors.New("listener failed"), ExitFailed},
+	} {
+		if got := Status(c.err); got != c.want {
+			t.Errorf("Status(%v) = %d; want %d", c.err, got, c.want)
+		}
+	}
+	if Usage(nil) != nil {
+		t.Error("Usage(nil) is not nil")
+	}
+	if err := Usage(errors.New("x")); err.Error() != "x" {
+		t.Errorf("Usage changes the message: %q", err)
+	}
+}
+
+func TestVersion(t *testing.T) {
+	var s settings
+	var out strings.Builder
+	if err := newSet(&s).Parse([]string{"-version"}, nil, &out); !errors.Is(err, ErrVersion) {
+		t.Fatalf("Parse(-version) = %v; want ErrVersion", err)
+	}
+	if got := out.String(); !strings.HasPrefix(got, "demo ") || !strings.HasSuffix(got, "\n") || !strings.Contains(got, runtime.Version()) {
+		t.Errorf("-version printed %q; want the command, its module and the Go version on one line", got)
+	}
+	bi := &debug.BuildInfo{GoVersion: "go1.26.8", Main: debug.Module{Path: "github.com/pinned-go/pinned", Version: "v0.3.0"},
+		Settings: []debug.BuildSetting{{Key: "vcs.revision", Value: "ac845be"}, {Key: "vcs.time", Value: "2026-12-05T00:18:34Z"}, {Key: "vcs.modified", Value: "true"}}}
+	for _, c := range []struct {
+		bi   *debug.BuildInfo
+		ok   bool
+		want string
+	}{
+		{bi, true, "demo github.com/pinned-go/pinned v0.3.0, revision ac845be (2026-12-05T00:18:34Z, modified), go1.26.8"},
+		{&debug.BuildInfo{GoVersion: "go1.26.8", Main: debug.Module{Path: "github.com/pinned-go/pinned", Version: "(devel)"}}, true,
+			"demo github.com/pinned-go/pinned (devel), revision unknown (built without VCS stamping: go build in a git checkout stamps it), go1.26.8"},
+		{nil, false, "demo (no build information: a binary built without module support)"},
+	} {
+		if got := formatVersion("demo", c.bi, c.ok); got != c.want {
+			t.Errorf("formatVersion = %q; want %q", got, c.want)
+		}
+	}
+}
+
+func TestListenAddr(t *testing.T) {
+	for v, ok := range map[string]bool{":8080": true, "127.0.0.1:0": true, "[::1]:65535": true, ":99999": false, "127.0.0.1:65536": false, "8080": false, "host:http": false} {
+		var addr string
+		set := New("demo", "", "")
+		set.ListenAddr(&addr, "listen", "", ":1", "address")
+		err := set.Parse([]string{"-listen", v}, nil, io.Discard)
+		if (err == nil) != ok || (err == nil && addr != v) {
+			t.Errorf("-listen %s: %q, %v; want accepted %v", v, addr, err, ok)
+		}
+		if err != nil && !strings.Contains(err.Error(), "port from 0 to 65535") {
+			t.Errorf("-listen %s: %v; want the port range named", v, err)
+		}
 	}
 }
 

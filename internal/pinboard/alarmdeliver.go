@@ -28,8 +28,8 @@ func notDelivered(format string, args ...any) error {
 // Deliver implements alarm.Deliverer: POST /<ns>/<id>/_pinned/alarm with the
 // alarm field. The answer's status is the outcome; a 503 the proxy or the
 // host made (no worker, store, unreachable, overloaded; capacity, closing,
-// draining, lease, stale) means nothing ran (alarm.ErrNotDelivered), a
-// 502 or 504 that it may have.
+// draining, lease, stale), and the proxy's 404 unknown_namespace, mean
+// nothing ran (alarm.ErrNotDelivered), a 502 or 504 that it may have.
 func (d alarmDeliverer) Deliver(ctx context.Context, ns, id string, a wire.AlarmDelivery) (int, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, notDelivered("%v", err)
@@ -52,8 +52,11 @@ func (d alarmDeliverer) Deliver(ctx context.Context, ns, id string, a wire.Alarm
 	if reason != "" {
 		msg = reason + ": " + msg
 	}
-	if status == fasthttp.StatusServiceUnavailable && reason != "" && reason != wire.ReasonStore {
-		// No worker ran it (the proxy's or the host's own refusal).
+	if status == fasthttp.StatusServiceUnavailable && reason != "" && reason != wire.ReasonStore ||
+		reason == wire.ReasonUnknownNamespace {
+		// No worker ran it (the proxy's or the host's own refusal; a
+		// namespace nobody served recently keeps its alarms for when its
+		// workers come back).
 		return status, notDelivered("%s", msg)
 	}
 	return status, errors.New(msg)

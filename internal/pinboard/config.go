@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/netip"
 	"os"
 	"strconv"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/pinned-go/pinned/internal/cmdline"
 
+	"github.com/pinned-go/pinned/internal/placement"
 	"github.com/pinned-go/pinned/internal/registry"
 	"github.com/pinned-go/pinned/internal/store"
 	"github.com/pinned-go/pinned/internal/store/redisstore"
@@ -60,6 +60,7 @@ const (
 	EnvLoops             = "PINBOARD_LOOPS"                  // -loops
 	EnvNoHotIDs          = "PINBOARD_NO_HOT_IDS"             // -no-hot-ids
 	EnvRefreshAhead      = "PINBOARD_CACHE_REFRESH_AHEAD"    // -cache-refresh-ahead
+	EnvNamespaceMemory   = "PINBOARD_NAMESPACE_MEMORY"       // -namespace-memory
 	EnvEpochTTL          = "PINBOARD_EPOCH_TTL"              // -epoch-ttl
 	EnvStoreProbe        = "PINBOARD_STORE_PROBE"            // -store-probe
 	EnvStoreProbeTimeout = "PINBOARD_STORE_PROBE_TIMEOUT"    // -store-probe-timeout
@@ -115,6 +116,11 @@ type Settings struct {
 	// cached placement expires a request for it has it re-read in the
 	// background. Zero: a quarter of the lease; negative: off.
 	RefreshAhead time.Duration
+	// NamespaceMemory is placement.Config.NamespaceMemory: how long after
+	// the pinboard last saw a live worker of a namespace a request for it,
+	// with none live, is 503 no_worker rather than 404 unknown_namespace.
+	// Zero: placement's default; negative: off (Redis's memory only).
+	NamespaceMemory time.Duration
 	// Loops is the number of event loops serving the public port
 	// (proxy.Front); 0 serves it with fasthttp's goroutine per connection
 	// alone. ParseSettings defaults it to the number of CPUs.
@@ -133,17 +139,18 @@ type Settings struct {
 
 // ParseSettings reads flags (args, without the program name) and the
 // environment (environ, KEY=VALUE entries as os.Environ). A flag wins over
-// its variable, a variable over the default. Errors name the variable or
-// flag to fix; for -h it writes every setting to usage and returns
-// flag.ErrHelp.
-func ParseSettings(args, environ []string, usage io.Writer) (Settings, error) {
+// its variable, a variable over the default. Errors are usage errors
+// (cmdline.UsageError) naming the variable or flag to fix; for -h it writes
+// every setting to stdout and returns flag.ErrHelp, for -version the
+// version and cmdline.ErrVersion.
+func ParseSettings(args, environ []string, stdout io.Writer) (Settings, error) {
 	var s Settings
 	set, finish := declare(&s)
-	if err := set.Parse(args, environ, usage); err != nil {
+	if err := set.Parse(args, environ, stdout); err != nil {
 		return s, err
 	}
 	s.Unknown = set.Unknown(environ)
-	return s, finish(environ)
+	return s, cmdline.Usage(finish(environ))
 }
 
 // declare puts every setting of the pinboard on a cmdline.Set writing into
@@ -154,10 +161,8 @@ func declare(s *Settings) (set *cmdline.Set, finish func(environ []string) error
 /<namespace>/<id>/... to the worker holding the instance.
 Exit status: 0 after a clean shutdown, 1 when a listener fails,
 2 for a bad configuration. See docs/operations.md.`)
-	s.Listen, s.AdminListen = DefaultListen, DefaultAdminListen
-	set.Var(cmdline.Parsed[string]{P: &s.Listen, Parse: hostPort, Format: id}, "listen", EnvListen, "host:port",
-		"public address: the registry, /healthz and the proxy")
-	set.Var(cmdline.Parsed[string]{P: &s.AdminListen, Parse: hostPort, Format: id}, "admin-listen", EnvAdminListen, "host:port",
+	set.ListenAddr(&s.Listen, "listen", EnvListen, DefaultListen, "public address: the registry, /healthz and the proxy")
+	set.ListenAddr(&s.AdminListen, "admin-listen", EnvAdminListen, DefaultAdminListen,
 		"admin address: /metrics and /debug/pprof (never on the public port)")
 	set.String(&s.RedisURL, "redis-url", EnvRedisURL, "url", DefaultRedisURL,
 		"Redis: redis://[user:pass@]host:port/db, rediss:// for TLS, ?addr=h2:p2 for more cluster seeds,\n"+
@@ -289,6 +294,24 @@ Exit status: 0 after a clean shutdown, 1 when a listener fails,
 	}}, "cache-refresh-ahead", EnvRefreshAhead, "duration|lease/4|off",
 		"a request for a cached placement this close to its expiry (the lease after Redis last confirmed it) has it\n"+
 			"re-read in the background, so that hot ids never wait for Redis; off = the first request after each expiry waits")
+	s.NamespaceMemory = placement.DefaultNamespaceMemory
+	set.Var(cmdline.Parsed[time.Duration]{P: &s.NamespaceMemory, Parse: func(v string) (time.Duration, error) {
+		if v == "off" {
+			return -1, nil
+		}
+		d, err := time.ParseDuration(v)
+		if err != nil || d <= 0 {
+			return 0, errors.New("want a positive duration, or off")
+		}
+		return d, nil
+	}, Format: func(d time.Duration) string {
+		if d < 0 {
+			return "off"
+		}
+		return d.String()
+	}}, "namespace-memory", EnvNamespaceMemory, "duration|off",
+		"a namespace with no live worker is answered 503 no_worker (retry) for this long after the pinboard last saw\n"+
+			"one live, else 404 unknown_namespace; Redis also remembers it until its last session is collected")
 	s.Loops = proxy.DefaultLoops()
 	set.Var(cmdline.Parsed[int]{P: &s.Loops, Parse: func(v string) (int, error) {
 		n, err := strconv.Atoi(v)
@@ -363,21 +386,6 @@ func (f restartFence) String() string {
 		return "lease"
 	}
 	return f.d.String()
-}
-
-func id(s string) string { return s }
-
-// hostPort accepts host:port with a numeric port from 0 to 65535 (0: any
-// free port); the host may be empty (every interface).
-func hostPort(v string) (string, error) {
-	_, port, err := net.SplitHostPort(v)
-	if err == nil {
-		_, err = strconv.ParseUint(port, 10, 16)
-	}
-	if err != nil {
-		return "", errors.New("want host:port with a port from 0 to 65535, such as :8080 or 127.0.0.1:9090")
-	}
-	return v, nil
 }
 
 // minDuration is a duration setting refusing values below least.

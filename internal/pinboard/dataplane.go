@@ -30,18 +30,19 @@ type dataPlane struct {
 type dialControl = func(network, address string, c syscall.RawConn) error
 
 // newDataPlane builds the proxy and its resolver on the pinboard's store,
-// lease, refresh-ahead (placement.Config.RefreshAhead), logger and metric set, with the limits of pc (the settings' flags;
-// zero fields are the proxy's defaults). The resolver gets clk only when it
+// the resolver's settings in rc (Lease, RefreshAhead, NamespaceMemory; the
+// rest is filled here), logger and metric set, with the limits of pc (the
+// settings' flags; zero fields are the proxy's defaults). The resolver gets clk only when it
 // is not the real clock: with the real clock, lookups use fasthttp's request
 // time instead of reading the clock again. Unless pc.Endpoint.Dial is set,
 // workers are dialled through control, the registry's address policy,
 // checked on the address actually connected. It does no I/O.
-func newDataPlane(st store.Store, lease, refreshAhead time.Duration, log *slog.Logger, set *metrics.Set, clk clock.Clock,
+func newDataPlane(st store.Store, rc placement.Config, log *slog.Logger, set *metrics.Set, clk clock.Clock,
 	control dialControl, pc proxy.Config) (*dataPlane, error) {
 	d := &dataPlane{}
-	rc := placement.Config{Store: st, Lease: lease, RefreshAhead: refreshAhead, Logger: log, Metrics: set,
-		// d.px is set below, before Run (the only caller) starts.
-		OnMoved: func(name, holder string) { d.px.CloseTunnels(name, holder) }}
+	rc.Store, rc.Logger, rc.Metrics = st, log, set
+	// d.px is set below, before Run (the only caller) starts.
+	rc.OnMoved = func(name, holder string) { d.px.CloseTunnels(name, holder) }
 	if _, real := clk.(clock.Real); clk != nil && !real {
 		rc.Clock = clk
 	}

@@ -149,9 +149,10 @@ func TestProxyOnThePublicPort(t *testing.T) {
 			r.waitHealth(t, 200)
 
 			resp := rawRequest(t, r.public, "GET /counter/x/ HTTP/1.1\r\nHost: h\r\n\r\n")
-			if resp.StatusCode() != 503 || string(resp.Header.Peek(wire.HeaderReason)) != wire.ReasonNoWorker ||
-				len(resp.Header.Peek(wire.HeaderRetryAfter)) == 0 {
-				t.Errorf("no worker: %d %q; want 503 no_worker with Retry-After", resp.StatusCode(), resp.Header.Peek(wire.HeaderReason))
+			if resp.StatusCode() != 404 || string(resp.Header.Peek(wire.HeaderReason)) != wire.ReasonUnknownNamespace ||
+				len(resp.Header.Peek(wire.HeaderRetryAfter)) != 0 {
+				t.Errorf("a namespace no worker ever served: %d %q; want 404 unknown_namespace without Retry-After",
+					resp.StatusCode(), resp.Header.Peek(wire.HeaderReason))
 			}
 			// Registry paths are decided on the raw target.
 			resp = rawRequest(t, r.public, "GET /registry/../counter/x HTTP/1.1\r\nHost: h\r\n\r\n")

@@ -99,15 +99,24 @@
 // New does no I/O. Run binds both listeners, then serves at once, even
 // while Redis is unreachable: the store's Connect retries with capped
 // exponential backoff, /healthz answers 503 naming the dial error meanwhile,
-// and registry calls answer 503 + Retry-After. On ctx end (SIGTERM/SIGINT
-// in Main): /healthz turns 503 {"shuttingDown": true}; after ShutdownDelay
-// the public listener closes and in-flight requests finish, all bounded by
-// ShutdownTimeout; then the janitor, the connect loop and the data plane's
-// background work stop and are joined, and the store closes. SIGHUP re-reads
+// and registry calls answer 503 + Retry-After. On ctx end (the first
+// SIGTERM/SIGINT in Main): /healthz turns 503 {"shuttingDown": true}; after
+// ShutdownDelay both listeners close and in-flight requests finish; idle
+// keep-alive connections close at once (a worker's heartbeat connection,
+// handed over by the event loops to the fasthttp server, included); when
+// ShutdownTimeout passes first, every connection still open is closed
+// (proxy.Front.Shutdown); then the janitor, the connect loop, the data
+// plane's background work and the alarm scheduler stop and are joined, no
+// longer than the same deadline, and the store closes. So Run returns
+// within ShutdownDelay + ShutdownTimeout whatever its peers do; it logs
+// what it waits for at most once per ProgressEvery (connections, then
+// tasks) and how long it took ("pinboard stopped", took). A second
+// SIGTERM/SIGINT makes Main return at once (cmdline.Signals). SIGHUP re-reads
 // PINBOARD_TOKEN_FILE (one token per line: the new and the old one during a
 // rotation); a bad file keeps the current tokens.
 //
-// Exit statuses: 0 after a clean shutdown, 1 when a listener fails, 2 for an
-// invalid configuration (the message names the variable, e.g. a missing
-// PINBOARD_TOKEN).
+// Exit statuses: 0 after a clean shutdown (also one that reached its
+// deadline), 1 when a listener fails, 2 for an invalid configuration (the
+// message names the variable, e.g. a missing PINBOARD_TOKEN), 143 or 130
+// when a second SIGTERM or SIGINT cut the shutdown short.
 package pinboard

@@ -582,3 +582,57 @@ func TestFleetSilentRedisLinkNeverActivatesTwice(t *testing.T) {
 		}
 	}
 }
+
+// A namespace no worker has served recently is a 404 unknown_namespace
+// without Retry-After (clients stop asking), on both engines; one whose
+// workers all went away a moment ago stays 503 no_worker with Retry-After.
+func TestFleetUnknownNamespaceIs404(t *testing.T) {
+	for _, loops := range []int{0, 1} {
+		t.Run(fmt.Sprintf("loops=%d", loops), func(t *testing.T) {
+			srv := redistest.Start(t)
+			fp := &fleetPinboard{running: start(t, Settings{RedisURL: srv.URL, Loops: loops})}
+			fp.res = fp.p.dp.res
+			fp.waitHealth(t, 200)
+			act := newActivations()
+			fw := startFleetWorker(t, "a", fp.public, act, time.Minute)
+			if a := fp.get(t, "alice"); a.code != 200 {
+				t.Fatalf("GET /counter/alice/ = %d %s", a.code, a.body)
+			}
+			for _, path := range []string{"/nosuchns/alice/", "/Counter/alice/"} {
+				code, h, body := fp.request(t, "GET", path)
+				if code != 404 || h.Peek(wire.HeaderReason) == nil || string(h.Peek(wire.HeaderReason)) != wire.ReasonUnknownNamespace ||
+					h.Peek(wire.HeaderRetryAfter) != nil {
+					t.Fatalf("GET %s = %d %s (reason %q, Retry-After %q); want 404 unknown_namespace without Retry-After",
+						path, code, body, h.Peek(wire.HeaderReason), h.Peek(wire.HeaderRetryAfter))
+				}
+			}
+			// The only worker leaves (its session ends at once).
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if err := fw.w.Shutdown(ctx); err != nil {
+				t.Fatal(err)
+			}
+			code, h, body := fp.request(t, "GET", "/counter/alice/")
+			if code != 503 || string(h.Peek(wire.HeaderReason)) != wire.ReasonNoWorker || h.Peek(wire.HeaderRetryAfter) == nil {
+				t.Fatalf("GET /counter/alice/ after its workers left = %d %s (reason %q); want 503 no_worker with Retry-After",
+					code, body, h.Peek(wire.HeaderReason))
+			}
+		})
+	}
+}
+
+// request sends one request through the pinboard's public port and returns the answer's status, head and body.
+func (fp *fleetPinboard) request(t *testing.T, method, path string) (int, *fasthttp.ResponseHeader, string) {
+	t.Helper()
+	req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
+	defer fasthttp.ReleaseRequest(req)
+	defer fasthttp.ReleaseResponse(resp)
+	req.Header.SetMethod(method)
+	req.SetRequestURI("http://" + fp.public + path)
+	if err := fp.hc.DoTimeout(req, resp, 10*time.Second); err != nil {
+		t.Fatalf("%s %s: %v", method, path, err)
+	}
+	h := &fasthttp.ResponseHeader{}
+	resp.Header.CopyTo(h)
+	return resp.StatusCode(), h, string(resp.Body())
+}

@@ -2,8 +2,6 @@ package pinboard
 
 import (
 	"context"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -16,27 +14,28 @@ import (
 	"github.com/pinned-go/pinned/internal/cmdline"
 )
 
-// Exit statuses of Main.
+// Exit statuses of Main: those of every pinned command (cmdline.Status). A
+// second SIGTERM or SIGINT during the shutdown makes Main return
+// cmdline.ExitForced instead: 128 + the signal's number (143, 130).
 const (
-	ExitOK     = 0
-	ExitFailed = 1 // the pinboard ran and failed (a listener died, a port was taken)
-	ExitConfig = 2 // the configuration is invalid; the message names what to change
+	ExitOK     = cmdline.ExitOK
+	ExitFailed = cmdline.ExitFailed // the pinboard ran and failed (a listener died, a port was taken)
+	ExitConfig = cmdline.ExitUsage  // the configuration is invalid; the message names what to change
 )
 
 // Main is the whole pinboard command: it parses args and the environment
 // (environ, as os.Environ), wires a Pinboard (registry and proxy), and runs
-// it until SIGTERM or SIGINT; SIGHUP re-reads the token file. -h prints
-// every setting to stdout. The dev token, when generated, is printed to
+// it until SIGTERM or SIGINT; SIGHUP re-reads the token file. The first
+// SIGTERM or SIGINT starts the graceful shutdown (Pinboard.Run); a second
+// one ends it at once: Main logs so and returns cmdline.ExitForced (128 +
+// the signal's number) without waiting. -h prints every setting to stdout,
+// -version the version. The dev token, when generated, is printed to
 // stdout; logs go to stderr, starting with a warning per unknown PINBOARD_*
 // variable. It returns the exit status.
 func Main(args, environ []string, stdout, stderr io.Writer) int {
 	s, err := ParseSettings(args, environ, stdout)
-	if errors.Is(err, flag.ErrHelp) {
-		return ExitOK
-	}
 	if err != nil {
-		fmt.Fprintf(stderr, "pinboard: %v\n", err)
-		return ExitConfig
+		return cmdline.Exit(stderr, "pinboard", err)
 	}
 	hopts := &slog.HandlerOptions{Level: s.LogLevel}
 	var h slog.Handler = slog.NewTextHandler(stderr, hopts)
@@ -48,8 +47,7 @@ func Main(args, environ []string, stdout, stderr io.Writer) int {
 	setProcs(s.Loops, environ, logger)
 	p, err := New(Config{Settings: s, Logger: logger})
 	if err != nil {
-		fmt.Fprintf(stderr, "pinboard: %v\n", err)
-		return ExitConfig
+		return cmdline.Exit(stderr, "pinboard", err)
 	}
 	if s.Dev {
 		fmt.Fprintf(stdout, "pinboard: development mode: in-memory store, nothing survives a restart\n")
@@ -57,31 +55,32 @@ func Main(args, environ []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stdout, "pinboard: dev token (Authorization: Bearer <token>): %s\n", s.Tokens[0])
 		}
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
-	defer stop()
+	sigs := cmdline.NotifySignals(logger)
+	defer sigs.Stop()
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
-	reloads := make(chan struct{})
-	go func() { // owned by Main: ends when ctx ends
-		defer close(reloads)
-		for {
-			select {
-			case <-hup:
-				_ = p.ReloadTokens()
-			case <-ctx.Done():
-				return
+	return sigs.Run(logger, func(ctx context.Context) int {
+		reloads := make(chan struct{})
+		go func() { // owned by Main: ends when ctx ends
+			defer close(reloads)
+			for {
+				select {
+				case <-hup:
+					_ = p.ReloadTokens()
+				case <-ctx.Done():
+					return
+				}
 			}
+		}()
+		err := p.Run(ctx)
+		<-reloads
+		if err != nil {
+			logger.Error("pinboard failed", "err", err)
+			return ExitFailed
 		}
-	}()
-	err = p.Run(ctx)
-	stop()
-	<-reloads
-	if err != nil {
-		logger.Error("pinboard failed", "err", err)
-		return ExitFailed
-	}
-	return ExitOK
+		return ExitOK
+	})
 }
 
 // setProcs gives the Go scheduler one P more than the event loops take

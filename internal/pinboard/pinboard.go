@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/url"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/VictoriaMetrics/metrics"
@@ -19,7 +20,9 @@ import (
 
 	"github.com/pinned-go/pinned/clock"
 	"github.com/pinned-go/pinned/internal/alarm"
+	"github.com/pinned-go/pinned/internal/cmdline"
 	"github.com/pinned-go/pinned/internal/hotids"
+	"github.com/pinned-go/pinned/internal/placement"
 	"github.com/pinned-go/pinned/internal/registry"
 	"github.com/pinned-go/pinned/internal/store"
 	"github.com/pinned-go/pinned/internal/store/memstore"
@@ -46,6 +49,9 @@ type Config struct {
 	Clock clock.Clock
 	// HotIDs sizes the hot-id sketch (zero fields: hotids' defaults).
 	HotIDs hotids.Config
+	// ProgressEvery is how often a shutdown in progress logs what it
+	// waits for; zero means cmdline.DefaultProgressEvery.
+	ProgressEvery time.Duration
 
 	// wrapDialControl, when set (tests), wraps the registry's address
 	// policy before the proxy dials through it.
@@ -89,7 +95,8 @@ type Pinboard struct {
 }
 
 // New wires a pinboard from cfg. It does no I/O: Run binds, connects and
-// serves.
+// serves. An error in the configuration is a cmdline.UsageError (the
+// command exits 2); failing to set up the event loops is not.
 func New(cfg Config) (*Pinboard, error) {
 	p := &Pinboard{
 		cfg:      cfg,
@@ -104,7 +111,7 @@ func New(cfg Config) (*Pinboard, error) {
 	if cfg.Dev {
 		m, err := memstore.New(memstore.Config{Options: opts, Clock: p.clock, EpochTTL: cfg.EpochTTL})
 		if err != nil {
-			return nil, err
+			return nil, cmdline.Usage(err)
 		}
 		p.st, p.mem = m, m
 	} else {
@@ -112,14 +119,14 @@ func New(cfg Config) (*Pinboard, error) {
 			RestartFence: cfg.RestartFence, EpochTTL: cfg.EpochTTL,
 			CircuitProbeInterval: cfg.StoreProbe, CircuitProbeTimeout: cfg.StoreProbeTimeout, Metrics: p.storeSet})
 		if err != nil {
-			return nil, fmt.Errorf("%s: %w", EnvRedisURL, err)
+			return nil, cmdline.Usagef("%s: %w", EnvRedisURL, err)
 		}
 		p.st, p.redis = r, r
 	}
 	hot, err := hotids.New(cfg.HotIDs)
 	if err != nil {
 		p.st.Close()
-		return nil, err
+		return nil, cmdline.Usage(err)
 	}
 	p.hot = hot
 	hot.RegisterMetrics(p.own)
@@ -144,7 +151,7 @@ func New(cfg Config) (*Pinboard, error) {
 	})
 	if err != nil {
 		p.st.Close()
-		return nil, err
+		return nil, cmdline.Usage(err)
 	}
 	p.reg = reg
 	handler := reg.NewRouter(nil).Handler
@@ -157,10 +164,11 @@ func New(cfg Config) (*Pinboard, error) {
 		if !cfg.NoHotIDs {
 			pc.Recorder = p.hot // every routed request feeds the console's hot ids
 		}
-		dp, err := newDataPlane(p.st, reg.Lease(), cfg.RefreshAhead, root, p.dpSet, p.clock, control, pc)
+		rc := placement.Config{Lease: reg.Lease(), RefreshAhead: cfg.RefreshAhead, NamespaceMemory: cfg.NamespaceMemory}
+		dp, err := newDataPlane(p.st, rc, root, p.dpSet, p.clock, control, pc)
 		if err != nil {
 			p.st.Close()
-			return nil, fmt.Errorf("cannot build the data plane: %w", err)
+			return nil, cmdline.Usagef("cannot build the data plane: %w", err)
 		}
 		p.dp = dp
 		// The registry and /healthz share the public port with the proxy:
@@ -173,7 +181,7 @@ func New(cfg Config) (*Pinboard, error) {
 		p.public = dp.px.NewServer()
 		if err := p.newAlarmScheduler(root); err != nil {
 			p.st.Close()
-			return nil, err
+			return nil, cmdline.Usage(err)
 		}
 	} else {
 		p.public = &fasthttp.Server{
@@ -349,9 +357,13 @@ func (p *Pinboard) WriteMetrics(w io.Writer) {
 // Run binds the listeners, connects the store (retrying with backoff while
 // /healthz reports it), serves, and runs the janitor and the data plane
 // until ctx ends; then it shuts down gracefully: /healthz turns 503, after
-// ShutdownDelay the public listener closes and in-flight requests finish,
-// bounded by ShutdownTimeout, then everything else stops and the store
-// closes. Run may be called once.
+// ShutdownDelay the listeners close and in-flight requests finish; when
+// ShutdownTimeout passes first, the connections still open are closed
+// (keep-alive ones handed over to the fasthttp path included); then
+// everything else stops and the store closes. Run returns within
+// ShutdownDelay + ShutdownTimeout of ctx's end, whatever clients, workers
+// and Redis do, logging what it waits for once a second (ProgressEvery)
+// and how long it took ("pinboard stopped", took). Run may be called once.
 func (p *Pinboard) Run(ctx context.Context) error {
 	p.mu.Lock()
 	if p.ran {
@@ -385,20 +397,30 @@ func (p *Pinboard) Run(ctx context.Context) error {
 	p.log.Info("pinboard listening", "public", p.publicAddr, "admin", p.adminAddr, "store", storeDesc,
 		"lease", p.reg.Lease(), "dataPlane", p.dp != nil, "loops", loops)
 
-	// Everything below is owned by Run and joined before it returns.
+	// Everything below is owned by Run and joined before it returns (or
+	// told to stop and left to end on its own bound once the shutdown
+	// deadline passed: see shutdown).
 	bg, stop := context.WithCancel(context.Background())
 	defer stop()
 	var wg sync.WaitGroup
+	var running atomic.Int32 // of wg's goroutines
+	goRun := func(f func()) {
+		running.Add(1)
+		wg.Go(func() {
+			defer running.Add(-1)
+			f()
+		})
+	}
 	serveErr := make(chan error, 2)
 	serve := func(name string, s *fasthttp.Server, ln net.Listener) {
-		wg.Go(func() {
+		goRun(func() {
 			if err := s.Serve(ln); err != nil {
 				serveErr <- fmt.Errorf("%s listener: %w", name, err)
 			}
 		})
 	}
 	if p.front != nil {
-		wg.Go(func() {
+		goRun(func() {
 			if err := p.front.Serve(publicLn); err != nil {
 				serveErr <- fmt.Errorf("public listener: %w", err)
 			}
@@ -408,7 +430,7 @@ func (p *Pinboard) Run(ctx context.Context) error {
 	}
 	serve("admin", p.admin, adminLn)
 	if p.redis != nil {
-		wg.Go(func() {
+		goRun(func() {
 			if err := p.redis.Connect(bg); err == nil {
 				p.log.Info("store connected", "store", storeDesc)
 			}
@@ -417,16 +439,16 @@ func (p *Pinboard) Run(ctx context.Context) error {
 	if p.mem != nil {
 		p.mem.Start()
 	}
-	wg.Go(func() { _ = p.reg.Run(bg) })
+	goRun(func() { _ = p.reg.Run(bg) })
 	if p.dp != nil {
-		wg.Go(func() {
+		goRun(func() {
 			if err := p.dp.run(bg); err != nil {
 				p.log.Error("data plane stopped", "err", err)
 			}
 		})
 	}
 	if p.sched != nil {
-		wg.Go(func() {
+		goRun(func() {
 			_ = p.sched.Run(bg) // returns once its deliveries in flight have finished
 		})
 	}
@@ -438,15 +460,44 @@ func (p *Pinboard) Run(ctx context.Context) error {
 		p.log.Error("listener failed; shutting down", "err", runErr)
 	}
 
-	// Graceful shutdown.
-	p.log.Info("shutting down", "timeout", p.cfg.ShutdownTimeout)
+	p.shutdown(publicLn, adminLn, stop, &wg, &running)
+	return runErr
+}
+
+// shutdown is Run's graceful stop, bounded by ShutdownTimeout (counted
+// after ShutdownDelay): /healthz turns 503; the public listener closes and
+// its connections finish their exchange in progress and close (idle ones
+// at once), those still open at the deadline are closed; the admin
+// listener likewise. Then stop tells Run's goroutines (wg; running counts
+// them) to end, and they are joined until the deadline: one still running
+// then (an alarm delivery waiting for a worker) ends on its own bound while
+// the process exits. What it waits for is logged at most once per
+// ProgressEvery.
+func (p *Pinboard) shutdown(publicLn, adminLn net.Listener, stop context.CancelFunc, wg *sync.WaitGroup, running *atomic.Int32) {
+	timeout := cmp.Or(p.cfg.ShutdownTimeout, DefaultShutdownTimeout)
+	p.log.Info("shutting down", "timeout", timeout, "delay", p.cfg.ShutdownDelay)
 	p.reg.MarkShuttingDown()
 	if d := p.cfg.ShutdownDelay; d > 0 {
 		t := p.clock.NewTimer(d)
 		<-t.C()
 	}
-	sctx, cancel := context.WithTimeout(context.Background(), cmp.Or(p.cfg.ShutdownTimeout, DefaultShutdownTimeout))
+	deadline := time.Now().Add(timeout)
+	sctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
+	var stopped atomic.Bool // the background work was told to stop: count it
+	progress := cmdline.StartShutdownLog(p.log, deadline, p.cfg.ProgressEvery, func() []cmdline.Waiting {
+		conns := int(p.admin.GetOpenConnectionsCount())
+		if p.front != nil {
+			conns += p.front.Conns()
+		} else {
+			conns += int(p.public.GetOpenConnectionsCount())
+		}
+		w := []cmdline.Waiting{{What: "connections", N: conns}}
+		if stopped.Load() {
+			w = append(w, cmdline.Waiting{What: "tasks", N: int(running.Load())})
+		}
+		return w
+	})
 	// Close the listeners ourselves too: a Shutdown that ran before Serve
 	// registered its listener would not. fasthttp's Shutdown then still
 	// waits for in-flight requests, and reports its own second close of
@@ -454,9 +505,10 @@ func (p *Pinboard) Run(ctx context.Context) error {
 	publicLn.Close()
 	if p.front != nil {
 		// The loops stop accepting and close connections as they fall
-		// idle, then the fasthttp server shuts down the ones handed over.
+		// idle, the fasthttp server those handed over; at the deadline
+		// the Front closes every one still open.
 		if err := p.front.Shutdown(sctx); err != nil {
-			p.log.Warn("in-flight requests did not finish within the shutdown timeout", "err", err)
+			p.log.Warn("in-flight requests did not finish within the shutdown timeout; their connections were closed", "err", err)
 		}
 	} else if err := p.public.ShutdownWithContext(sctx); err != nil && !errors.Is(err, net.ErrClosed) {
 		p.log.Warn("in-flight requests did not finish within the shutdown timeout", "err", err)
@@ -465,10 +517,16 @@ func (p *Pinboard) Run(ctx context.Context) error {
 	if err := p.admin.ShutdownWithContext(sctx); err != nil && !errors.Is(err, net.ErrClosed) {
 		p.log.Warn("admin requests did not finish within the shutdown timeout", "err", err)
 	}
+	stopped.Store(true)
 	stop()
-	wg.Wait()
-	p.log.Info("pinboard stopped")
-	return runErr
+	joined := make(chan struct{})
+	go func() { wg.Wait(); close(joined) }() // ends with the last of Run's goroutines
+	select {
+	case <-joined:
+	case <-sctx.Done():
+		p.log.Warn("shutdown deadline passed; not waiting for the background work still stopping", "tasks", running.Load())
+	}
+	progress.Done("pinboard stopped")
 }
 
 func listen(given net.Listener, addr, env string) (net.Listener, error) {

@@ -393,11 +393,11 @@ func TestDataPlaneWiring(t *testing.T) {
 				}
 				time.Sleep(5 * time.Millisecond) // Redis pushes invalidations asynchronously
 			}
-			if code, _ := r.do("GET", r.public, "/counter/abc/", "", nil); code != 503 {
-				t.Fatalf("GET /counter/abc/ = %d; want the proxy's 503 (no live worker)", code)
+			if code, _ := r.do("GET", r.public, "/counter/abc/", "", nil); code != 404 {
+				t.Fatalf("GET /counter/abc/ = %d; want the proxy's 404 (no worker served /counter)", code)
 			}
 			code, body := r.do("GET", r.admin, "/metrics", "", nil)
-			for _, want := range []string{"pinned_proxy_responses_total{class=\"5xx\"} 1", "pinned_proxy_endpoints 0", "pinned_placement_sessions 0"} {
+			for _, want := range []string{"pinned_proxy_responses_total{class=\"4xx\"} 1", "pinned_proxy_endpoints 0", "pinned_placement_sessions 0"} {
 				if code != 200 || !bytes.Contains(body, []byte(want)) {
 					t.Errorf("admin /metrics lacks %q", want)
 				}

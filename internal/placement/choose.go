@@ -1,10 +1,6 @@
 package placement
 
-import (
-	"math/rand/v2"
-
-	"github.com/pinned-go/pinned/internal/store"
-)
+import "github.com/pinned-go/pinned/internal/store"
 
 // Tiers of eligible sessions, best first. A session with room is preferred
 // to one without (headroom 0 gets no new placements while another
@@ -68,8 +64,8 @@ func (r *Resolver) choose(live []store.Session) int {
 		case 1:
 			return c[0]
 		}
-		a := rand.IntN(len(c))
-		b := rand.IntN(len(c) - 1)
+		a := int(r.cfg.Rand(int64(len(c))))
+		b := int(r.cfg.Rand(int64(len(c) - 1)))
 		if b >= a {
 			b++
 		}

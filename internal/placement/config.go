@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"time"
 
 	"github.com/VictoriaMetrics/metrics"
@@ -41,6 +42,12 @@ const (
 	// dropped (and counted): that entry expires, and its next request
 	// misses, as without refreshing.
 	DefaultMaxRefreshes = 4 << 10
+	// DefaultNamespaceMemory is how long after the resolver last saw a live
+	// session serving a namespace it answers a request for it, when none is
+	// live, with ErrNoWorker (503) rather than ErrUnknownNamespace (404).
+	DefaultNamespaceMemory = 10 * time.Minute
+	// maxNamespaces bounds the namespaces remembered for NamespaceMemory.
+	maxNamespaces = 4096
 	// DefaultRefreshers is how many refreshes run at once (each one or two
 	// store round trips; Redis pipelines them).
 	DefaultRefreshers = 4
@@ -88,6 +95,14 @@ type Config struct {
 	// within CacheTTL and not asked for since), a refused name's next miss
 	// is an ordinary one: a LookupOrClaim round trip.
 	MaxRefusedNames int
+	// NamespaceMemory is how long after the resolver last saw a live session
+	// serving a namespace a request for it, with no live session, is
+	// answered ErrNoWorker (503 no_worker: its workers may be coming back)
+	// rather than ErrUnknownNamespace (404). The store also remembers a
+	// namespace until its last session is collected (store.NamespaceKnown),
+	// which covers a resolver that just started. Default
+	// DefaultNamespaceMemory; negative: only the store's memory.
+	NamespaceMemory time.Duration
 	// OnMoved, when set, is called by Run after it read the holder of a
 	// watched placement name (Watch) that was invalidated or just watched:
 	// holder is the session holding name now ("" for nobody), and the
@@ -100,6 +115,13 @@ type Config struct {
 	// request uses the request's time (RequestCtx.Time) instead of reading
 	// the clock again.
 	Clock clock.Clock
+	// Rand, when set, returns a uniform number in [0, n) for the resolver's
+	// random choices (the two candidates of a placement, the spread of cache
+	// lifetimes), so that a run can be replayed from a seed (the protocol's
+	// simulation, internal/sim, drives a resolver from one goroutine). It may
+	// be called concurrently from every request's goroutine. Nil means
+	// math/rand/v2's generator.
+	Rand func(n int64) int64
 	// Logger receives the resolver's events, tagged logger=pinned.placement.
 	// Nil means slog.Default().
 	Logger *slog.Logger
@@ -149,6 +171,9 @@ func (c *Config) setDefaults() error {
 	if c.SweepInterval == 0 {
 		c.SweepInterval = DefaultSweepInterval
 	}
+	if c.NamespaceMemory == 0 {
+		c.NamespaceMemory = DefaultNamespaceMemory
+	}
 	if c.MaxTunnelChecks == 0 {
 		c.MaxTunnelChecks = DefaultMaxTunnelChecks
 	}
@@ -157,6 +182,9 @@ func (c *Config) setDefaults() error {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
+	}
+	if c.Rand == nil {
+		c.Rand = rand.Int64N
 	}
 	if c.Metrics == nil {
 		c.Metrics = metrics.NewSet()

@@ -20,6 +20,7 @@ type resolverMetrics struct {
 	replacesLost        *metrics.Counter
 	renewals            *metrics.Counter // RenewPlacement calls after a stale refusal
 	noWorker            *metrics.Counter
+	unknownNamespace    *metrics.Counter
 	storeErrors         *metrics.Counter
 	invalidates         *metrics.Counter // Refused calls from the proxy
 	sessionsDropped     *metrics.Counter // sessions forgotten because they were gone
@@ -41,6 +42,7 @@ func (m *resolverMetrics) register(s *metrics.Set, r *Resolver) {
 	m.replacesLost = s.GetOrCreateCounter(`pinned_placement_replaces_total{result="lost"}`)
 	m.renewals = s.GetOrCreateCounter("pinned_placement_renewals_total")
 	m.noWorker = s.GetOrCreateCounter("pinned_placement_no_worker_total")
+	m.unknownNamespace = s.GetOrCreateCounter("pinned_placement_unknown_namespace_total")
 	m.storeErrors = s.GetOrCreateCounter("pinned_placement_store_errors_total")
 	m.invalidates = s.GetOrCreateCounter("pinned_placement_invalidates_total")
 	m.sessionsDropped = s.GetOrCreateCounter("pinned_placement_sessions_dropped_total")

@@ -95,9 +95,7 @@ func (r *Resolver) refresh(ctx context.Context, key string) {
 		// Undecided: the entry runs out as it would have; its next
 		// request's miss reports the failure if it persists.
 		r.m.refreshFailed.Inc()
-		if r.errLog.Allow() {
-			r.log.Warn("cannot refresh a cached placement", "name", key, "err", err)
-		}
+		r.warnStore(err, "cannot refresh a cached placement", "name", key, "err", err)
 	case !gone && sess == cur.Session:
 		if r.cache.PutUntil(name, cur, tok, until) {
 			r.m.refreshExtended.Inc()

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -50,6 +49,9 @@ type Resolver struct {
 	// (Refused), with when and how, until their next miss takes them
 	// (recheck).
 	refused map[string]refusal
+	// served holds when each namespace was last seen with a live session
+	// (misses only), for NamespaceMemory, at most maxNamespaces of them.
+	served map[string]clock.Instant
 
 	checksMu sync.Mutex
 	checks   map[string]struct{} // placement names whose tunnels Run must check
@@ -127,6 +129,7 @@ func New(cfg Config) (*Resolver, error) {
 		sessions: make(map[string]*session),
 		unusable: make(map[string]struct{}),
 		refused:  make(map[string]refusal),
+		served:   make(map[string]clock.Instant),
 		checks:   make(map[string]struct{}),
 		watched:  make(map[string]int),
 		wake:     make(chan struct{}, 1),
@@ -370,9 +373,10 @@ func (r *Resolver) load(key string, name []byte) (proxy.Route, error) {
 	if len(live) == 0 {
 		// Any holder would be dead (a live holder serves ns): no
 		// placement read, so requests for unserved namespaces cost Redis
-		// nothing beyond the cached membership read.
-		return proxy.Route{}, r.noWorker(ns)
+		// nothing beyond the cached membership reads.
+		return proxy.Route{}, r.unserved(ctx, key, ns)
 	}
+	r.sawServed(ns)
 	var (
 		pl    store.Placement
 		until time.Time
@@ -497,7 +501,7 @@ func (r *Resolver) claimed(name []byte, tok placecache.Token, ns, id, c string, 
 // later TTL.
 func (r *Resolver) freshUntil() time.Time {
 	ttl := r.cfg.CacheTTL
-	return r.clock.Now().Wall().Add(ttl - rand.N(ttl/5+1))
+	return r.clock.Now().Wall().Add(ttl - time.Duration(r.cfg.Rand(int64(ttl/5+1))))
 }
 
 // holderSession returns the holder's session, or gone when the store no
@@ -604,6 +608,46 @@ func (r *Resolver) Sessions() int {
 	return len(r.sessions)
 }
 
+// sawServed records that ns has a live session now.
+func (r *Resolver) sawServed(ns string) {
+	now := r.clock.Now()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, ok := r.served[ns]; !ok && len(r.served) >= maxNamespaces {
+		for k, at := range r.served {
+			if now.Elapsed(at, r.cfg.NamespaceMemory) {
+				delete(r.served, k)
+			}
+		}
+		if len(r.served) >= maxNamespaces {
+			return // full of recent ones: the store still remembers ns
+		}
+	}
+	r.served[ns] = now
+}
+
+// unserved is the error for a namespace no live session serves: no_worker
+// when it was served recently (this resolver saw a live session within
+// NamespaceMemory, or the store still has one of its sessions), else
+// unknown_namespace.
+func (r *Resolver) unserved(ctx context.Context, key, ns string) error {
+	r.mu.Lock()
+	at, seen := r.served[ns]
+	r.mu.Unlock()
+	if seen && !r.clock.Now().Elapsed(at, r.cfg.NamespaceMemory) {
+		return r.noWorker(ns)
+	}
+	known, err := r.st.NamespaceKnown(ctx, ns)
+	if err != nil {
+		return r.storeErr(key, "cannot read the namespace", err)
+	}
+	if known {
+		return r.noWorker(ns)
+	}
+	r.m.unknownNamespace.Inc()
+	return fmt.Errorf("namespace %s: %w", ns, proxy.ErrUnknownNamespace)
+}
+
 func (r *Resolver) noWorker(ns string) error {
 	r.m.noWorker.Inc()
 	return fmt.Errorf("no eligible worker for %s: %w", ns, proxy.ErrNoWorker)
@@ -611,10 +655,23 @@ func (r *Resolver) noWorker(ns string) error {
 
 func (r *Resolver) storeErr(key, what string, err error) error {
 	r.m.storeErrors.Inc()
-	if r.errLog.Allow() {
-		r.log.Warn("cannot resolve placement", "name", key, "err", fmt.Sprintf("%s: %v", what, err))
+	r.warnStore(err, "cannot resolve placement", "name", key, "err", fmt.Sprintf("%s: %v", what, err))
+	if store.IsConnecting(err) { // the proxy logs the failure quietly too
+		return fmt.Errorf("placement %s: %s: %w (%w)", key, what, err, proxy.ErrNotReady)
 	}
 	return fmt.Errorf("placement %s: %s: %w", key, what, err)
+}
+
+// warnStore logs a failed store call: a warning at most once a second, or
+// DEBUG while the store is still making its first connection
+// (store.IsConnecting: nothing has failed yet). args follow slog's rules.
+func (r *Resolver) warnStore(err error, msg string, args ...any) {
+	switch {
+	case store.IsConnecting(err):
+		r.log.Debug(msg+" (store not connected yet)", args...)
+	case r.errLog.Allow():
+		r.log.Warn(msg, args...)
+	}
 }
 
 // Close cancels store calls in progress and forgets every cached route and

@@ -654,3 +654,50 @@ func TestStaleRefusalRenewsTheSamePlacement(t *testing.T) {
 		}
 	})
 }
+
+// A namespace that no session serves: ErrUnknownNamespace when nobody
+// served it recently, ErrNoWorker (503, worth retrying) while the resolver
+// saw a live session of it within NamespaceMemory or the store still holds
+// one of its ended sessions.
+func TestUnservedNamespaces(t *testing.T) {
+	e := newEnv(t, "memory")
+	sid := e.register(startHost(t, "a", e.fl), 100)
+	resolveErr := func(pb *pinboard, name string) error {
+		t.Helper()
+		_, err := pb.res.Resolve(context.Background(), []byte(name))
+		return err
+	}
+	withMemory := e.pinboard(func(c *placement.Config) { c.NamespaceMemory = time.Minute }, nil)
+	storeOnly := e.pinboard(func(c *placement.Config) { c.NamespaceMemory = -1 }, nil)
+	for _, pb := range []*pinboard{withMemory, storeOnly} {
+		if err := resolveErr(pb, "/nosuch/x"); !errors.Is(err, proxy.ErrUnknownNamespace) {
+			t.Fatalf("Resolve(/nosuch/x) = %v; want ErrUnknownNamespace", err)
+		}
+		if err := resolveErr(pb, ns+"/x"); err != nil {
+			t.Fatalf("Resolve(%s/x) = %v", ns, err)
+		}
+	}
+	if ok, err := e.st.Deregister(ctxT(t), sid); !ok || err != nil {
+		t.Fatalf("Deregister = %v, %v", ok, err)
+	}
+	for _, pb := range []*pinboard{withMemory, storeOnly} {
+		if err := resolveErr(pb, ns+"/y"); !errors.Is(err, proxy.ErrNoWorker) || errors.Is(err, proxy.ErrUnknownNamespace) {
+			t.Fatalf("Resolve(%s/y) right after its only session ended = %v; want ErrNoWorker", ns, err)
+		}
+	}
+	// The janitor collects the session: only the resolver's own memory
+	// still knows the namespace, for NamespaceMemory.
+	if _, err := e.mem.Reap(ctxT(t), 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := resolveErr(withMemory, ns+"/y"); !errors.Is(err, proxy.ErrNoWorker) {
+		t.Fatalf("Resolve with memory after the reap = %v; want ErrNoWorker", err)
+	}
+	if err := resolveErr(storeOnly, ns+"/y"); !errors.Is(err, proxy.ErrUnknownNamespace) {
+		t.Fatalf("Resolve without memory after the reap = %v; want ErrUnknownNamespace", err)
+	}
+	e.fake.Advance(time.Minute)
+	if err := resolveErr(withMemory, ns+"/y"); !errors.Is(err, proxy.ErrUnknownNamespace) {
+		t.Fatalf("Resolve a NamespaceMemory after the last live session = %v; want ErrUnknownNamespace", err)
+	}
+}

@@ -103,9 +103,7 @@ func (r *Resolver) checkTunnel(ctx context.Context, name string) {
 	if err != nil {
 		// Undecided: leave the tunnels; they end with their worker or by
 		// idleness.
-		if r.errLog.Allow() {
-			r.log.Warn("cannot check the tunnels of an invalidated placement", "name", name, "err", err)
-		}
+		r.warnStore(err, "cannot check the tunnels of an invalidated placement", "name", name, "err", err)
 		return
 	}
 	r.m.tunnelChecks.Inc()
@@ -136,9 +134,7 @@ func (r *Resolver) sweep(ctx context.Context) {
 		case errors.Is(err, store.ErrUnknownSession):
 			r.dropSession(sid, "expired")
 		case err != nil:
-			if r.errLog.Allow() {
-				r.log.Warn("cannot check a worker session", "session", sid, "err", err)
-			}
+			r.warnStore(err, "cannot check a worker session", "session", sid, "err", err)
 			return
 		}
 	}

@@ -157,10 +157,14 @@ func writeNack(ctx *fasthttp.RequestCtx, nack string) int {
 }
 
 // storeFailed answers a store error: 503 + Retry-After when the store is
-// unavailable or slow, 500 otherwise. It logs at most every 10 s.
+// unavailable or slow, 500 otherwise. It logs at most every 10 s, at DEBUG
+// while the store is still making its first connection (store.IsConnecting).
 func (r *Registry) storeFailed(ctx *fasthttp.RequestCtx, op string, err error) int {
 	r.m.storeErrors.Inc()
-	if r.storeLog.Allow() {
+	switch {
+	case store.IsConnecting(err):
+		r.log.Debug("store not connected yet", "op", op, "err", err)
+	case r.storeLog.Allow():
 		r.log.Error("store call failed", "op", op, "err", err)
 	}
 	if errors.Is(err, store.ErrUnavailable) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, store.ErrClosed) {
@@ -240,7 +244,9 @@ func (r *Registry) register(ctx *fasthttp.RequestCtx, tok string) int {
 	}, r.lease)
 	if err != nil {
 		r.m.registerFailures[failStore].Inc()
-		log.Warn("registration refused", "reason", "store", "err", err)
+		if !store.IsConnecting(err) { // storeFailed logs that one at DEBUG
+			log.Warn("registration refused", "reason", "store", "err", err)
+		}
 		return r.storeFailed(ctx, "register", err)
 	}
 	r.m.registrations.Inc()

@@ -44,7 +44,7 @@ func (r *Registry) Sweep(ctx context.Context) {
 	defer cancel()
 	if err := r.st.Ping(ctx); err != nil {
 		r.m.storeUp.Set(0)
-		if errors.Is(err, store.ErrConnecting) {
+		if store.IsConnecting(err) {
 			// The first connection is still being made (the pinboard
 			// starts serving before it): nothing has failed yet.
 			r.log.Debug("store not connected yet", "err", err)

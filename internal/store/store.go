@@ -89,12 +89,19 @@ var (
 	ErrUnavailable = errors.New("store: unavailable")
 	// ErrConnecting is wrapped together with ErrUnavailable while the store
 	// is still making its first attempt to reach its backend: not a failure
-	// yet, so callers report it quietly (the janitor logs no error for it).
+	// yet, so callers report it quietly (IsConnecting).
 	ErrConnecting = errors.New("store: connecting")
 	// ErrBadCursor: a listing cursor that this store did not hand out, or
 	// whose listing expired (ListingTTL after its last page). Start again.
 	ErrBadCursor = errors.New("store: invalid or expired listing cursor")
 )
+
+// IsConnecting reports whether err says the store is still making its
+// first attempt to reach its backend (it wraps ErrConnecting). Such a call
+// failed like any other while the store is unavailable (answer 503, retry),
+// but nothing has gone wrong yet: every caller logs it at DEBUG, never as a
+// warning or an error, so a healthy start logs no error.
+func IsConnecting(err error) bool { return errors.Is(err, ErrConnecting) }
 
 // Session is one worker registration. Times are unix milliseconds on the
 // store's clock.
@@ -231,6 +238,12 @@ type Store interface {
 	Sessions(ctx context.Context) ([]Session, error)
 	// NamespaceSessions returns the live sessions serving ns.
 	NamespaceSessions(ctx context.Context, ns string) ([]Session, error)
+	// NamespaceKnown reports whether a session registered for ns is live,
+	// or ended but not collected yet (Reap's grace): whether ns was served
+	// recently. The proxy answers a namespace that no live session serves
+	// 503 no_worker when it is known (its workers may come back) and 404
+	// unknown_namespace otherwise.
+	NamespaceKnown(ctx context.Context, ns string) (bool, error)
 	// CurrentSession returns the current session id of a client, or "".
 	CurrentSession(ctx context.Context, clientID string) (string, error)
 	// Push queues m for the client's next heartbeat ack.

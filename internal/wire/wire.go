@@ -81,10 +81,13 @@ const (
 	// effect. The proxy re-resolves the placement and may send it again.
 	ReasonStale = "stale"
 
-	ReasonNoWorker    = "no_worker"   // proxy: no live, undrained worker serves the namespace
-	ReasonUnreachable = "unreachable" // proxy: worker could not be reached; request provably not sent
-	ReasonOverloaded  = "overloaded"  // proxy: per-worker queue full or queue timeout
-	ReasonStore       = "store"       // proxy: the directory (Redis) could not be read; host: an alarm call found it unavailable
+	ReasonNoWorker = "no_worker" // proxy: no live, undrained worker serves the namespace
+	// ReasonUnknownNamespace (proxy, 404): no worker has served the
+	// namespace recently; unlike no_worker it is not worth retrying.
+	ReasonUnknownNamespace = "unknown_namespace"
+	ReasonUnreachable      = "unreachable" // proxy: worker could not be reached; request provably not sent
+	ReasonOverloaded       = "overloaded"  // proxy: per-worker queue full or queue timeout
+	ReasonStore            = "store"       // proxy: the directory (Redis) could not be read; host: an alarm call found it unavailable
 )
 
 // Registry NACK values, sent as 409 {"nack": ...}.

@@ -9,7 +9,8 @@
 // Chromium is Debian's `chromium` package (.ci/run installs it). Without it
 // the test skips, except in CI (CI set), where it fails. With
 // -console-screenshot=<path> it saves a screenshot of the page there
-// (docs/console.png is made with -console-screenshot=../../docs/console.png).
+// (docs/console.png shows examples/fleet under some traffic instead:
+// docs/console.md says how it was made).
 package console
 
 import (

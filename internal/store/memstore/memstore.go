@@ -459,6 +459,21 @@ func cmpString(a, b string) int {
 	return 0
 }
 
+// NamespaceKnown implements store.Store: a session of ns is in the map
+// (live, or expired and not reaped yet).
+func (s *Store) NamespaceKnown(ctx context.Context, ns string) (bool, error) {
+	if err := s.begin(ctx); err != nil {
+		return false, err
+	}
+	defer s.mu.Unlock()
+	for _, r := range s.sessions {
+		if r.s.Serves(ns) {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
 // CurrentSession implements store.Store.
 func (s *Store) CurrentSession(ctx context.Context, clientID string) (string, error) {
 	if err := s.begin(ctx); err != nil {

@@ -314,6 +314,21 @@ func (s *Store) NamespaceSessions(ctx context.Context, ns string) ([]store.Sessi
 	return slices.DeleteFunc(all, func(x store.Session) bool { return !x.Serves(ns) }), nil
 }
 
+// NamespaceKnown implements store.Store: the namespace's set of session ids
+// (members stay until the session is reaped) is not empty. It is the read
+// NamespaceSessions made just before, served by the client-side cache.
+func (s *Store) NamespaceKnown(ctx context.Context, ns string) (bool, error) {
+	c, err := s.get(ctx)
+	if err != nil {
+		return false, err
+	}
+	ids, err := c.DoCache(ctx, c.B().Smembers().Key(wire.KeyNamespace(ns)).Cache(), s.cacheTTL).AsStrSlice()
+	if err != nil {
+		return false, s.wrap(ctx, "namespace", err)
+	}
+	return len(ids) > 0, nil
+}
+
 // CurrentSession implements store.Store.
 func (s *Store) CurrentSession(ctx context.Context, clientID string) (string, error) {
 	c, err := s.get(ctx)

@@ -161,6 +161,7 @@ func Run(t *testing.T, newHarness NewHarness) {
 		{"ListPlacementsExactlyOnceUnderChurn", testListChurn},
 		{"ListPlacementsRefusesBadCursor", testListBadCursor},
 		{"ReapCollectsDeadSessions", testReap},
+		{"NamespaceKnownUntilReaped", testNamespaceKnown},
 		{"InvalidatePlacement", testInvalidatePlacement},
 		{"InvalidateSession", testInvalidateSession},
 		{"InvalidateOnExpiry", testInvalidateExpiry},
@@ -869,6 +870,43 @@ func testRenew(t *testing.T, h Harness, inv *Invalidations) {
 	}
 	if _, err := h.Store.RenewPlacement(bg, "/a", "x", "", p2.Epoch); err == nil {
 		t.Fatal("RenewPlacement with an empty session succeeded")
+	}
+}
+
+// testNamespaceKnown: a namespace is known while a session registered for
+// it is live, and after its end until Reap collects it; never before.
+func testNamespaceKnown(t *testing.T, h Harness, _ *Invalidations) {
+	known := func(ns string) bool {
+		t.Helper()
+		k, err := h.Store.NamespaceKnown(bg, ns)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return k
+	}
+	if known("/a") {
+		t.Fatal("NamespaceKnown(/a) before any registration = true")
+	}
+	register(t, h, sess("s1", "c1", "http://h1", "/a"))
+	if !known("/a") || known("/b") {
+		t.Fatalf("after registering s1 for /a: known(/a) = %v, known(/b) = %v; want true, false", known("/a"), known("/b"))
+	}
+	h.Elapse(h.Lease + h.Lease/5)
+	if _, err := h.Store.Session(bg, "s1"); !errors.Is(err, store.ErrUnknownSession) {
+		t.Fatalf("Session(s1) after its lease = %v; want ErrUnknownSession", err)
+	}
+	if !known("/a") {
+		t.Fatal("NamespaceKnown(/a) right after its only session ended = false; want true until it is reaped")
+	}
+	if _, err := h.Store.(store.Reaper).Reap(bg, 0); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for known("/a") { // a client-side cache hears of the reap by an invalidation
+		if time.Now().After(deadline) {
+			t.Fatal("NamespaceKnown(/a) after the reap = true; want false")
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }
 

@@ -4,7 +4,25 @@
 // a test is a leak.
 package leakcheck
 
-import "go.uber.org/goleak"
+import (
+	"os"
+	"testing"
+
+	"go.uber.org/goleak"
+)
+
+// VerifyTestMain runs m's tests, checks that they leaked no goroutine (but
+// those of Options), runs cleanup (removing what the tests built; nil:
+// nothing) and exits with the tests' status: goleak.VerifyTestMain for a
+// TestMain with something to clean up.
+func VerifyTestMain(m *testing.M, cleanup func()) {
+	goleak.VerifyTestMain(m, append(Options(), goleak.Cleanup(func(code int) {
+		if cleanup != nil {
+			cleanup()
+		}
+		os.Exit(code)
+	}))...)
+}
 
 // Options returns the goleak options for every known library goroutine.
 func Options() []goleak.Option {

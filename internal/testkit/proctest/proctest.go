@@ -11,11 +11,18 @@
 package proctest
 
 import (
+	"bytes"
+	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"regexp"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/pinned-go/pinned/internal/testkit/procrun"
 )
@@ -99,4 +106,84 @@ func FreeAddr(tb testing.TB) string {
 	}
 	defer l.Close()
 	return l.Addr().String()
+}
+
+// Result is how a command run to its end ended.
+type Result struct {
+	Code           int // the exit status
+	Stdout, Stderr string
+}
+
+// Run runs bin with args to its end and returns its exit status and output.
+// env holds KEY=value entries; PATH and HOME are inherited, nothing else.
+// The run is bounded by 30 s: past that the process is killed and the test
+// fails.
+func Run(tb testing.TB, bin string, args []string, env ...string) Result {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME")}, env...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	var exit *exec.ExitError
+	switch {
+	case ctx.Err() != nil:
+		tb.Fatalf("%s %q did not end within 30 s:\n%s", filepath.Base(bin), args, stderr.String())
+	case err != nil && !errors.As(err, &exit):
+		tb.Fatalf("%s %q: %v", filepath.Base(bin), args, err)
+	}
+	return Result{Code: cmd.ProcessState.ExitCode(), Stdout: stdout.String(), Stderr: stderr.String()}
+}
+
+// Case is one run of a command in CheckCommandLine's table.
+type Case struct {
+	Args, Env []string
+	Code      int    // the exit status wanted
+	Stderr    string // what stderr must hold; "": nothing at all
+	Not       string // what stderr must not hold ("": no such check)
+}
+
+// CheckCommandLine runs the command name (its binary bin) once per case,
+// with env added to each case's, and fails tb for every run whose exit
+// status or stderr is not the case's, or that exits 2 (a usage error)
+// having written to stdout; then checks that -h prints the usage on
+// stdout and -version the version (CheckVersion), both exiting 0 with
+// nothing on stderr.
+func CheckCommandLine(tb testing.TB, bin, name string, cases []Case, env ...string) {
+	tb.Helper()
+	cases = append(cases, Case{Args: []string{"-h"}}, Case{Args: []string{"-version"}})
+	for _, c := range cases {
+		r := Run(tb, bin, c.Args, append(c.Env, env...)...)
+		if r.Code != c.Code || !strings.Contains(r.Stderr, c.Stderr) || (c.Stderr == "") != (r.Stderr == "") ||
+			(c.Not != "" && strings.Contains(r.Stderr, c.Not)) || (r.Code == 2 && r.Stdout != "") {
+			tb.Errorf("%s %q %q: exit %d, stderr %q, stdout %q; want %d and stderr %q", name, c.Args, c.Env, r.Code, r.Stderr, r.Stdout, c.Code, c.Stderr)
+		}
+	}
+	if r := Run(tb, bin, []string{"-h"}, env...); !strings.HasPrefix(r.Stdout, "Usage: "+name+" [flags]") || !strings.Contains(r.Stdout, "-version bool") {
+		tb.Errorf("%s -h printed %q on stdout; want the usage, -version included", name, r.Stdout)
+	}
+	CheckVersion(tb, name, Run(tb, bin, []string{"-version"}, env...).Stdout)
+}
+
+// versionLine is what -version prints (cmdline.Version).
+var versionLine = regexp.MustCompile(`^(\S+) github\.com/pinned-go/pinned \S+, revision (?:([0-9a-f]{40})(?: \([^)]*\))?|unknown \(built without VCS stamping[^)]*\)), go1\.\d+\S*\n$`)
+
+// CheckVersion fails tb unless out is the -version output of the command
+// name: its name, pinned's module and version, the VCS revision (the
+// checkout's HEAD, when the binary was stamped with it and git can tell)
+// and the Go version, on one line.
+func CheckVersion(tb testing.TB, name, out string) {
+	tb.Helper()
+	m := versionLine.FindStringSubmatch(out)
+	if m == nil || m[1] != name {
+		tb.Fatalf("-version printed %q; want %q, the module, its revision and the Go version on one line", out, name)
+	}
+	if m[2] == "" {
+		return // built without VCS stamping (a git worktree, or -buildvcs=false)
+	}
+	if head, err := exec.Command("git", "rev-parse", "HEAD").Output(); err == nil && strings.TrimSpace(string(head)) != m[2] {
+		tb.Errorf("-version names revision %s; the checkout is at %s", m[2], strings.TrimSpace(string(head)))
+	}
 }
