@@ -41,6 +41,51 @@ type loadClient struct {
 	ok, total atomic.Int64 // requests answered 2xx, and all
 	storms    atomic.Int64 // storms done (names their fresh ids)
 	alarms    atomic.Int64 // alarm names handed out (each alarm request sets a new one)
+
+	mu     sync.Mutex
+	hushed map[string]bool // ids the loops leave alone (hush)
+}
+
+// plainEvery: every plainEvery-th id (id000, id004, ...) gets only GET /
+// and POST /incr, no background effect (incr-later, alarms), so that the
+// checker's linearizability check covers it (chaoscheck, linear.go).
+const plainEvery = 4
+
+// plain reports whether the client's id number i is a plain one.
+func plain(i int) bool { return i%plainEvery == 0 }
+
+// plainIDs returns the plain ids.
+func (lc *loadClient) plainIDs() []string {
+	var out []string
+	for i, id := range lc.ids {
+		if plain(i) {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+// hush makes the loops leave ids alone (so that their instances go idle)
+// until unhush.
+func (lc *loadClient) hush(ids []string) {
+	lc.mu.Lock()
+	defer lc.mu.Unlock()
+	for _, id := range ids {
+		lc.hushed[id] = true
+	}
+}
+
+// unhush ends every hush.
+func (lc *loadClient) unhush() {
+	lc.mu.Lock()
+	defer lc.mu.Unlock()
+	clear(lc.hushed)
+}
+
+func (lc *loadClient) isHushed(id string) bool {
+	lc.mu.Lock()
+	defer lc.mu.Unlock()
+	return lc.hushed[id]
 }
 
 // waitWarm waits (bounded) until nearly every request of the last second
@@ -66,7 +111,7 @@ func startClient(c *cluster, nIDs, conc int, seed uint64) *loadClient {
 		ids[i] = fmt.Sprintf("id%03d", i)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	lc := &loadClient{c: c, ids: ids, conc: conc, stop: cancel, hc: &fasthttp.Client{
+	lc := &loadClient{c: c, ids: ids, conc: conc, stop: cancel, hushed: map[string]bool{}, hc: &fasthttp.Client{
 		MaxIdemponentCallAttempts: 1, // never retry: every attempt is logged
 		MaxConnsPerHost:           conc,
 		ReadTimeout:               clientTimeout,
@@ -86,6 +131,7 @@ func startClient(c *cluster, nIDs, conc int, seed uint64) *loadClient {
 		lc.stormHC.CloseIdleConnections()
 	}
 	c.storm = lc.storm
+	c.client = lc
 	c.mu.Unlock()
 	for g := range conc {
 		lc.wg.Add(1)
@@ -109,7 +155,11 @@ func (lc *loadClient) loop(ctx context.Context, rng *rand.Rand) {
 	defer fasthttp.ReleaseRequest(req)
 	defer fasthttp.ReleaseResponse(resp)
 	for ctx.Err() == nil {
-		id := lc.ids[rng.IntN(len(lc.ids))]
+		i := rng.IntN(len(lc.ids))
+		id := lc.ids[i]
+		if lc.isHushed(id) {
+			continue
+		}
 		via := 1 + rng.IntN(2)
 		lc.c.mu.Lock()
 		addr := lc.c.pbs[via-1].addr
@@ -118,6 +168,9 @@ func (lc *loadClient) loop(ctx context.Context, rng *rand.Rand) {
 		switch x := rng.IntN(10); {
 		case x < 2:
 			op, path = "GET", "/"
+		case x < 4 && plain(i):
+			// A plain id: no background effect, its history stays checkable
+			// for linearizability.
 		case x < 3:
 			path = "/incr-later?delay=2s"
 		case x < 4:
@@ -155,10 +208,16 @@ func (lc *loadClient) send(hc *fasthttp.Client, req *fasthttp.Request, resp *fas
 		e.Status = resp.StatusCode()
 		e.Reason = string(resp.Header.Peek(wire.HeaderReason))
 		e.RetryAfter = len(resp.Header.Peek(wire.HeaderRetryAfter)) > 0
-		if path == "/incr" && e.Status/100 == 2 {
-			var b struct{ Count int64 }
+		if (path == "/incr" || path == "/") && e.Status/100 == 2 {
+			// The counter's state: the count, the instance that answered
+			// and its epoch (for the linearizability check).
+			var b struct {
+				Count    int64
+				Instance string
+				Epoch    uint64
+			}
 			_ = json.Unmarshal(resp.Body(), &b) // no count: 0, which the checker refuses
-			e.Count = b.Count
+			e.Count, e.Inst, e.Epoch = b.Count, b.Instance, b.Epoch
 		}
 	}
 	lc.c.hist.Write(e)
@@ -219,5 +278,37 @@ func errClass(err error) string {
 		return "reset"
 	default:
 		return "other: " + err.Error()
+	}
+}
+
+// askBoth asks every id through both pinboards (askOne), first then other
+// for the ids at even positions and the other way round for the rest. Each
+// id runs on its own goroutine; askBoth waits for them (bounded by the
+// client timeout).
+func (lc *loadClient) askBoth(ids []string, first, other int) {
+	var wg sync.WaitGroup
+	for i, id := range ids {
+		a, b := first, other
+		if i%2 == 1 {
+			a, b = b, a
+		}
+		wg.Go(func() { lc.askOne(id, a, b) })
+	}
+	wg.Wait()
+}
+
+// askOne asks id through pinboard first, then other, then other and first
+// again (both orders): GET / and POST /incr each time, logged like every
+// request.
+func (lc *loadClient) askOne(id string, first, other int) {
+	req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
+	defer fasthttp.ReleaseRequest(req)
+	defer fasthttp.ReleaseResponse(resp)
+	for _, via := range []int{first, other, other, first} {
+		lc.c.mu.Lock()
+		addr := lc.c.pbs[via-1].addr
+		lc.c.mu.Unlock()
+		lc.send(lc.stormHC, req, resp, addr, "GET", "/", id, via)
+		lc.send(lc.stormHC, req, resp, addr, "POST", "/incr", id, via)
 	}
 }

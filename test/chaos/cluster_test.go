@@ -17,6 +17,7 @@ import (
 	"github.com/pinned-go/pinned/internal/history"
 	"github.com/pinned-go/pinned/internal/testkit/proctest"
 	"github.com/pinned-go/pinned/internal/testkit/redistest"
+	"github.com/pinned-go/pinned/internal/testkit/tcpfwd"
 )
 
 const token = "chaos-deployment-token-0123456789"
@@ -36,7 +37,16 @@ type clusterConfig struct {
 	sentinel bool
 	// lease is PINBOARD_LEASE ("": the pinboard's default, 10 s).
 	lease string
+	// idle is the workers' PINNED_IDLE_TIMEOUT (0: the counter's default,
+	// 5 min). The stale-route nemeses need shortIdle, so that the ids the
+	// client leaves alone go idle and move within the fault.
+	idle time.Duration
 }
+
+// shortIdle is the workers' idle timeout under TestChaos (and the planted
+// stale-route faults): shorter than a lease, as a pinboard may route from
+// its cache that long.
+const shortIdle = 3 * time.Second
 
 // cluster is the system under test plus the harness's own history.
 type cluster struct {
@@ -51,8 +61,8 @@ type cluster struct {
 	sentinels *redistest.Sentinels // with sentinel
 	pbs       []*pinboardProc
 	ws        []*workerProc
-	proxys    []*ctlProxy // worker n's control path (n-1)
-	rproxys   []*ctlProxy // pinboard n's store path (n-1); none with sentinel
+	proxys    []*tcpfwd.Forwarder // worker n's control path (n-1)
+	rproxys   []*tcpfwd.Forwarder // pinboard n's store path (n-1); none with sentinel
 
 	mu sync.Mutex // guards processes being replaced
 
@@ -66,7 +76,10 @@ type cluster struct {
 	// storm, set by the client, sends bursts of requests for every id
 	// through both pinboards at once until the deadline.
 	storm func(until time.Time)
-	all   []*proctest.Proc // every process started, for keep
+	// client is the load client (set by startClient), which the stale-route
+	// nemeses hush and ask through.
+	client *loadClient
+	all    []*proctest.Proc // every process started, for keep
 }
 
 type pinboardProc struct {
@@ -100,7 +113,7 @@ func startCluster(t testing.TB, cfg clusterConfig) *cluster {
 		c.sentinels = redistest.StartSentinels(t, c.redis, 3, c.replica)
 	} else {
 		for range 2 {
-			c.rproxys = append(c.rproxys, newCtlProxy(t, c.redis.Addr))
+			c.rproxys = append(c.rproxys, tcpfwd.Start(t, c.redis.Addr))
 		}
 	}
 	for n := 1; n <= 2; n++ {
@@ -108,7 +121,7 @@ func startCluster(t testing.TB, cfg clusterConfig) *cluster {
 	}
 	for n := 1; n <= 3; n++ {
 		pb := c.pbs[(n-1)%2]
-		px := newCtlProxy(t, pb.addr)
+		px := tcpfwd.Start(t, pb.addr)
 		c.proxys = append(c.proxys, px)
 		c.ws = append(c.ws, c.startWorker(n, 1, proctest.FreeAddr(t)))
 	}
@@ -130,7 +143,7 @@ func (c *cluster) startPinboard(n int, addr string) *pinboardProc {
 	case c.sentinels != nil:
 		url = c.sentinels.URL()
 	case len(c.rproxys) > 0:
-		url = "redis://" + c.rproxys[n-1].addr() + "/0" // through the harness's store proxy
+		url = "redis://" + c.rproxys[n-1].Addr() + "/0" // through the harness's store proxy
 	}
 	env := []string{
 		"PINBOARD_LISTEN=" + addr, "PINBOARD_ADMIN_LISTEN=127.0.0.1:0",
@@ -158,16 +171,20 @@ func (c *cluster) startPinboard(n int, addr string) *pinboardProc {
 func (c *cluster) startWorker(n, inc int, addr string) *workerProc {
 	c.t.Helper()
 	proc := fmt.Sprintf("w%d.%d", n, inc)
+	env := []string{
+		"PINNED_LISTEN=" + addr, "PINNED_PINBOARD_URL=http://" + c.proxys[n-1].Addr(),
+		"PINNED_TOKEN=" + token, "PINNED_ADVERTISE_URL=http://" + addr,
+		"PINNED_HISTORY=" + filepath.Join(c.dir, proc+".jsonl"),
+		"PINNED_PERSIST=" + c.app.URL,
+	}
+	if c.cfg.idle > 0 {
+		env = append(env, "PINNED_IDLE_TIMEOUT="+c.cfg.idle.String())
+	}
 	p := proctest.Start(c.t, proctest.Spec{
-		Name: proc,
-		Bin:  builder.Build(c.t, "github.com/pinned-go/pinned/examples/counter", c.cfg.tags...),
-		Args: []string{"-shutdown-timeout", "3s"},
-		Env: c.env(
-			"PINNED_LISTEN="+addr, "PINNED_PINBOARD_URL=http://"+c.proxys[n-1].addr(),
-			"PINNED_TOKEN="+token, "PINNED_ADVERTISE_URL=http://"+addr,
-			"PINNED_HISTORY="+filepath.Join(c.dir, proc+".jsonl"),
-			"PINNED_PERSIST="+c.app.URL,
-		),
+		Name:  proc,
+		Bin:   builder.Build(c.t, "github.com/pinned-go/pinned/examples/counter", c.cfg.tags...),
+		Args:  []string{"-shutdown-timeout", "3s"},
+		Env:   c.env(env...),
 		Ready: counterReady,
 	})
 	c.mu.Lock()
@@ -262,7 +279,7 @@ func (c *cluster) stop() {
 		p.Kill()
 	}
 	for _, px := range append(c.proxys, c.rproxys...) {
-		px.close()
+		px.Close()
 	}
 }
 

@@ -82,12 +82,12 @@ func TestDrainNemesisSkipsWithoutSession(t *testing.T) {
 		c.ws = append(c.ws, &workerProc{n: n, inc: 1, clientID: fmt.Sprintf("client%d", n), proc: fmt.Sprintf("w%d.1", n)})
 	}
 	start := time.Now()
-	label := c.nemesis(nemDrain, rand.New(rand.NewPCG(1, 2)), shortPause)
+	r := c.nemesis(nemDrain, rand.New(rand.NewPCG(1, 2)), shortPause)
 	if len(rec.errs) > 0 {
 		t.Fatalf("the drain nemesis failed the run: %v", rec.errs)
 	}
-	if !strings.Contains(label, "skipped") || !strings.Contains(label, "no live session") {
-		t.Fatalf("label %q; want the skip and its reason", label)
+	if !strings.Contains(r.label, "skipped") || !strings.Contains(r.skipped, "no live session") || !maySkip[r.kind] {
+		t.Fatalf("round %+v; want the skip and its reason, of a nemesis that may be skipped", r)
 	}
 	if n := calls.Load(); n < 2 || time.Since(start) < c.drainRetry {
 		t.Fatalf("%d pushes in %v; want retries for %v", n, time.Since(start), c.drainRetry)
@@ -100,7 +100,42 @@ func TestDrainNemesisSkipsWithoutSession(t *testing.T) {
 	// A refusal that clears up within the retry window is retried through.
 	addr2, calls2 := fakePush(t, 2)
 	c.pbs = []*pinboardProc{{n: 1, addr: addr2}, {n: 2, addr: addr2}}
-	if why := c.pushDrain(c.ws[0]); why != "" || calls2.Load() != 3 {
+	if why := c.pushDrain(c.ws[0], 1); why != "" || calls2.Load() != 3 {
 		t.Fatalf("pushDrain after two refusals = %q with %d calls; want queued on the third", why, calls2.Load())
+	}
+}
+
+// A skipped round fails the run unless its nemesis may be skipped, and
+// then only up to maxSkipped rounds.
+func TestSkippedRoundsFailTheRun(t *testing.T) {
+	ran := func(kind string) round { return round{kind: kind, label: kind} }
+	skip := func(kind string) round { return round{kind: kind, label: kind + " skipped: x", skipped: "x"} }
+	twelve := func(extra ...round) []round {
+		rs := []round{}
+		for len(rs)+len(extra) < 12 {
+			rs = append(rs, ran(nemKillWorker))
+		}
+		return append(rs, extra...)
+	}
+	for _, tc := range []struct {
+		name   string
+		rounds []round
+		fail   bool
+	}{
+		{"none skipped", twelve(), false},
+		{"one drain skipped", twelve(skip(nemDrain)), false},
+		{"a freeze in which nothing moved", twelve(skip(nemFreeze)), true},
+		{"a kill skipped", twelve(skip(nemKillWorker)), true},
+		{"two drains of twelve rounds", twelve(skip(nemDrain), skip(nemLatencyDrain)), true},
+	} {
+		if err := skipVerdict(tc.rounds); (err != nil) != tc.fail {
+			t.Errorf("%s: skipVerdict = %v; want a failure: %v", tc.name, err, tc.fail)
+		}
+	}
+	if _, err := parseNemeses("pause, no-such-nemesis"); err == nil {
+		t.Error("an unknown -chaos-nemeses name was accepted")
+	}
+	if k, err := parseNemeses(nemFreeze + "," + nemSlowInval); err != nil || len(k) != 2 {
+		t.Errorf("parseNemeses = %v, %v", k, err)
 	}
 }

@@ -44,15 +44,27 @@ type pinboard struct {
 
 func startPinboard(t *testing.T, redisURL string, env ...string) *pinboard {
 	t.Helper()
-	return startPinboardWith(t, nil, append([]string{"PINBOARD_REDIS_URL=" + redisURL}, env...)...)
+	return startPinboardAs(t, "pinboard", redisURL, env...)
+}
+
+// startPinboardAs is startPinboard with the process named name (in logs).
+func startPinboardAs(t *testing.T, name, redisURL string, env ...string) *pinboard {
+	t.Helper()
+	return runPinboard(t, name, nil, append([]string{"PINBOARD_REDIS_URL=" + redisURL}, env...))
 }
 
 // startPinboardWith runs the pinboard with args and env (its Redis among
 // them, unless args say -dev) on ports 127.0.0.1:0.
 func startPinboardWith(t *testing.T, args []string, env ...string) *pinboard {
 	t.Helper()
+	return runPinboard(t, "pinboard", args, env)
+}
+
+// runPinboard starts the pinboard process named name with args and env.
+func runPinboard(t *testing.T, name string, args, env []string) *pinboard {
+	t.Helper()
 	p := proctest.Start(t, proctest.Spec{
-		Name: "pinboard",
+		Name: name,
 		Bin:  builder.Build(t, "github.com/pinned-go/pinned/cmd/pinboard"),
 		Args: args,
 		Env: append([]string{

@@ -4,11 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"io"
-	"net"
 	"strconv"
-	"sync"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -17,6 +13,7 @@ import (
 	"github.com/pinned-go/pinned/internal/store"
 	"github.com/pinned-go/pinned/internal/store/redisstore"
 	"github.com/pinned-go/pinned/internal/testkit/redistest"
+	"github.com/pinned-go/pinned/internal/testkit/tcpfwd"
 	"github.com/pinned-go/pinned/internal/wire"
 )
 
@@ -27,8 +24,9 @@ import (
 //
 // Real processes throughout: the directory Redis, the pinboard, two counter
 // workers persisting to a second Redis (the application's store) with
-// -persist; worker A reaches that store through a relay the test can hold,
-// which is how its write is caught in flight. The test plays the proxy
+// -persist; worker A reaches that store through a forwarder
+// (internal/testkit/tcpfwd) whose direction toward the store the test can
+// stall, which is how its write is caught in flight. The test plays the proxy
 // (the secret and session of each worker's registration, read from the
 // directory, and the epoch of the placement it routes by), and moves the id
 // through the store itself, while A's lease is still valid: the case
@@ -37,8 +35,8 @@ func TestPausedWorkerFencedWrite(t *testing.T) {
 	dir := redistest.Start(t)
 	app := redistest.Start(t)
 	pb := startPinboard(t, dir.URL)
-	hold := startHoldRelay(t, app.Addr)
-	a := startCounter(t, pb, "PINNED_PERSIST=redis://"+hold.addr()+"/0")
+	hold := tcpfwd.Start(t, app.Addr) // its client-to-server direction is stalled to hold a write
+	a := startCounter(t, pb, "PINNED_PERSIST=redis://"+hold.Addr()+"/0")
 	b := startCounter(t, pb, "PINNED_PERSIST="+app.URL)
 	var wa, wb wire.WorkerInfo
 	eventually(t, 15*time.Second, "both counters register", func() bool {
@@ -85,13 +83,13 @@ func TestPausedWorkerFencedWrite(t *testing.T) {
 
 	// 2. A's next increment is caught in flight: its write to the store is
 	// held, then the process is paused.
-	hold.hold()
+	hold.Stall(true, false)
 	late := make(chan [2]any, 1)
 	go func() {
 		code, reason, _ := proxy(wa, a.addr, pa, "/counter/x/incr")
 		late <- [2]any{code, reason}
 	}()
-	eventually(t, 10*time.Second, "A's write reaches the held relay", func() bool { return hold.held() > 0 })
+	eventually(t, 10*time.Second, "A's write reaches the held relay", func() bool { up, _ := hold.Held(); return up > 0 })
 	if err := a.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
@@ -113,7 +111,7 @@ func TestPausedWorkerFencedWrite(t *testing.T) {
 	if !healthy(t, a) {
 		t.Fatal("A lost its lease during the pause; the test needs a pause inside the lease window")
 	}
-	hold.release()
+	hold.Stall(false, false)
 	select {
 	case r := <-late:
 		if r[0] != 503 || r[1] != wire.ReasonStale {
@@ -139,115 +137,9 @@ func TestPausedWorkerFencedWrite(t *testing.T) {
 	}
 }
 
+// counterState is the counter's JSON answer (GET /, POST /incr).
 type counterState struct {
-	Count int64
-	Epoch uint64
-}
-
-// holdRelay is a TCP relay whose client-to-server direction the test can
-// hold: bytes that arrive while held wait at the relay (counted by held)
-// until release.
-type holdRelay struct {
-	ln     net.Listener
-	target string
-	wg     sync.WaitGroup
-
-	mu    sync.Mutex
-	gate  chan struct{} // closed: pass; open: hold
-	conns map[net.Conn]struct{}
-
-	waiting atomic.Int64 // bytes waiting at the gate
-}
-
-func startHoldRelay(t *testing.T, target string) *holdRelay {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := &holdRelay{ln: ln, target: target, gate: make(chan struct{}), conns: map[net.Conn]struct{}{}}
-	close(r.gate)
-	r.wg.Add(1)
-	go r.accept()
-	t.Cleanup(r.close)
-	return r
-}
-
-func (r *holdRelay) addr() string { return r.ln.Addr().String() }
-
-func (r *holdRelay) hold() {
-	r.mu.Lock()
-	r.gate = make(chan struct{})
-	r.mu.Unlock()
-}
-
-func (r *holdRelay) release() {
-	r.mu.Lock()
-	select {
-	case <-r.gate:
-	default:
-		close(r.gate)
-	}
-	r.mu.Unlock()
-}
-
-func (r *holdRelay) held() int64 { return r.waiting.Load() }
-
-func (r *holdRelay) accept() {
-	defer r.wg.Done()
-	for {
-		c, err := r.ln.Accept()
-		if err != nil {
-			return
-		}
-		s, err := net.Dial("tcp", r.target)
-		if err != nil {
-			c.Close()
-			continue
-		}
-		r.mu.Lock()
-		r.conns[c], r.conns[s] = struct{}{}, struct{}{}
-		r.mu.Unlock()
-		r.wg.Add(2)
-		go func() { // client → server, through the gate
-			defer r.wg.Done()
-			defer s.Close()
-			buf := make([]byte, 32<<10)
-			for {
-				n, err := c.Read(buf)
-				if n > 0 {
-					r.waiting.Add(int64(n))
-					r.mu.Lock()
-					gate := r.gate
-					r.mu.Unlock()
-					<-gate
-					r.waiting.Add(-int64(n))
-					if _, werr := s.Write(buf[:n]); werr != nil {
-						return
-					}
-				}
-				if err != nil {
-					return
-				}
-			}
-		}()
-		go func() { // server → client
-			defer r.wg.Done()
-			defer c.Close()
-			_, _ = io.Copy(c, s)
-		}()
-	}
-}
-
-// close stops accepting, releases the gate, closes every connection and
-// waits for the relay's goroutines.
-func (r *holdRelay) close() {
-	r.ln.Close()
-	r.release()
-	r.mu.Lock()
-	for c := range r.conns {
-		c.Close()
-	}
-	r.mu.Unlock()
-	r.wg.Wait()
+	Count    int64
+	Instance string // random per activation
+	Epoch    uint64
 }

@@ -36,6 +36,13 @@
 // Checks 5 to 7 are about alarms (alarms.go): alarm runs under a live lease,
 // no occurrence run twice outside a fault, no alarm set and never run.
 //
+//  8. Linearizability (linear.go): the counter history of every id without
+//     background effects, as the client saw it (invoke and return times,
+//     what each read and increment answered), is linearizable for a model
+//     of one counter per id (porcupine); an operation whose outcome the
+//     client could not know stays open forever; a check that runs out of
+//     Config.LinearTimeout fails.
+//
 // The end of a session's lease is computed by the checker from raw facts,
 // never from what the worker believed: the registration and every heartbeat
 // ack report the SEND time of their call and the lease the pinboard granted;
@@ -45,8 +52,10 @@
 // the loss or its process died. A worker that anchors at receive time, or
 // keeps serving past its deadline, serves past this end.
 //
-// Invariants: Check is a pure function of its input; every violation carries
-// enough of the events to find them in the history files.
+// Invariants: Check is a function of its input (its one side effect: the
+// visualisations written to Config.VisualizeDir); every violation carries
+// enough of the events to find them in the history files; a check that
+// cannot decide is a violation, never a pass.
 package chaoscheck
 
 import (
@@ -98,6 +107,16 @@ type Config struct {
 	// DuplicateWindow and PendingWindow tune the alarm checks (alarms.go).
 	// Defaults DefaultDuplicateWindow and DefaultPendingWindow.
 	DuplicateWindow, PendingWindow time.Duration
+	// Volatile says the application keeps its count in memory only, so
+	// that the linearizability model (linear.go) resets the count at every
+	// activation; false: the count is persisted and survives activations.
+	Volatile bool
+	// LinearTimeout bounds the linearizability check (linear.go); an id
+	// not decided by then is a violation. Default DefaultLinearTimeout.
+	LinearTimeout time.Duration
+	// VisualizeDir, when set, receives porcupine's HTML visualisation of
+	// every id found not linearizable (linear-<id>.html).
+	VisualizeDir string
 }
 
 // Request classes.
@@ -160,6 +179,8 @@ type Report struct {
 	Examples   []Violation
 	// Alarms is the alarm checks' summary (alarms.go).
 	Alarms *AlarmReport
+	// Linear is the linearizability check's summary (linear.go).
+	Linear *LinearReport
 }
 
 // OK reports whether no guarantee was broken.
@@ -189,6 +210,9 @@ func (r *Report) String() string {
 	}
 	if r.Alarms != nil {
 		b.WriteString("\n" + r.Alarms.String())
+	}
+	if r.Linear != nil {
+		b.WriteString("\n" + r.Linear.String())
 	}
 	b.WriteString("\nnemeses:")
 	for _, k := range slices.Sorted(maps.Keys(r.Nemeses)) {
@@ -234,6 +258,7 @@ func Check(cfg Config, events []history.Event) *Report {
 	cfg.EffectGrace = cmp.Or(cfg.EffectGrace, time.Second)
 	cfg.AbortGrace = cmp.Or(cfg.AbortGrace, 5*time.Second)
 	cfg.MaxExamples = cmp.Or(cfg.MaxExamples, 10)
+	cfg.LinearTimeout = cmp.Or(cfg.LinearTimeout, DefaultLinearTimeout)
 	tol := int64(cfg.Tolerance)
 	r := &Report{Requests: map[string]int{}, Answers: map[string]int{}, Gateway: map[string]int{}, Nemeses: map[string]int{}, Violations: map[string]int{}}
 	kept := map[string]int{}
@@ -473,6 +498,9 @@ func Check(cfg Config, events []history.Event) *Report {
 
 	// 5-7. Alarms.
 	r.Alarms = checkAlarms(cfg, ev, violate, endOf, sessionOf, pauses)
+
+	// 8. Linearizability of every id's counter.
+	r.Linear = checkLinear(cfg, ev, violate)
 
 	if r.Served == 0 || len(sessions) == 0 {
 		violate(VEmpty, "%d requests served, %d sessions: the run did not exercise the system", r.Served, len(sessions))
