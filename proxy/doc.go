@@ -216,9 +216,11 @@
 // Every answer the proxy makes itself is a wire.Error JSON body; every 503
 // carries Retry-After and X-Pinned-Reason.
 //
-//   - Resolve fails: 503 no_worker (ErrNoWorker) or 503 store (logged as a
-//     throttled warning, or at DEBUG when the error wraps ErrNotReady: the
-//     resolver is still starting).
+//   - Resolve fails: 404 unknown_namespace without Retry-After
+//     (ErrUnknownNamespace: nobody served the namespace recently), 503
+//     no_worker (ErrNoWorker) or 503 store (logged as a throttled warning,
+//     or at DEBUG when the error wraps ErrNotReady: the resolver is still
+//     starting).
 //   - The session's advertise URL is unusable (wire.ParseAdvertiseURL):
 //     Refused, and 503 unreachable.
 //   - The endpoint is over its cap (MaxConns in flight plus MaxQueue
@@ -229,8 +231,10 @@
 //     had expired and
 //     the resolver placed the instance elsewhere) and the body is held, the
 //     request goes to the new holder, otherwise the answer is 503
-//     unreachable. The request provably did not leave, so nothing is
-//     ambiguous.
+//     unreachable, whose Retry-After is the time left of the holder's lease
+//     (Session.LeaseEnd, as the resolver last read it; at most two minutes):
+//     the earliest its ids can move. The request provably did not leave, so
+//     nothing is ambiguous.
 //   - The request reached the worker (or may have) and not one byte of an
 //     answer came back (the worker closed or reset the connection): an
 //     idempotent request (RFC 9110 §9.2.2) whose body is held is sent once

@@ -3,8 +3,10 @@ package proxy
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"strconv"
+	"time"
 
 	"github.com/valyala/fasthttp"
 
@@ -17,6 +19,7 @@ type reply struct {
 	status     int
 	reason     string // X-Pinned-Reason; "" for none
 	retryAfter bool   // send Retry-After
+	retryIn    string // its value when not the configured one ("": replies.retryAfter)
 	close      bool   // close the client connection after it
 	body       []byte // JSON wire.Error, never modified
 	// raw is the whole response as a Front's loops write it (the bytes the
@@ -26,7 +29,8 @@ type reply struct {
 
 // replies is the table of every reply the proxy makes.
 type replies struct {
-	retryAfter string
+	retryAfter string // Config.RetryAfter in whole seconds, at least 1
+	retrySecs  int    // the same as a number
 
 	// Request target (400 and close unless noted).
 	notObject, notOrigin, fragment, dotSegment, escape, backslash reply // notObject: 404
@@ -54,17 +58,17 @@ type replies struct {
 	// Worker side.
 	unknownNamespace                                      reply // 404 unknown_namespace, no Retry-After: stop asking
 	noWorker, store, unreachable, overloaded, tunnelsFull reply // 503 + Retry-After
-	connsFull                                             reply // 503 + Retry-After, close: MaxConns client connections
-	badGateway                                            reply // 502
-	timeout                                               reply // 504
+	// unreachableIn[n] is unreachable with Retry-After n seconds: the time
+	// left of the holder's lease (unreachableReply), n ≥ 1.
+	unreachableIn [maxRetryIn + 1]reply
+	connsFull     reply // 503 + Retry-After, close: MaxConns client connections
+	badGateway    reply // 502
+	timeout       reply // 504
 }
 
 func (r *replies) build(cfg *Config) {
-	secs := int64((cfg.RetryAfter + 999_999_999) / 1_000_000_000)
-	if secs < 1 {
-		secs = 1
-	}
-	r.retryAfter = strconv.FormatInt(secs, 10)
+	r.retrySecs = max(int((cfg.RetryAfter+time.Second-1)/time.Second), 1)
+	r.retryAfter = strconv.Itoa(r.retrySecs)
 
 	mk := func(status int, field, msg string) reply {
 		b, _ := json.Marshal(wire.Error{Error: msg, Field: field})
@@ -138,6 +142,12 @@ func (r *replies) build(cfg *Config) {
 		&r.tunnelsFull, &r.connsFull, &r.badGateway, &r.timeout} {
 		rp.raw = r.render(rp)
 	}
+	for n := 1; n <= maxRetryIn; n++ {
+		rp := r.unreachable
+		rp.retryIn = strconv.Itoa(n)
+		rp.raw = r.render(&rp)
+		r.unreachableIn[n] = rp
+	}
 	for i := range r.namespace {
 		r.namespace[i].raw = r.render(&r.namespace[i])
 		r.id[i].raw = r.render(&r.id[i])
@@ -155,7 +165,7 @@ func (r *replies) render(rp *reply) []byte {
 		resp.Header.Set(wire.HeaderReason, rp.reason)
 	}
 	if rp.retryAfter {
-		resp.Header.Set(wire.HeaderRetryAfter, r.retryAfter)
+		resp.Header.Set(wire.HeaderRetryAfter, cmp.Or(rp.retryIn, r.retryAfter))
 	}
 	if rp.close {
 		resp.SetConnectionClose()
@@ -232,13 +242,35 @@ func (p *Proxy) reply(ctx *fasthttp.RequestCtx, rp *reply) {
 		resp.Header.Set(wire.HeaderReason, rp.reason)
 	}
 	if rp.retryAfter {
-		resp.Header.Set(wire.HeaderRetryAfter, p.replies.retryAfter)
+		resp.Header.Set(wire.HeaderRetryAfter, cmp.Or(rp.retryIn, p.replies.retryAfter))
 	}
 	if rp.close {
 		ctx.SetConnectionClose()
 	}
 	resp.SetBodyRaw(rp.body)
 	p.countResponse(rp.status)
+}
+
+// maxRetryIn bounds the Retry-After of unreachableReply, in seconds.
+const maxRetryIn = 120
+
+// unreachableReply is the 503 unreachable for a request that could not
+// reach the worker of session s (which the resolver still names as the
+// holder): Retry-After is the time left of s's lease as the resolver last
+// read it (Session.LeaseEnd), the earliest the id can move, rounded up and
+// at most maxRetryIn seconds; the configured RetryAfter when that is not
+// known or has passed, or is shorter.
+func (p *Proxy) unreachableReply(s *Session) *reply {
+	if s != nil {
+		if end := s.leaseEnd.Load(); end != 0 {
+			left := time.Duration(end - time.Now().UnixNano())
+			n := int((left + time.Second - 1) / time.Second)
+			if n > p.replies.retrySecs {
+				return &p.replies.unreachableIn[min(n, maxRetryIn)]
+			}
+		}
+	}
+	return &p.replies.unreachable
 }
 
 // reject sends a reply to a request the proxy refused to forward.

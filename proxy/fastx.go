@@ -320,9 +320,10 @@ func (x *lx) RunTask() {
 		}
 		if kind == pendMoved {
 			if err != nil || r.Session == nil || r.Session == x.moveFrom {
+				from := x.moveFrom
 				x.moveFrom = nil
 				x.lp.p.m.unreachable.Inc()
-				x.fail(&x.lp.p.replies.unreachable)
+				x.fail(x.lp.p.unreachableReply(from))
 				return
 			}
 			x.moveFrom = nil
@@ -578,7 +579,7 @@ func (x *lx) noAnswer() {
 	}
 	if x.idempotent {
 		p.m.unreachable.Inc()
-		x.fail(&p.replies.unreachable)
+		x.fail(p.unreachableReply(x.route.Session))
 		return
 	}
 	p.m.badGateway.Inc()
@@ -606,7 +607,7 @@ func (x *lx) unreachable() {
 	p.resolver.Refused(x.name, x.route, wire.ReasonUnreachable)
 	if x.attempt >= p.cfg.MaxAttempts {
 		p.m.unreachable.Inc()
-		x.fail(&p.replies.unreachable)
+		x.fail(p.unreachableReply(x.route.Session))
 		return
 	}
 	x.moveFrom = x.route.Session

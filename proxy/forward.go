@@ -177,7 +177,7 @@ func (x *exchange) forward() bool {
 				continue
 			}
 			p.m.unreachable.Inc()
-			p.reply(ctx, &p.replies.unreachable)
+			p.reply(ctx, p.unreachableReply(x.route.Session))
 		case outOverloaded:
 			p.m.overloaded.Inc()
 			p.reply(ctx, &p.replies.overloaded)

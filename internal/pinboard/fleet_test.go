@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -635,4 +636,38 @@ func (fp *fleetPinboard) request(t *testing.T, method, path string) (int, *fasth
 	h := &fasthttp.ResponseHeader{}
 	resp.Header.CopyTo(h)
 	return resp.StatusCode(), h, string(resp.Body())
+}
+
+// A worker that died leaves its ids unreachable until its lease runs out:
+// the 503's Retry-After says how long that still is (the lease left), on
+// both engines, rather than a flat second, so that clients do not poll in
+// vain.
+func TestFleetRetryAfterIsTheLeaseLeft(t *testing.T) {
+	const lease = 8 * time.Second
+	for _, loops := range []int{0, 1} {
+		t.Run(fmt.Sprintf("loops=%d", loops), func(t *testing.T) {
+			srv := redistest.Start(t)
+			p := &fleetPinboard{running: start(t, Settings{RedisURL: srv.URL, Lease: lease, Loops: loops})}
+			p.res = p.p.dp.res
+			p.waitHealth(t, 200)
+			act := newActivations()
+			a := startFleetWorker(t, "a", p.public, act, time.Minute)
+			if ans := p.get(t, "x"); ans.code != 200 {
+				t.Fatalf("GET x = %d %s", ans.code, ans.body)
+			}
+			startFleetWorker(t, "b", p.public, act, time.Minute)
+			a.kill()
+			killed := time.Now()
+			ans := p.get(t, "x")
+			n, err := strconv.Atoi(ans.retry)
+			// a's last acknowledged heartbeat was at most 300 ms before the
+			// kill, and its lease runs 8 s from it.
+			left := lease - time.Since(killed)
+			if ans.code != 503 || err != nil || n < int(left/time.Second)-1 || time.Duration(n)*time.Second > lease {
+				t.Fatalf("GET x after a died = %d %s, Retry-After %q; want 503 with Retry-After about the lease left (%v)",
+					ans.code, ans.body, ans.retry, left.Round(time.Second))
+			}
+			t.Logf("Retry-After %ds, %v after the kill (lease %v)", n, time.Since(killed).Round(time.Millisecond), lease)
+		})
+	}
 }
