@@ -16,8 +16,8 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/pinned-go/pinned/internal/base/wire"
 	"github.com/pinned-go/pinned/internal/history"
-	"github.com/pinned-go/pinned/internal/wire"
 )
 
 // alarmPlan is the size of the alarms suite.

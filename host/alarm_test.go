@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/pinned-go/pinned/clock"
-	"github.com/pinned-go/pinned/internal/wire"
+	"github.com/pinned-go/pinned/internal/base/wire"
 )
 
 // ringer is the object type of the alarm tests: POST /set sets an alarm,

@@ -9,7 +9,7 @@ import (
 	"github.com/fasthttp/websocket"
 
 	"github.com/pinned-go/pinned/clock"
-	"github.com/pinned-go/pinned/internal/wire"
+	"github.com/pinned-go/pinned/internal/base/wire"
 )
 
 // Defaults for the zero values of Config fields.

@@ -5,7 +5,7 @@ import (
 	"sync"
 
 	"github.com/pinned-go/pinned/clock"
-	"github.com/pinned-go/pinned/internal/activation"
+	"github.com/pinned-go/pinned/internal/base/activation"
 )
 
 // shard is one part of the in-memory directory. Each id hashes to one
@@ -18,7 +18,7 @@ type shard struct {
 	head, tail *Instance
 	// released remembers the epochs of the shard's ids whose instances
 	// closed within the stale-route window (fleet mode): a route at or below
-	// one of them is refused stale instead of activating (internal/activation).
+	// one of them is refused stale instead of activating (internal/base/activation).
 	released activation.Released
 	_        [64]byte // keep neighbouring shards' mutexes off this cache line
 }

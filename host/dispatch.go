@@ -11,8 +11,8 @@ import (
 	"github.com/fasthttp/websocket"
 	"github.com/valyala/fasthttp"
 
-	"github.com/pinned-go/pinned/internal/activation"
-	"github.com/pinned-go/pinned/internal/wire"
+	"github.com/pinned-go/pinned/internal/base/activation"
+	"github.com/pinned-go/pinned/internal/base/wire"
 )
 
 // rootPath is the remainder of a request for "/ns/id" with nothing after

@@ -137,7 +137,7 @@
 //     those without counting an attempt), among them 503 lease when the
 //     lease ended while the delivery waited for the turn (checked inline
 //     once the turn is held, as Instance.Do does). Alarms survive worker crashes and
-//     restarts; see the pinboard's scheduler (internal/alarm).
+//     restarts; see the pinboard's scheduler (internal/pinboard/alarm).
 //   - Local mode: the host keeps alarms in memory and delivers them itself
 //     through the same path (one loop goroutine started by Start, at most
 //     Config.AlarmConcurrency deliveries at once), with the same
@@ -214,7 +214,7 @@
 //     link slow or silent, its invalidation on the way), and the id may
 //     live on another worker already; activating would run a second
 //     instance. A route above every closed epoch activates (the id was
-//     placed here again). The rule is internal/activation's; the window
+//     placed here again). The rule is internal/base/activation's; the window
 //     bounds its memory (about 100 bytes per id closed within it), and a
 //     pinboard routes from a cached placement for at most its lease after
 //     Redis last confirmed it, so the window outlasts every such route;

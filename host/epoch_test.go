@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pinned-go/pinned/internal/wire"
+	"github.com/pinned-go/pinned/internal/base/wire"
 )
 
 // withEpoch is auth("") plus an x-pinned-epoch header.

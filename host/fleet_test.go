@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pinned-go/pinned/internal/wire"
+	"github.com/pinned-go/pinned/internal/base/wire"
 )
 
 // fakeWorker is a Worker for tests: a fixed secret, a current lease that the

@@ -23,7 +23,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/pinned-go/pinned/clock"
-	"github.com/pinned-go/pinned/internal/wire"
+	"github.com/pinned-go/pinned/internal/base/wire"
 )
 
 func TestMain(m *testing.M) {

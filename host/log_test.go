@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pinned-go/pinned/internal/base/wire"
 	"github.com/pinned-go/pinned/internal/testkit/logtest"
-	"github.com/pinned-go/pinned/internal/wire"
 )
 
 // expectLog fails unless rec holds a record msg at level with every

@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/pinned-go/pinned/clock"
-	"github.com/pinned-go/pinned/internal/wire"
+	"github.com/pinned-go/pinned/internal/base/wire"
 )
 
 // Defaults applied by New to zero-valued Config fields.

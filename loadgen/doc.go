@@ -153,6 +153,6 @@
 // connections are closed when Run returns, but fasthttp's
 // connection-cleaner goroutine may outlive Run by up to IdleConnTimeout.
 //
-// loadgen imports nothing of pinned but internal/wire (the id grammar and
+// loadgen imports nothing of pinned but internal/base/wire (the id grammar and
 // the X-Pinned-Reason header name) and clock.
 package loadgen

@@ -11,7 +11,7 @@ import (
 
 	"github.com/fasthttp/websocket"
 
-	"github.com/pinned-go/pinned/internal/wire"
+	"github.com/pinned-go/pinned/internal/base/wire"
 )
 
 // minWSMessage is the smallest websocket message: the unique tag

@@ -55,7 +55,7 @@ var catalogue = []Family{
 	{"pinned_store_circuit_open", "gauge", "", "store", "1 while Redis is known to be down: store calls fail at once (503 store) until a probe succeeds"},
 	{"pinned_store_circuit_trips_total", "counter", "", "store", "times the circuit opened (a failed call, then a failed probe)"},
 	{"pinned_store_fast_failures_total", "counter", "", "store", "store calls refused at once while the circuit was open"},
-	{"pinned_hotids_error_bound", "gauge", "", "pinboard", "the most by which a request count of GET /registry/hot may exceed the truth (and the most requests an id missing from it may have had) over the last minute, largest over namespaces (internal/hotids)"},
+	{"pinned_hotids_error_bound", "gauge", "", "pinboard", "the most by which a request count of GET /registry/hot may exceed the truth (and the most requests an id missing from it may have had) over the last minute, largest over namespaces (internal/pinboard/hotids)"},
 	{"pinned_registry_alarms_set_total", "counter", "", "registry", "alarms stored by /registry/alarms/set"},
 	{"pinned_registry_alarm_calls_refused_total", "counter", "", "registry", "alarm calls refused with 409: the session does not hold the instance, or the instance's alarm cap"},
 	{"pinned_proxy_responses_total", "counter", "class", "proxy", "answers to clients by status class: 1xx … 5xx, other"},

@@ -1,6 +1,6 @@
 // Package placecache is the pinboard's in-process cache of placements: a
 // generic map from names ("/<namespace>/<id>") to values (the placement
-// resolver, internal/placement, stores a proxy.Route: the session holding
+// resolver, internal/pinboard/placement, stores a proxy.Route: the session holding
 // the placement) with a TTL, a bounded size and an invalidation guard. It
 // caches nothing else (sessions live in the resolver). It sits in front of
 // the store, so that a proxied request in steady state costs no Redis round

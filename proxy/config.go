@@ -9,7 +9,7 @@ import (
 
 	"github.com/VictoriaMetrics/metrics"
 
-	"github.com/pinned-go/pinned/internal/wire"
+	"github.com/pinned-go/pinned/internal/base/wire"
 )
 
 // Defaults for Config. A zero field means its default.
@@ -173,7 +173,7 @@ type Config struct {
 }
 
 // ErrNoResolver is returned by New when Config.Resolver is nil: set it to the
-// placement resolver (internal/placement), or a static one in tests
+// placement resolver (internal/pinboard/placement), or a static one in tests
 // (proxytest.Static).
 var ErrNoResolver = errors.New("proxy: Config.Resolver is required")
 

@@ -15,7 +15,7 @@
 // # Two ways in
 //
 // A Front (front.go, fast.go, fastx.go, fastpool.go, stream.go, fastws.go)
-// serves the listener with event loops (internal/netloop), one per CPU by
+// serves the listener with event loops (internal/base/netloop), one per CPU by
 // default: each client connection belongs to one loop, which reads its
 // requests, forwards them on worker connections the same loop owns, and
 // writes the answers, with no goroutine, channel or lock per request and no
@@ -49,7 +49,7 @@
 //
 // A Resolver maps the placement name "/<ns>/<id>" to a Route: the *Session
 // holding it (session id, secret, advertise URL) and the placement's epoch.
-// The placement resolver (internal/placement) implements it; package
+// The placement resolver (internal/pinboard/placement) implements it; package
 // proxytest has a static one for tests. Lookup answers from the resolver's
 // cache without blocking or allocating (the hot path); Resolve reads the
 // store and places the instance on a miss; Refused reports a session that

@@ -8,7 +8,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/pinned-go/pinned/internal/netloop"
+	"github.com/pinned-go/pinned/internal/base/netloop"
 )
 
 // This file is the loops' client side: accepting, reading requests, deciding

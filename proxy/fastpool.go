@@ -1,7 +1,7 @@
 package proxy
 
 import (
-	"github.com/pinned-go/pinned/internal/netloop"
+	"github.com/pinned-go/pinned/internal/base/netloop"
 )
 
 // loopPool is one loop's connections to one worker endpoint: an idle list

@@ -6,8 +6,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/pinned-go/pinned/internal/netloop"
-	"github.com/pinned-go/pinned/internal/wire"
+	"github.com/pinned-go/pinned/internal/base/netloop"
+	"github.com/pinned-go/pinned/internal/base/wire"
 )
 
 // A loop serves WebSocket handshakes itself, as the fasthttp path does

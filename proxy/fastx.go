@@ -10,8 +10,8 @@ import (
 	"github.com/valyala/fasthttp"
 	"golang.org/x/sys/unix"
 
-	"github.com/pinned-go/pinned/internal/netloop"
-	"github.com/pinned-go/pinned/internal/wire"
+	"github.com/pinned-go/pinned/internal/base/netloop"
+	"github.com/pinned-go/pinned/internal/base/wire"
 )
 
 // lx is one request a loop serves, from its parsed head to the end of its

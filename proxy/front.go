@@ -15,7 +15,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
-	"github.com/pinned-go/pinned/internal/netloop"
+	"github.com/pinned-go/pinned/internal/base/netloop"
 )
 
 // DefaultLoops is the number of event loops a Front runs when
@@ -38,7 +38,7 @@ type FrontConfig struct {
 }
 
 // Front serves a Proxy's listener with event loops (package
-// internal/netloop): each client connection belongs to one loop, which reads
+// internal/base/netloop): each client connection belongs to one loop, which reads
 // its requests, forwards them on worker connections the same loop owns and
 // writes the answers, with no goroutine or lock per request and no read that
 // finds nothing (a short read means drained until the next edge).

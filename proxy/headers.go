@@ -5,7 +5,7 @@ import (
 	"bytes"
 	"errors"
 
-	"github.com/pinned-go/pinned/internal/wire"
+	"github.com/pinned-go/pinned/internal/base/wire"
 )
 
 // This file scans header blocks as they were on the wire. fasthttp parses

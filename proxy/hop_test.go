@@ -9,7 +9,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
-	"github.com/pinned-go/pinned/internal/wire"
+	"github.com/pinned-go/pinned/internal/base/wire"
 )
 
 // Reliability §3 goal 3, the cases TestRequestFieldHygiene leaves out: a

@@ -17,8 +17,8 @@ import (
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/valyala/fasthttp"
 
-	"github.com/pinned-go/pinned/internal/logthrottle"
-	"github.com/pinned-go/pinned/internal/wire"
+	"github.com/pinned-go/pinned/internal/base/logthrottle"
+	"github.com/pinned-go/pinned/internal/base/wire"
 )
 
 // Proxy is the pinboard's data plane: a fasthttp.RequestHandler that routes

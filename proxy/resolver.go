@@ -48,7 +48,7 @@ type Route struct {
 }
 
 // Resolver maps a placement name to the session that holds it. The
-// placement resolver (internal/placement) implements it; tests use a static
+// placement resolver (internal/pinboard/placement) implements it; tests use a static
 // map (package proxytest).
 type Resolver interface {
 	// Lookup returns the cached route of name at now, if any, without

@@ -3,7 +3,7 @@ package proxy
 import (
 	"bytes"
 
-	"github.com/pinned-go/pinned/internal/wire"
+	"github.com/pinned-go/pinned/internal/base/wire"
 )
 
 // routeError says why a request target was refused. The zero value means the

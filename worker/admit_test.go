@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/pinned-go/pinned/clock"
-	"github.com/pinned-go/pinned/internal/wire"
+	"github.com/pinned-go/pinned/internal/base/wire"
 )
 
 // newLeasedWorker returns a worker holding session "s1", anchored now on

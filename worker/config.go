@@ -11,7 +11,7 @@ import (
 	"github.com/VictoriaMetrics/metrics"
 
 	"github.com/pinned-go/pinned/clock"
-	"github.com/pinned-go/pinned/internal/wire"
+	"github.com/pinned-go/pinned/internal/base/wire"
 )
 
 // Defaults of the Config fields. Each applies when its field is zero.

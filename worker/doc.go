@@ -3,7 +3,7 @@
 // fences the hosts attached to it when the lease is lost, relays drain and
 // wind_down, and releases placements. *Worker implements host.Worker; several
 // hosts (one per namespace) share one worker. The protocol (calls, bodies,
-// headers, control messages) is docs/protocol.md, defined in internal/wire.
+// headers, control messages) is docs/protocol.md, defined in internal/base/wire.
 //
 // # Wiring
 //

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/pinned-go/pinned/clock"
-	"github.com/pinned-go/pinned/internal/wire"
+	"github.com/pinned-go/pinned/internal/base/wire"
 )
 
 // drainMode orders the drain states; a worker only ever moves up.

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pinned-go/pinned/internal/wire"
+	"github.com/pinned-go/pinned/internal/base/wire"
 )
 
 // drain: new activations refused (Draining), existing instances keep

@@ -21,8 +21,8 @@ import (
 
 	"github.com/pinned-go/pinned/clock"
 	"github.com/pinned-go/pinned/host"
+	"github.com/pinned-go/pinned/internal/base/wire"
 	"github.com/pinned-go/pinned/internal/testkit/logtest"
-	"github.com/pinned-go/pinned/internal/wire"
 )
 
 func TestMain(m *testing.M) {

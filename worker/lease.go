@@ -9,9 +9,9 @@ import (
 	"time"
 
 	"github.com/pinned-go/pinned/clock"
-	"github.com/pinned-go/pinned/internal/faults"
-	"github.com/pinned-go/pinned/internal/leaseterm"
-	"github.com/pinned-go/pinned/internal/wire"
+	"github.com/pinned-go/pinned/internal/base/faults"
+	"github.com/pinned-go/pinned/internal/base/leaseterm"
+	"github.com/pinned-go/pinned/internal/base/wire"
 )
 
 // Causes of a lost lease: context.Cause of the lease context, and

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pinned-go/pinned/internal/wire"
+	"github.com/pinned-go/pinned/internal/base/wire"
 )
 
 // dropAll loses every heartbeat.

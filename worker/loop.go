@@ -11,8 +11,8 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/pinned-go/pinned/clock"
-	"github.com/pinned-go/pinned/internal/faults"
-	"github.com/pinned-go/pinned/internal/wire"
+	"github.com/pinned-go/pinned/internal/base/faults"
+	"github.com/pinned-go/pinned/internal/base/wire"
 )
 
 // Eviction reasons the worker passes to the hosts.

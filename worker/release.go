@@ -11,7 +11,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/pinned-go/pinned/clock"
-	"github.com/pinned-go/pinned/internal/wire"
+	"github.com/pinned-go/pinned/internal/base/wire"
 )
 
 // ErrReleaseRefused is returned (wrapped) by Release when the pinboard

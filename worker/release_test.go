@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pinned-go/pinned/internal/wire"
+	"github.com/pinned-go/pinned/internal/base/wire"
 )
 
 // release runs Release on a goroutine and advances the fake clock through

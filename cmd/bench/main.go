@@ -27,7 +27,7 @@ import (
 	"syscall"
 
 	"github.com/pinned-go/pinned/bench"
-	"github.com/pinned-go/pinned/internal/cmdline"
+	"github.com/pinned-go/pinned/internal/base/cmdline"
 )
 
 func main() {

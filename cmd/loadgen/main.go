@@ -43,7 +43,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/pinned-go/pinned/internal/cmdline"
+	"github.com/pinned-go/pinned/internal/base/cmdline"
 	"github.com/pinned-go/pinned/loadgen"
 )
 

@@ -23,11 +23,11 @@ import (
 	"github.com/redis/rueidis"
 	"github.com/valyala/fasthttp"
 
+	"github.com/pinned-go/pinned/internal/base/wire"
 	"github.com/pinned-go/pinned/internal/testkit/fakeworker"
 	"github.com/pinned-go/pinned/internal/testkit/logtest"
 	"github.com/pinned-go/pinned/internal/testkit/proctest"
 	"github.com/pinned-go/pinned/internal/testkit/redistest"
-	"github.com/pinned-go/pinned/internal/wire"
 )
 
 const token = "e2e-token-0123456789abcdef"

@@ -11,7 +11,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/pinned-go/pinned/internal/cmdline"
+	"github.com/pinned-go/pinned/internal/base/cmdline"
 	"github.com/pinned-go/pinned/internal/testkit/logtest"
 )
 

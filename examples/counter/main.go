@@ -61,7 +61,7 @@ import (
 
 	"github.com/pinned-go/pinned/examples/counter/counterapp"
 	"github.com/pinned-go/pinned/host"
-	"github.com/pinned-go/pinned/internal/cmdline"
+	"github.com/pinned-go/pinned/internal/base/cmdline"
 	"github.com/pinned-go/pinned/metricshttp"
 	"github.com/pinned-go/pinned/worker"
 )
@@ -162,7 +162,7 @@ PINNED_PINBOARD_URL, PINNED_TOKEN and PINNED_ADVERTISE_URL are all set.`)
 		"keep every count in this Redis (redis://host:port/db), fenced by its instance's activation epoch; empty: memory only")
 	set.String(&o.history, "", EnvHistory, "path", "",
 		"append the chaos history (instances, requests, effects, lease events) to this file; for test/chaos")
-	set.Known("PINNED_FAULTS") // read by internal/faults in binaries built with the pinned_faults tag
+	set.Known("PINNED_FAULTS") // read by internal/base/faults in binaries built with the pinned_faults tag
 	if err := set.Parse(args, environ, stdout); err != nil {
 		return o, err
 	}

@@ -17,7 +17,7 @@ import (
 	"github.com/fasthttp/websocket"
 
 	"github.com/pinned-go/pinned/fence"
-	"github.com/pinned-go/pinned/internal/cmdline"
+	"github.com/pinned-go/pinned/internal/base/cmdline"
 	"github.com/pinned-go/pinned/internal/testkit/leakcheck"
 	"github.com/pinned-go/pinned/internal/testkit/proctest"
 	"github.com/pinned-go/pinned/internal/testkit/promcheck"

@@ -38,7 +38,7 @@ import (
 
 	"github.com/pinned-go/pinned/examples/counter/counterapp"
 	"github.com/pinned-go/pinned/host"
-	"github.com/pinned-go/pinned/internal/cmdline"
+	"github.com/pinned-go/pinned/internal/base/cmdline"
 	"github.com/pinned-go/pinned/internal/pinboard"
 	"github.com/pinned-go/pinned/worker"
 )

@@ -17,10 +17,10 @@ import (
 
 	"github.com/fasthttp/websocket"
 
+	"github.com/pinned-go/pinned/internal/base/wire"
 	"github.com/pinned-go/pinned/internal/testkit/leakcheck"
 	"github.com/pinned-go/pinned/internal/testkit/logtest"
 	"github.com/pinned-go/pinned/internal/testkit/proctest"
-	"github.com/pinned-go/pinned/internal/wire"
 )
 
 // builder builds the demo for TestCommandLine.

@@ -7,8 +7,8 @@ import (
 
 	"github.com/valyala/fasthttp"
 
-	"github.com/pinned-go/pinned/internal/alarm"
-	"github.com/pinned-go/pinned/internal/wire"
+	"github.com/pinned-go/pinned/internal/base/wire"
+	"github.com/pinned-go/pinned/internal/pinboard/alarm"
 	"github.com/pinned-go/pinned/proxy"
 )
 

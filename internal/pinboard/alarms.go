@@ -9,10 +9,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/pinned-go/pinned/internal/alarm"
-	"github.com/pinned-go/pinned/internal/cmdline"
+	"github.com/pinned-go/pinned/internal/base/cmdline"
+	"github.com/pinned-go/pinned/internal/base/wire"
+	"github.com/pinned-go/pinned/internal/pinboard/alarm"
 	"github.com/pinned-go/pinned/internal/store"
-	"github.com/pinned-go/pinned/internal/wire"
 )
 
 // AlarmSettings are the alarm scheduler's settings (zero fields: the alarm

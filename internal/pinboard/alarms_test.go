@@ -12,10 +12,10 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/pinned-go/pinned/host"
-	"github.com/pinned-go/pinned/internal/alarm"
+	"github.com/pinned-go/pinned/internal/base/wire"
+	"github.com/pinned-go/pinned/internal/pinboard/alarm"
 	"github.com/pinned-go/pinned/internal/store"
 	"github.com/pinned-go/pinned/internal/testkit/redistest"
-	"github.com/pinned-go/pinned/internal/wire"
 )
 
 // fire is one run of obj's Alarm handler.

@@ -14,13 +14,13 @@ import (
 	"strings"
 	"time"
 
-	"github.com/pinned-go/pinned/internal/cmdline"
+	"github.com/pinned-go/pinned/internal/base/cmdline"
 
-	"github.com/pinned-go/pinned/internal/placement"
-	"github.com/pinned-go/pinned/internal/registry"
+	"github.com/pinned-go/pinned/internal/pinboard/placement"
 	"github.com/pinned-go/pinned/internal/store"
 	"github.com/pinned-go/pinned/internal/store/redisstore"
 	"github.com/pinned-go/pinned/proxy"
+	"github.com/pinned-go/pinned/registry"
 )
 
 // Defaults of the pinboard's settings.

@@ -11,7 +11,7 @@ import (
 	"github.com/VictoriaMetrics/metrics"
 
 	"github.com/pinned-go/pinned/clock"
-	"github.com/pinned-go/pinned/internal/placement"
+	"github.com/pinned-go/pinned/internal/pinboard/placement"
 	"github.com/pinned-go/pinned/internal/store"
 	"github.com/pinned-go/pinned/proxy"
 )

@@ -16,8 +16,8 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/pinned-go/pinned/host"
+	"github.com/pinned-go/pinned/internal/base/wire"
 	"github.com/pinned-go/pinned/internal/testkit/redistest"
-	"github.com/pinned-go/pinned/internal/wire"
 	"github.com/pinned-go/pinned/worker"
 )
 

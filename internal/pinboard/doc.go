@@ -38,7 +38,7 @@
 // registry (GET /registry/hot, /registry/traffic); the data plane's proxy
 // records every routed request in it (Sketch.Record). Its error bound is
 // the gauge pinned_hotids_error_bound on the admin /metrics. Each pinboard
-// counts only what it routed (see internal/hotids).
+// counts only what it routed (see internal/pinboard/hotids).
 //
 // # Registry hardening settings
 //
@@ -55,7 +55,7 @@
 //
 // New builds the data plane itself (dataplane.go) unless Config.NoProxy
 // asks for a registry-only pinboard: the proxy (package proxy) on the
-// placement resolver (internal/placement), with the pinboard's store, lease,
+// placement resolver (internal/pinboard/placement), with the pinboard's store, lease,
 // logger, a metric set of its own (on the admin /metrics) and
 // Settings.Proxy (the limits flags, the per-worker pool's in
 // Settings.Proxy.Endpoint). Workers are dialled through the registry's

@@ -16,9 +16,9 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/pinned-go/pinned/host"
-	"github.com/pinned-go/pinned/internal/placement"
+	"github.com/pinned-go/pinned/internal/base/wire"
+	"github.com/pinned-go/pinned/internal/pinboard/placement"
 	"github.com/pinned-go/pinned/internal/testkit/redistest"
-	"github.com/pinned-go/pinned/internal/wire"
 	"github.com/pinned-go/pinned/worker"
 )
 

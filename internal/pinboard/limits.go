@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/pinned-go/pinned/internal/cmdline"
+	"github.com/pinned-go/pinned/internal/base/cmdline"
 	"github.com/pinned-go/pinned/proxy"
 )
 

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pinned-go/pinned/internal/wire"
+	"github.com/pinned-go/pinned/internal/base/wire"
 )
 
 // Every data-plane limit is a flag and a variable; unset ones stay zero

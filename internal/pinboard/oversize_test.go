@@ -12,8 +12,8 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/pinned-go/pinned/internal/base/wire"
 	"github.com/pinned-go/pinned/internal/testkit/redistest"
-	"github.com/pinned-go/pinned/internal/wire"
 )
 
 // A registry call whose head announces a body over wire.MaxBodyBytes is

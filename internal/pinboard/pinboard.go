@@ -19,17 +19,17 @@ import (
 	"github.com/valyala/fasthttp/pprofhandler"
 
 	"github.com/pinned-go/pinned/clock"
-	"github.com/pinned-go/pinned/internal/alarm"
-	"github.com/pinned-go/pinned/internal/cmdline"
-	"github.com/pinned-go/pinned/internal/hotids"
-	"github.com/pinned-go/pinned/internal/placement"
-	"github.com/pinned-go/pinned/internal/registry"
+	"github.com/pinned-go/pinned/internal/base/cmdline"
+	"github.com/pinned-go/pinned/internal/base/wire"
+	"github.com/pinned-go/pinned/internal/pinboard/alarm"
+	"github.com/pinned-go/pinned/internal/pinboard/hotids"
+	"github.com/pinned-go/pinned/internal/pinboard/placement"
 	"github.com/pinned-go/pinned/internal/store"
 	"github.com/pinned-go/pinned/internal/store/memstore"
 	"github.com/pinned-go/pinned/internal/store/redisstore"
-	"github.com/pinned-go/pinned/internal/wire"
 	"github.com/pinned-go/pinned/metricshttp"
 	"github.com/pinned-go/pinned/proxy"
+	"github.com/pinned-go/pinned/registry"
 )
 
 // Config configures a Pinboard.

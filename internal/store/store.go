@@ -71,7 +71,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/pinned-go/pinned/internal/wire"
+	"github.com/pinned-go/pinned/internal/base/wire"
 )
 
 // Sentinel errors.

@@ -14,7 +14,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
-	"github.com/pinned-go/pinned/internal/faults"
+	"github.com/pinned-go/pinned/internal/base/faults"
 	"github.com/pinned-go/pinned/internal/testkit/chaoscheck"
 	"github.com/pinned-go/pinned/internal/testkit/proctest"
 )
@@ -244,7 +244,7 @@ func (p planted) idle() time.Duration {
 	return 0
 }
 
-// plantedBugs are TestPlantedBugs's cases: every fault of internal/faults
+// plantedBugs are TestPlantedBugs's cases: every fault of internal/base/faults
 // appears in one that wants a violation (TestEveryFaultIsPlanted).
 var plantedBugs = []planted{
 	// Instances outlive the lease (Admit and Do still refuse them: the bug
@@ -283,14 +283,14 @@ var plantedBugs = []planted{
 	{string(faults.LateWatchdog), []string{nemPartition}, 2 * time.Second, ""},
 }
 
-// TestEveryFaultIsPlanted: every planted bug internal/faults offers has a
+// TestEveryFaultIsPlanted: every planted bug internal/base/faults offers has a
 // TestPlantedBugs case that requires the checker to catch it.
 func TestEveryFaultIsPlanted(t *testing.T) {
 	caught := map[faults.Fault]bool{}
 	for _, tc := range plantedBugs {
 		for _, f := range strings.Split(tc.faults, ",") {
 			if !slices.Contains(faults.All(), faults.Fault(f)) {
-				t.Errorf("case %q plants %q, which internal/faults does not know", tc.faults, f)
+				t.Errorf("case %q plants %q, which internal/base/faults does not know", tc.faults, f)
 			}
 			if tc.want != "" {
 				caught[faults.Fault(f)] = true

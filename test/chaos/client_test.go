@@ -16,8 +16,8 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/pinned-go/pinned/internal/base/wire"
 	"github.com/pinned-go/pinned/internal/history"
-	"github.com/pinned-go/pinned/internal/wire"
 )
 
 // clientTimeout bounds one request. It exceeds the longest pause (30 s)

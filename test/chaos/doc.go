@@ -90,7 +90,7 @@
 //     hang.
 //   - Planted bugs (TestPlantedBugs): the binaries are built with the
 //     pinned_faults tag and each run switches one fault on through
-//     PINNED_FAULTS (internal/faults), with the one nemesis that exposes
+//     PINNED_FAULTS (internal/base/faults), with the one nemesis that exposes
 //     it; the checker must fail, in one of two runs on fresh clusters (a
 //     bug shows only when the nemesis lands in its window). A release
 //     build cannot be switched. The
@@ -101,7 +101,7 @@
 //     freeze and the slow invalidations; release_any_epoch: a late release
 //     that deletes a renewed placement, under the late releases), with
 //     non-linearizable reads. TestEveryFaultIsPlanted requires a case for
-//     every fault internal/faults offers.
+//     every fault internal/base/faults offers.
 //   - Failover (TestSentinelFailover): Redis as a primary, a replica and
 //     three sentinels, the pinboards connecting through the sentinels; the
 //     primary is killed under load; the downtime seen by the client must

@@ -13,8 +13,8 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/pinned-go/pinned/internal/base/wire"
 	"github.com/pinned-go/pinned/internal/history"
-	"github.com/pinned-go/pinned/internal/wire"
 )
 
 // recordTB records the errors a harness reports instead of failing.

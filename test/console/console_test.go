@@ -31,9 +31,9 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/valyala/fasthttp"
 
+	"github.com/pinned-go/pinned/internal/base/wire"
 	"github.com/pinned-go/pinned/internal/testkit/proctest"
 	"github.com/pinned-go/pinned/internal/testkit/redistest"
-	"github.com/pinned-go/pinned/internal/wire"
 )
 
 var screenshot = flag.String("console-screenshot", "", "save a PNG of the console at this path")

@@ -10,11 +10,11 @@ import (
 	"time"
 
 	"github.com/pinned-go/pinned/fence"
+	"github.com/pinned-go/pinned/internal/base/wire"
 	"github.com/pinned-go/pinned/internal/store"
 	"github.com/pinned-go/pinned/internal/store/redisstore"
 	"github.com/pinned-go/pinned/internal/testkit/redistest"
 	"github.com/pinned-go/pinned/internal/testkit/tcpfwd"
-	"github.com/pinned-go/pinned/internal/wire"
 )
 
 // TestPausedWorkerFencedWrite: a worker paused in the middle of a write

@@ -16,9 +16,9 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/pinned-go/pinned/fence"
+	"github.com/pinned-go/pinned/internal/base/wire"
 	"github.com/pinned-go/pinned/internal/testkit/redistest"
 	"github.com/pinned-go/pinned/internal/testkit/tcpfwd"
-	"github.com/pinned-go/pinned/internal/wire"
 )
 
 // staleIDs is how many ids the stale-route scenario places.

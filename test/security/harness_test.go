@@ -25,11 +25,11 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/pinned-go/pinned/host"
+	"github.com/pinned-go/pinned/internal/base/wire"
 	"github.com/pinned-go/pinned/internal/pinboard"
 	"github.com/pinned-go/pinned/internal/testkit/leakcheck"
 	"github.com/pinned-go/pinned/internal/testkit/proctest"
 	"github.com/pinned-go/pinned/internal/testkit/redistest"
-	"github.com/pinned-go/pinned/internal/wire"
 	"github.com/pinned-go/pinned/worker"
 )
 

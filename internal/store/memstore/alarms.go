@@ -6,8 +6,8 @@ import (
 	"slices"
 	"time"
 
+	"github.com/pinned-go/pinned/internal/base/wire"
 	"github.com/pinned-go/pinned/internal/store"
-	"github.com/pinned-go/pinned/internal/wire"
 )
 
 // alarmShard mirrors one redisstore alarm shard: records, due times, the

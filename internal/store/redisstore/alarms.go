@@ -10,8 +10,8 @@ import (
 
 	"github.com/redis/rueidis"
 
+	"github.com/pinned-go/pinned/internal/base/wire"
 	"github.com/pinned-go/pinned/internal/store"
-	"github.com/pinned-go/pinned/internal/wire"
 )
 
 // Alarm scripts. Each names every key it touches; all of them belong to

@@ -12,8 +12,8 @@ import (
 
 	"github.com/redis/rueidis"
 
+	"github.com/pinned-go/pinned/internal/base/wire"
 	"github.com/pinned-go/pinned/internal/store"
-	"github.com/pinned-go/pinned/internal/wire"
 )
 
 // Bounds of one ListPlacements call.

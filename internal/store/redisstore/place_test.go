@@ -9,9 +9,9 @@ import (
 
 	"github.com/redis/rueidis"
 
+	"github.com/pinned-go/pinned/internal/base/wire"
 	"github.com/pinned-go/pinned/internal/store"
 	"github.com/pinned-go/pinned/internal/testkit/redistest"
-	"github.com/pinned-go/pinned/internal/wire"
 )
 
 // placementInvalidations records the placement invalidations a store

@@ -11,9 +11,9 @@ import (
 
 	"github.com/redis/rueidis"
 
-	"github.com/pinned-go/pinned/internal/faults"
+	"github.com/pinned-go/pinned/internal/base/faults"
+	"github.com/pinned-go/pinned/internal/base/wire"
 	"github.com/pinned-go/pinned/internal/store"
-	"github.com/pinned-go/pinned/internal/wire"
 )
 
 // Lookup implements store.Store. It reads through the client-side cache,

@@ -17,8 +17,8 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/pinned-go/pinned/clock"
+	"github.com/pinned-go/pinned/internal/base/wire"
 	"github.com/pinned-go/pinned/internal/store"
-	"github.com/pinned-go/pinned/internal/wire"
 )
 
 // Defaults for Config fields left zero.

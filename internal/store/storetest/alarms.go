@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pinned-go/pinned/internal/base/wire"
 	"github.com/pinned-go/pinned/internal/store"
-	"github.com/pinned-go/pinned/internal/wire"
 )
 
 // RunAlarms runs the alarm conformance suite (store.Alarms semantics);

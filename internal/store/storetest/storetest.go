@@ -18,8 +18,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pinned-go/pinned/internal/base/wire"
 	"github.com/pinned-go/pinned/internal/store"
-	"github.com/pinned-go/pinned/internal/wire"
 )
 
 // Harness is one fresh, empty store under test and the means to drive it.

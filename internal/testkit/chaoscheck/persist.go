@@ -6,8 +6,8 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/pinned-go/pinned/internal/base/wire"
 	"github.com/pinned-go/pinned/internal/history"
-	"github.com/pinned-go/pinned/internal/wire"
 )
 
 // Violation kinds of the persisted counts (see checkStored).

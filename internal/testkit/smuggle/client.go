@@ -13,7 +13,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
-	"github.com/pinned-go/pinned/internal/wire"
+	"github.com/pinned-go/pinned/internal/base/wire"
 )
 
 // Result is what a front end did with one raw request.
