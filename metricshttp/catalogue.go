@@ -79,6 +79,8 @@ var catalogue = []Family{
 	{"pinned_placement_claims_total", "counter", "result", "placement", "new placements by SET NX: won (written by this pinboard), lost (a claim after a read that found none, beaten by another pinboard; a miss's first read-or-claim that finds the id placed counts as neither)"},
 	{"pinned_placement_replaces_total", "counter", "result", "placement", "placements moved off a dead session: won, lost"},
 	{"pinned_placement_renewals_total", "counter", "", "placement", "placement epochs renewed on the same session after their holder refused them as stale"},
+	{"pinned_placement_death_probes_total", "counter", "result", "placement", "fast failover's probes of a session the proxy found unreachable: dead (every attempt refused, or answered by another process: the session was ended), not_proven (its lease stands), failed, dropped (queue full)"},
+	{"pinned_placement_fast_failovers_total", "counter", "", "placement", "misses that took a placement over from a session a probe proved dead"},
 	{"pinned_placement_no_worker_total", "counter", "", "placement", "misses with no live worker for the namespace (503)"},
 	{"pinned_placement_unknown_namespace_total", "counter", "", "placement", "misses for a namespace no worker served recently (404)"},
 	{"pinned_placement_store_errors_total", "counter", "", "placement", "store (Redis) errors while resolving"},

@@ -32,6 +32,16 @@ type Session struct {
 // (Retry-After) rather than after a fixed second. Safe for concurrent use.
 func (s *Session) SetLeaseEnd(t time.Time) { s.leaseEnd.Store(t.UnixNano()) }
 
+// LeaseEndedBy reports whether the lease SetLeaseEnd recorded has ended by
+// t (false when nothing was recorded). It does not allocate.
+func (s *Session) LeaseEndedBy(t time.Time) bool {
+	if s == nil {
+		return false
+	}
+	n := s.leaseEnd.Load()
+	return n != 0 && t.UnixNano() >= n
+}
+
 // LeaseEnd returns what SetLeaseEnd recorded (the zero Time: nothing).
 func (s *Session) LeaseEnd() time.Time {
 	if n := s.leaseEnd.Load(); n != 0 {

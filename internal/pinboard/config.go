@@ -61,6 +61,7 @@ const (
 	EnvNoHotIDs          = "PINBOARD_NO_HOT_IDS"             // -no-hot-ids
 	EnvRefreshAhead      = "PINBOARD_CACHE_REFRESH_AHEAD"    // -cache-refresh-ahead
 	EnvNamespaceMemory   = "PINBOARD_NAMESPACE_MEMORY"       // -namespace-memory
+	EnvFastFailover      = "PINBOARD_FAST_FAILOVER"          // -fast-failover
 	EnvEpochTTL          = "PINBOARD_EPOCH_TTL"              // -epoch-ttl
 	EnvStoreProbe        = "PINBOARD_STORE_PROBE"            // -store-probe
 	EnvStoreProbeTimeout = "PINBOARD_STORE_PROBE_TIMEOUT"    // -store-probe-timeout
@@ -116,6 +117,10 @@ type Settings struct {
 	// cached placement expires a request for it has it re-read in the
 	// background. Zero: a quarter of the lease; negative: off.
 	RefreshAhead time.Duration
+	// NoFastFailover turns fast failover off (PINBOARD_FAST_FAILOVER=off):
+	// a dead worker's ids then move only when its lease runs out in Redis,
+	// as for a frozen or partitioned one.
+	NoFastFailover bool
 	// NamespaceMemory is placement.Config.NamespaceMemory: how long after
 	// the pinboard last saw a live worker of a namespace a request for it,
 	// with none live, is 503 no_worker rather than 404 unknown_namespace.
@@ -294,6 +299,17 @@ Exit status: 0 after a clean shutdown, 1 when a listener fails,
 	}}, "cache-refresh-ahead", EnvRefreshAhead, "duration|lease/4|off",
 		"a request for a cached placement this close to its expiry (the lease after Redis last confirmed it) has it\n"+
 			"re-read in the background, so that hot ids never wait for Redis; off = the first request after each expiry waits")
+	set.Var(cmdline.Parsed[bool]{P: &s.NoFastFailover, Parse: func(v string) (bool, error) {
+		switch v {
+		case "on":
+			return false, nil
+		case "off":
+			return true, nil
+		}
+		return false, errors.New("want on or off")
+	}, Format: func(off bool) string { return map[bool]string{false: "on", true: "off"}[off] }}, "fast-failover", EnvFastFailover, "on|off",
+		"on: a worker whose process is gone (connections to its address refused) loses its ids at once;\n"+
+			"off: only when its lease runs out, as a frozen or partitioned one")
 	s.NamespaceMemory = placement.DefaultNamespaceMemory
 	set.Var(cmdline.Parsed[time.Duration]{P: &s.NamespaceMemory, Parse: func(v string) (time.Duration, error) {
 		if v == "off" {

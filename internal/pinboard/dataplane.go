@@ -37,7 +37,7 @@ type dialControl = func(network, address string, c syscall.RawConn) error
 // time instead of reading the clock again. Unless pc.Endpoint.Dial is set,
 // workers are dialled through control, the registry's address policy,
 // checked on the address actually connected. It does no I/O.
-func newDataPlane(st store.Store, rc placement.Config, log *slog.Logger, set *metrics.Set, clk clock.Clock,
+func newDataPlane(st store.Store, rc placement.Config, fastFailover bool, log *slog.Logger, set *metrics.Set, clk clock.Clock,
 	control dialControl, pc proxy.Config) (*dataPlane, error) {
 	d := &dataPlane{}
 	rc.Store, rc.Logger, rc.Metrics = st, log, set
@@ -46,15 +46,24 @@ func newDataPlane(st store.Store, rc placement.Config, log *slog.Logger, set *me
 	if _, real := clk.(clock.Real); clk != nil && !real {
 		rc.Clock = clk
 	}
-	res, err := placement.New(rc)
-	if err != nil {
-		return nil, fmt.Errorf("placement: %w", err)
-	}
 	if pc.Endpoint.Dial == nil && control != nil {
 		pc.Endpoint.Dial = func(addr string, timeout time.Duration) (net.Conn, error) {
 			dl := net.Dialer{Timeout: timeout, Control: control}
 			return dl.Dial("tcp", addr)
 		}
+	}
+	if fastFailover {
+		dial := pc.Endpoint.Dial
+		if dial == nil {
+			dial = func(addr string, timeout time.Duration) (net.Conn, error) {
+				return net.DialTimeout("tcp", addr, timeout)
+			}
+		}
+		rc.ConfirmDeath = deathProbe{dial: dial}.confirm
+	}
+	res, err := placement.New(rc)
+	if err != nil {
+		return nil, fmt.Errorf("placement: %w", err)
 	}
 	pc.Resolver, pc.Logger, pc.Metrics = res, log, set
 	px, err := proxy.New(pc)

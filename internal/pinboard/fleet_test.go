@@ -206,6 +206,41 @@ type fleetWorker struct {
 	srv  *fasthttp.Server
 	ln   net.Listener
 	once sync.Once
+	// frozen, while open, holds every request in the handler, and the
+	// worker's link to its pinboard is stalled: a stopped process (its
+	// kernel still accepts connections; nothing answers).
+	frozenMu sync.Mutex
+	frozen   chan struct{}
+}
+
+// freeze stops the worker like SIGSTOP: no answer, no heartbeat, its port
+// still open.
+func (fw *fleetWorker) freeze() {
+	fw.frozenMu.Lock()
+	fw.frozen = make(chan struct{})
+	fw.frozenMu.Unlock()
+	fw.link.stall()
+}
+
+// thaw lets it run again.
+func (fw *fleetWorker) thaw() {
+	fw.frozenMu.Lock()
+	if fw.frozen != nil {
+		close(fw.frozen)
+		fw.frozen = nil
+	}
+	fw.frozenMu.Unlock()
+	fw.link.unstall()
+}
+
+// wait blocks while the worker is frozen.
+func (fw *fleetWorker) wait() {
+	fw.frozenMu.Lock()
+	f := fw.frozen
+	fw.frozenMu.Unlock()
+	if f != nil {
+		<-f
+	}
 }
 
 // startFleetWorker starts a worker registered with the pinboard at
@@ -235,12 +270,15 @@ func startFleetWorker(t *testing.T, name, pinboardAddr string, act *activations,
 	}
 	r := router.New()
 	fw.w.Mount(r)
-	fw.srv = &fasthttp.Server{Handler: fw.h.Wrap(r.Handler), IdleTimeout: time.Minute, MaxIdleWorkerDuration: 100 * time.Millisecond}
+	handler := fw.h.Wrap(r.Handler)
+	fw.srv = &fasthttp.Server{Handler: func(ctx *fasthttp.RequestCtx) { fw.wait(); handler(ctx) },
+		IdleTimeout: time.Minute, MaxIdleWorkerDuration: 100 * time.Millisecond}
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	wg.Go(func() { _ = fw.srv.Serve(ln) })
 	wg.Go(func() { _ = fw.w.Run(ctx) })
 	t.Cleanup(func() {
+		fw.thaw()
 		fw.kill()
 		cancel()
 		hctx, hcancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -265,6 +303,11 @@ func (fw *fleetWorker) kill() {
 		fw.link.sever()
 		_ = fw.ln.Close()
 		_ = fw.srv.Shutdown()
+		// The process's instances die with it (an expired context aborts
+		// them all; their releases fail on the severed link).
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		_ = fw.h.Close(ctx)
 	})
 }
 
@@ -403,12 +446,14 @@ func TestFleetReleaseInvalidatesBothPinboards(t *testing.T) {
 	act.check(t)
 }
 
-// A worker that vanishes (no heartbeats, port closed): its ids answer 503 +
-// Retry-After while its lease may still run in the store, then activate on
-// another worker.
+// With fast failover off (the lease path), a worker that vanishes (no
+// heartbeats, port closed): its ids answer 503 + Retry-After while its lease
+// may still run in the store, then activate on another worker.
 func TestFleetKilledWorkerIDsMoveAfterLease(t *testing.T) {
 	srv := redistest.Start(t)
-	p := startFleetPinboard(t, srv.URL)
+	p := &fleetPinboard{running: start(t, Settings{RedisURL: srv.URL, NoFastFailover: true})}
+	p.res = p.p.dp.res
+	p.waitHealth(t, 200)
 	act := newActivations()
 	a := startFleetWorker(t, "a", p.public, act, time.Minute)
 	if ans := p.get(t, "x"); ans.state.Worker != "a" {
@@ -647,7 +692,7 @@ func TestFleetRetryAfterIsTheLeaseLeft(t *testing.T) {
 	for _, loops := range []int{0, 1} {
 		t.Run(fmt.Sprintf("loops=%d", loops), func(t *testing.T) {
 			srv := redistest.Start(t)
-			p := &fleetPinboard{running: start(t, Settings{RedisURL: srv.URL, Lease: lease, Loops: loops})}
+			p := &fleetPinboard{running: start(t, Settings{RedisURL: srv.URL, Lease: lease, Loops: loops, NoFastFailover: true})}
 			p.res = p.p.dp.res
 			p.waitHealth(t, 200)
 			act := newActivations()
@@ -670,4 +715,107 @@ func TestFleetRetryAfterIsTheLeaseLeft(t *testing.T) {
 			t.Logf("Retry-After %ds, %v after the kill (lease %v)", n, time.Since(killed).Round(time.Millisecond), lease)
 		})
 	}
+}
+
+// Fast failover: a worker whose process is gone (its port refuses
+// connections) loses its ids at once. The first request after the death
+// finds it refused, the pinboard's probe confirms the refusal and ends its
+// session, and that same request is served by a new instance on the other
+// worker, long before the lease could have run out.
+func TestFleetKilledWorkerIDsMoveAtOnce(t *testing.T) {
+	const lease = 8 * time.Second
+	for _, loops := range []int{0, 1} {
+		t.Run(fmt.Sprintf("loops=%d", loops), func(t *testing.T) {
+			srv := redistest.Start(t)
+			p := &fleetPinboard{running: start(t, Settings{RedisURL: srv.URL, Lease: lease, Loops: loops})}
+			p.res = p.p.dp.res
+			p.waitHealth(t, 200)
+			act := newActivations()
+			a := startFleetWorker(t, "a", p.public, act, time.Minute)
+			ids := []string{"k0", "k1", "k2", "k3", "k4"}
+			for _, id := range ids {
+				if ans := p.get(t, id); ans.state.Worker != "a" {
+					t.Fatalf("GET %s = %s; want a (the only worker)", id, ans.body)
+				}
+			}
+			startFleetWorker(t, "b", p.public, act, time.Minute)
+			a.kill()
+			killed := time.Now()
+			for _, id := range ids {
+				ans := p.get(t, id)
+				if ans.code != 200 || ans.state.Worker != "b" || ans.state.N != 1 {
+					t.Fatalf("GET %s after a died = %d %s; want a fresh instance on b at once", id, ans.code, ans.body)
+				}
+			}
+			el := time.Since(killed)
+			if el > lease/2 {
+				t.Errorf("the ids moved %v after the kill; want well within the lease (%v)", el, lease)
+			}
+			if got := p.counter(t, `pinned_placement_death_probes_total{result="dead"}`); got != 1 {
+				t.Errorf("death probes that proved a gone: %d; want 1", got)
+			}
+			act.check(t)
+			t.Logf("%d ids moved to b %v after a was killed (lease %v)", len(ids), el.Round(time.Millisecond), lease)
+		})
+	}
+}
+
+// A frozen worker (stopped: its port still accepts connections, nothing
+// answers, no heartbeat) keeps its ids for the whole lease: no probe can
+// prove it gone. Once the lease has run out in the store, the ids move
+// within a second, while it is still frozen.
+func TestFleetFrozenWorkerKeepsItsIDsForTheLease(t *testing.T) {
+	const lease = 3 * time.Second
+	srv := redistest.Start(t)
+	p := &fleetPinboard{running: start(t, Settings{RedisURL: srv.URL, Lease: lease})}
+	p.res = p.p.dp.res
+	p.waitHealth(t, 200)
+	act := newActivations()
+	a := startFleetWorker(t, "a", p.public, act, time.Minute)
+	if ans := p.get(t, "f"); ans.state.Worker != "a" {
+		t.Fatalf("GET f = %s; want a (the only worker)", ans.body)
+	}
+	startFleetWorker(t, "b", p.public, act, time.Minute)
+	a.freeze()
+	frozen := time.Now()
+	quick := &fasthttp.Client{MaxIdleConnDuration: time.Second}
+	var moved time.Duration
+	for moved == 0 {
+		req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
+		req.SetRequestURI("http://" + p.public + "/counter/f/")
+		err := quick.DoTimeout(req, resp, 300*time.Millisecond)
+		el := time.Since(frozen)
+		if err == nil && resp.StatusCode() == 200 {
+			var st objState
+			_ = json.Unmarshal(resp.Body(), &st)
+			if st.Worker != "b" {
+				t.Fatalf("GET f while a is frozen = %s; want no answer from a", resp.Body())
+			}
+			moved = el
+		}
+		fasthttp.ReleaseRequest(req)
+		fasthttp.ReleaseResponse(resp)
+		if el > lease+5*time.Second {
+			t.Fatalf("f did not move within %v of the freeze", el)
+		}
+	}
+	// a's last acknowledged heartbeat was at most a heartbeat interval
+	// (300 ms) before the freeze; its lease ran from that heartbeat's send.
+	if moved < lease-400*time.Millisecond {
+		t.Fatalf("f moved %v after the freeze, before a's lease (%v) could have run out", moved, lease)
+	}
+	if moved > lease+time.Second+300*time.Millisecond {
+		t.Errorf("f moved %v after the freeze: more than a second after a's lease (%v) ran out", moved, lease)
+	}
+	if got := p.counter(t, `pinned_placement_death_probes_total{result="dead"}`); got != 0 {
+		t.Errorf("a probe proved the frozen worker dead (%d); want none", got)
+	}
+	act.check(t)
+	t.Logf("f moved to b %v after a froze (lease %v)", moved.Round(time.Millisecond), lease)
+}
+
+// counter reads one series of the pinboard's data-plane metrics.
+func (fp *fleetPinboard) counter(t *testing.T, series string) uint64 {
+	t.Helper()
+	return fp.res.Metrics().GetOrCreateCounter(series).Get()
 }

@@ -165,7 +165,7 @@ func New(cfg Config) (*Pinboard, error) {
 			pc.Recorder = p.hot // every routed request feeds the console's hot ids
 		}
 		rc := placement.Config{Lease: reg.Lease(), RefreshAhead: cfg.RefreshAhead, NamespaceMemory: cfg.NamespaceMemory}
-		dp, err := newDataPlane(p.st, rc, root, p.dpSet, p.clock, control, pc)
+		dp, err := newDataPlane(p.st, rc, !cfg.NoFastFailover, root, p.dpSet, p.clock, control, pc)
 		if err != nil {
 			p.st.Close()
 			return nil, cmdline.Usagef("cannot build the data plane: %w", err)

@@ -37,6 +37,9 @@ func (r *Resolver) choose(live []store.Session) int {
 		if _, bad := r.unusable[s.ID]; bad {
 			continue
 		}
+		if _, dead := r.dead[s.ID]; dead {
+			continue
+		}
 		room[i] = max(0, s.Headroom)
 		avoided := false
 		if e := r.sessions[s.ID]; e != nil {

@@ -1,6 +1,7 @@
 package placement
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -12,6 +13,7 @@ import (
 	"github.com/pinned-go/pinned/clock"
 	"github.com/pinned-go/pinned/internal/base/wire"
 	"github.com/pinned-go/pinned/internal/store"
+	"github.com/pinned-go/pinned/proxy"
 )
 
 // Defaults for Config's zero values.
@@ -48,6 +50,12 @@ const (
 	DefaultNamespaceMemory = 10 * time.Minute
 	// maxNamespaces bounds the namespaces remembered for NamespaceMemory.
 	maxNamespaces = 4096
+	// DefaultDeathProbeInterval is Config.DeathProbeInterval.
+	DefaultDeathProbeInterval = 500 * time.Millisecond
+	// DefaultDeathProbers is Config.DeathProbers.
+	DefaultDeathProbers = 2
+	// maxProbesQueued bounds the sessions waiting for a death probe.
+	maxProbesQueued = 256
 	// DefaultRefreshers is how many refreshes run at once (each one or two
 	// store round trips; Redis pipelines them).
 	DefaultRefreshers = 4
@@ -115,6 +123,21 @@ type Config struct {
 	// request uses the request's time (RequestCtx.Time) instead of reading
 	// the clock again.
 	Clock clock.Clock
+	// ConfirmDeath, when set, turns fast failover on: after the proxy found
+	// a worker unreachable (Refused with wire.ReasonUnreachable), Run's
+	// probers ask it whether the session's process is gone, and a death it
+	// confirms ends the session in the store at once, so that every
+	// pinboard re-places its ids without waiting for its lease (failover.go).
+	// It must answer true only on evidence the kernel gives for a dead
+	// process (connections to the session's advertise address refused, or
+	// answered only by a process that does not know the session's secret),
+	// never on a timeout. The pinboard sets it unless fast failover is off.
+	ConfirmDeath func(ctx context.Context, s *proxy.Session) (dead bool, err error)
+	// DeathProbeInterval: one session is probed at most once per interval.
+	// Default DefaultDeathProbeInterval.
+	DeathProbeInterval time.Duration
+	// DeathProbers: probes run at once. Default DefaultDeathProbers.
+	DeathProbers int
 	// Rand, when set, returns a uniform number in [0, n) for the resolver's
 	// random choices (the two candidates of a placement, the spread of cache
 	// lifetimes), so that a run can be replayed from a seed (the protocol's
@@ -185,6 +208,12 @@ func (c *Config) setDefaults() error {
 	}
 	if c.Rand == nil {
 		c.Rand = rand.Int64N
+	}
+	if c.DeathProbeInterval <= 0 {
+		c.DeathProbeInterval = DefaultDeathProbeInterval
+	}
+	if c.DeathProbers <= 0 {
+		c.DeathProbers = DefaultDeathProbers
 	}
 	if c.Metrics == nil {
 		c.Metrics = metrics.NewSet()

@@ -19,6 +19,11 @@ type resolverMetrics struct {
 	replacesWon         *metrics.Counter
 	replacesLost        *metrics.Counter
 	renewals            *metrics.Counter // RenewPlacement calls after a stale refusal
+	deaths              *metrics.Counter // sessions ended because their process is gone (fast failover)
+	probesAlive         *metrics.Counter // death probes that did not prove the process gone
+	probesFailed        *metrics.Counter // death probes that could not decide or end the session
+	probesDropped       *metrics.Counter // death probes dropped on a full queue
+	fastFailovers       *metrics.Counter // misses that took a placement over from a session a probe proved dead
 	noWorker            *metrics.Counter
 	unknownNamespace    *metrics.Counter
 	storeErrors         *metrics.Counter
@@ -41,6 +46,11 @@ func (m *resolverMetrics) register(s *metrics.Set, r *Resolver) {
 	m.replacesWon = s.GetOrCreateCounter(`pinned_placement_replaces_total{result="won"}`)
 	m.replacesLost = s.GetOrCreateCounter(`pinned_placement_replaces_total{result="lost"}`)
 	m.renewals = s.GetOrCreateCounter("pinned_placement_renewals_total")
+	m.deaths = s.GetOrCreateCounter(`pinned_placement_death_probes_total{result="dead"}`)
+	m.probesAlive = s.GetOrCreateCounter(`pinned_placement_death_probes_total{result="not_proven"}`)
+	m.probesFailed = s.GetOrCreateCounter(`pinned_placement_death_probes_total{result="failed"}`)
+	m.probesDropped = s.GetOrCreateCounter(`pinned_placement_death_probes_total{result="dropped"}`)
+	m.fastFailovers = s.GetOrCreateCounter("pinned_placement_fast_failovers_total")
 	m.noWorker = s.GetOrCreateCounter("pinned_placement_no_worker_total")
 	m.unknownNamespace = s.GetOrCreateCounter("pinned_placement_unknown_namespace_total")
 	m.storeErrors = s.GetOrCreateCounter("pinned_placement_store_errors_total")

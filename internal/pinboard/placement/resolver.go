@@ -59,6 +59,12 @@ type Resolver struct {
 	wake     chan struct{}
 
 	refreshQ chan string // names due for a refresh (refresh.go)
+
+	// Fast failover (failover.go): the sessions waiting for a death probe,
+	// and each session's last probe (guarded by mu).
+	probeQ chan *proxy.Session
+	probes map[string]*probeState
+	dead   map[string]clock.Instant // sessions whose death a probe confirmed, for a lease (guarded by mu)
 }
 
 // session is what the resolver keeps per worker session.
@@ -82,9 +88,12 @@ type refusal struct {
 	// has no instance under it and will not activate one (its instance
 	// closed and the release did not take effect): the miss renews the
 	// placement's epoch on the same session (store.RenewPlacement).
-	stale   bool
-	session string
-	epoch   uint64
+	stale bool
+	// unreachable: the worker could not be reached; the miss waits for
+	// the death probe of its session, when one is running (failover.go).
+	unreachable bool
+	session     string
+	epoch       uint64
 }
 
 // flight is one miss in progress; concurrent misses of a name share it.
@@ -134,6 +143,9 @@ func New(cfg Config) (*Resolver, error) {
 		watched:  make(map[string]int),
 		wake:     make(chan struct{}, 1),
 		refreshQ: make(chan string, cfg.MaxRefreshes),
+		probeQ:   make(chan *proxy.Session, maxProbesQueued),
+		probes:   make(map[string]*probeState),
+		dead:     make(map[string]clock.Instant),
 	}
 	r.ctx, r.cancel = context.WithCancel(context.Background())
 	r.m.register(cfg.Metrics, r)
@@ -161,6 +173,11 @@ func (r *Resolver) Lookup(name []byte, now time.Time) (proxy.Route, bool) {
 		at = r.clock.Now()
 	}
 	rt, ok, refresh := r.cache.GetAhead(name, at)
+	if ok && rt.Session.LeaseEndedBy(at.Wall()) {
+		// The holder's lease has ended as far as the store last said: ask
+		// the store again rather than route to a session that may be gone.
+		return proxy.Route{}, false
+	}
 	if refresh {
 		r.queueRefresh(name)
 	}
@@ -180,7 +197,7 @@ func (r *Resolver) Resolve(ctx context.Context, name []byte) (proxy.Route, error
 	} else {
 		now = r.clock.Now()
 	}
-	if rt, ok := r.cache.Peek(name, now); ok {
+	if rt, ok := r.cache.Peek(name, now); ok && !rt.Session.LeaseEndedBy(now.Wall()) {
 		return rt, nil
 	}
 	return r.miss(name)
@@ -207,7 +224,11 @@ func (r *Resolver) Refused(name []byte, rt proxy.Route, reason string) {
 	if s := r.sessions[rt.Session.ID]; s != nil && s.s == rt.Session {
 		s.refused = now
 	}
-	r.noteRefusedLocked(string(name), refusal{at: now, stale: reason == wire.ReasonStale, session: rt.Session.ID, epoch: rt.Epoch})
+	r.noteRefusedLocked(string(name), refusal{at: now, stale: reason == wire.ReasonStale, unreachable: reason == wire.ReasonUnreachable,
+		session: rt.Session.ID, epoch: rt.Epoch})
+	if reason == wire.ReasonUnreachable && r.cfg.ConfirmDeath != nil {
+		r.requestProbeLocked(rt.Session, now)
+	}
 	r.mu.Unlock()
 }
 
@@ -433,6 +454,13 @@ func (r *Resolver) load(key string, name []byte) (proxy.Route, error) {
 		if err != nil {
 			return proxy.Route{}, err
 		}
+		if !gone && rf.unreachable && rf.session == holder && r.awaitDeath(ctx, holder) {
+			// The proxy could not reach the holder, and its death probe
+			// proved the process gone and ended its session: take over.
+			rf.unreachable = false
+			gone = true
+			r.m.fastFailovers.Inc()
+		}
 		if !gone && rf.stale && rf.session == holder && rf.epoch == pl.Epoch {
 			// The holder refused this very placement as stale: it has no
 			// instance under the epoch and will not activate one. A new
@@ -560,6 +588,10 @@ func (r *Resolver) sessionFor(s *store.Session) (*proxy.Session, error) {
 	defer r.mu.Unlock()
 	if r.closed {
 		return nil, fmt.Errorf("placement: %w", store.ErrClosed)
+	}
+	if _, dead := r.dead[s.ID]; dead {
+		// Ended by a death probe; a read that began before may still list it.
+		return nil, fmt.Errorf("worker session %s: %w (its process is gone)", s.ID, proxy.ErrNoWorker)
 	}
 	if e := r.sessions[s.ID]; e != nil {
 		if s.ExpiresAt > 0 {

@@ -24,9 +24,12 @@ var ErrRunning = errors.New("placement: Run called twice")
 //     it knows and forgets those that are gone, so that records of dead
 //     workers do not accumulate;
 //   - refreshes: Config.Refreshers goroutines re-read the cached
-//     placements that requests found due (Config.RefreshAhead, refresh.go).
+//     placements that requests found due (Config.RefreshAhead, refresh.go);
+//   - death probes: with Config.ConfirmDeath, Config.DeathProbers
+//     goroutines probe the sessions the proxy found unreachable and end
+//     those whose process is gone (failover.go).
 //
-// Run waits for its refreshers before it returns. Call it once.
+// Run waits for its refreshers and probers before it returns. Call it once.
 func (r *Resolver) Run(ctx context.Context) error {
 	if !r.ran.CompareAndSwap(false, true) {
 		return ErrRunning
@@ -35,6 +38,11 @@ func (r *Resolver) Run(ctx context.Context) error {
 	defer refreshers.Wait()
 	for range r.cfg.Refreshers {
 		refreshers.Go(func() { r.refresher(ctx) })
+	}
+	if r.cfg.ConfirmDeath != nil {
+		for range r.cfg.DeathProbers {
+			refreshers.Go(func() { r.prober(ctx) })
+		}
 	}
 	sweep := r.clock.NewTimer(r.cfg.SweepInterval)
 	defer sweep.Stop()
