@@ -7,8 +7,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
+	"os"
 	"strconv"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -818,4 +821,52 @@ func TestFleetFrozenWorkerKeepsItsIDsForTheLease(t *testing.T) {
 func (fp *fleetPinboard) counter(t *testing.T, series string) uint64 {
 	t.Helper()
 	return fp.res.Metrics().GetOrCreateCounter(series).Get()
+}
+
+// A worker this pinboard cannot reach (its dials time out: a partition, a
+// black hole), while it lives and heartbeats through another path, keeps
+// its ids for its lease: a timeout proves nothing, so fast failover's probe
+// ends nothing. (With the planted no_death_proof, the ids move at once.)
+func TestFleetPartitionedWorkerKeepsItsIDs(t *testing.T) {
+	srv := redistest.Start(t)
+	var blocked atomic.Pointer[string] // the address whose dials time out
+	dial := func(addr string, timeout time.Duration) (net.Conn, error) {
+		if b := blocked.Load(); b != nil && *b == addr {
+			time.Sleep(timeout)
+			return nil, &net.OpError{Op: "dial", Net: "tcp", Err: os.ErrDeadlineExceeded}
+		}
+		return net.DialTimeout("tcp", addr, timeout)
+	}
+	s := Settings{RedisURL: srv.URL, Lease: 8 * time.Second}
+	s.Proxy.Endpoint.Dial = dial
+	s.Proxy.Endpoint.DialTimeout = 200 * time.Millisecond
+	p := &fleetPinboard{running: start(t, s)}
+	p.res = p.p.dp.res
+	p.waitHealth(t, 200)
+	act := newActivations()
+	a := startFleetWorker(t, "a", p.public, act, time.Minute)
+	startFleetWorker(t, "b", p.public, act, time.Minute)
+	// x is placed on a, and the proxy never connected to a: every request
+	// to a dials, into the partition.
+	addr := strings.TrimPrefix(a.w.AdvertiseURL(), "http://")
+	blocked.Store(&addr)
+	if h, err := p.p.Store().Claim(context.Background(), "/counter", "x", a.w.Session()); err != nil || h != a.w.Session() {
+		t.Fatalf("Claim x for a = %q, %v", h, err)
+	}
+	for range 5 {
+		ans := p.get(t, "x")
+		if ans.code == 200 {
+			t.Fatalf("GET x while a is cut off = %s; want no other instance while a's lease runs", ans.body)
+		}
+	}
+	if got := p.counter(t, `pinned_placement_death_probes_total{result="not_proven"}`); got == 0 {
+		t.Errorf("no probe of the unreachable worker ran (not_proven = 0)")
+	}
+	if got := p.counter(t, `pinned_placement_death_probes_total{result="dead"}`); got != 0 {
+		t.Errorf("a probe took the unreachable worker for dead (%d)", got)
+	}
+	if !a.w.Ready() {
+		t.Fatal("a lost its lease meanwhile: the test proves nothing")
+	}
+	act.check(t)
 }

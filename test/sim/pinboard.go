@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -39,6 +40,7 @@ func newPinboard(w *world, i int) *pinboard {
 func (p *pinboard) newResolver() *placement.Resolver {
 	w := p.w
 	r, err := placement.New(placement.Config{
+		ConfirmDeath: p.confirmDeath,
 		Store:        p.link,
 		Lease:        lease,
 		RefreshAhead: -1, // refreshes run on Run's goroutines; the simulation has none
@@ -136,9 +138,16 @@ func (p *pinboard) forward(rq *request) {
 		}
 	})
 	if until := p.cutFrom[wk.idx]; w.now < until {
-		return // lost in the partition: the forward timeout answers
+		// A partition: the dial times out, so the worker is reported
+		// unreachable (which proves nothing: its lease stands).
+		w.after(dialTimeout, nil, "dial timeout", func() {
+			if p.inc == inc && rq.pending == attempt {
+				p.refused(rq, rt, wire.ReasonUnreachable)
+			}
+		})
+		return
 	}
-	msg := dataRequest{id: id, op: rq.op, session: rt.Session.ID, epoch: rt.Epoch}
+	msg := dataRequest{id: id, op: rq.op, secret: rt.Session.Secret, session: rt.Session.ID, epoch: rt.Epoch}
 	w.after(w.delay(), wk, "request", func() {
 		rep := wk.serve(msg)
 		w.after(w.delay(), nil, "reply", func() {
@@ -166,6 +175,9 @@ func (p *pinboard) forward(rq *request) {
 // worker: tell the resolver, and try again while the budget lasts.
 func (p *pinboard) refused(rq *request, rt proxy.Route, reason string) {
 	p.res.Refused([]byte(wire.PlacementName(namespace, p.w.ids[rq.id])), rt, reason)
+	// Fast failover's probe runs within the step (Run's probers would run it
+	// concurrently; the retry below waits for it either way).
+	p.res.ProbeQueued(bg)
 	if rq.attempt < maxAttempts {
 		p.forward(rq)
 		return
@@ -191,4 +203,23 @@ func (p *pinboard) answer(rq *request, status int, reason string, inst *instance
 		w.stats.Refused503++
 		w.logf("%s %s %s: %d %s %s", p.name, rq.op, id, status, reason, note)
 	}
+}
+
+// confirmDeath is fast failover's probe as the pinboard's does it
+// (placement.Config.ConfirmDeath), against the simulated process at the
+// session's address: dead when nothing listens there (a crashed process,
+// not restarted) or another process does (restarted: it does not know the
+// session's secret); a frozen process (its kernel still accepts) or one
+// behind a partition (the dial times out) proves nothing.
+func (p *pinboard) confirmDeath(_ context.Context, s *proxy.Session) (bool, error) {
+	wk := p.w.byAddr[s.AdvertiseURL]
+	switch {
+	case wk == nil || !wk.up:
+		return true, nil // refused
+	case s.Secret != wk.secret():
+		return true, nil // a stranger answers 403 forbidden
+	case p.w.now < p.cutFrom[wk.idx] || wk.frozenUntil > p.w.now:
+		return false, nil
+	}
+	return false, nil // it answers: alive
 }

@@ -36,6 +36,7 @@ const (
 	heartbeatEvery = 3 * time.Second                        // the worker's default HeartbeatInterval
 	callTimeout    = 2 * time.Second                        // one registry call of a worker
 	forwardTimeout = 5 * time.Second                        // the proxy's answer timeout
+	dialTimeout    = time.Second                            // a dial into a partition gives up
 	maxAttempts    = 3                                      // the proxy's attempts per request
 	releaseTries   = 3                                      // the worker's ReleaseAttempts
 	staleWindow    = time.Minute                            // host.DefaultStaleRouteWindow (≥ 3 leases)

@@ -134,7 +134,8 @@ func TestSimulationFindsPlantedBug(t *testing.T) {
 	fmt.Printf("FOUND by %d of %d seeds, first seed %d: %s\n", len(found), plantedSeeds, found[0].Seed, found[0].Violation)
 }
 
-// Each planted twin of the stale-route fence, built in (tag pinned_faults)
+// Each planted twin of the stale-route fence and of fast failover's proof of
+// death, built in (tag pinned_faults)
 // and switched on, is caught by the simulation within plantedSeeds seeds:
 // proof that the invariant check and the fault model can see the hole.
 func TestSimulationCatchesPlantedBugs(t *testing.T) {
@@ -150,7 +151,7 @@ func TestSimulationCatchesPlantedBugs(t *testing.T) {
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("go test -c -tags %s: %v\n%s", faults.BuildTag, err, out)
 	}
-	for _, f := range []faults.Fault{faults.NoTombstone, faults.ShortTombstone, faults.ReleaseAnyEpoch} {
+	for _, f := range []faults.Fault{faults.NoTombstone, faults.ShortTombstone, faults.ReleaseAnyEpoch, faults.NoDeathProof} {
 		t.Run(string(f), func(t *testing.T) {
 			cmd := exec.Command(bin, "-test.run", "^TestSimulationFindsPlantedBug$", "-test.count=1")
 			cmd.Env = append(os.Environ(), faults.EnvVar+"="+string(f))

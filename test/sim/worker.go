@@ -101,6 +101,11 @@ func (wk *worker) restart() {
 	wk.boot()
 }
 
+// secret is the process's proxy secret: minted once per process (every
+// session it registers carries it), so another process at the same address
+// does not know it.
+func (wk *worker) secret() string { return "secret-" + wk.clientID }
+
 // serves reports whether inst may serve at now: its session is the current
 // one and the lease is valid (the inline check of Admit).
 func (wk *worker) serves(inst *instance, now clock.Instant) bool {
@@ -167,7 +172,7 @@ func (wk *worker) register() {
 	wk.nsess++
 	sid := fmt.Sprintf("%s.s%d.%d", wk.name, wk.inc, wk.nsess)
 	sent := w.clk.Now()
-	s := store.Session{ID: sid, ClientID: wk.clientID, Secret: "secret-" + sid, AdvertiseURL: wk.addr,
+	s := store.Session{ID: sid, ClientID: wk.clientID, Secret: wk.secret(), AdvertiseURL: wk.addr,
 		Namespaces: []string{namespace}, Headroom: 1000, Verified: true}
 	wk.call("register "+sid, func(l *storeLink) error {
 		return l.write("register "+sid, func() { _, _ = l.Store.Register(bg, s, lease) })
@@ -236,6 +241,7 @@ func (wk *worker) tick() {
 // dataRequest is what the proxy forwards: the route's session and epoch.
 type dataRequest struct {
 	id, op  string
+	secret  string
 	session string
 	epoch   uint64
 }
@@ -245,8 +251,11 @@ type dataRequest struct {
 func (wk *worker) serve(m dataRequest) reply {
 	w := wk.w
 	wk.leaseCheck()
-	if !wk.sessions[m.session] {
+	if m.secret != wk.secret() {
 		return reply{status: 403, reason: wire.ReasonForbidden} // another process's secret
+	}
+	if !wk.sessions[m.session] {
+		return reply{status: 503, reason: wire.ReasonLease} // not (yet) a session of ours
 	}
 	if m.session != wk.sess {
 		return reply{status: 503, reason: wire.ReasonLease}

@@ -45,6 +45,10 @@
 //     session whatever its epoch, instead of only the epoch the closed
 //     instance held: a release that arrives after the placement was renewed
 //     under a newer epoch deletes the renewed one while its instance lives.
+//   - no_death_proof: fast failover ends the session of every worker the
+//     proxy found unreachable without a proof of death (a dial timeout, a
+//     partition, a full accept queue taken for a dead process): the ids of a
+//     live worker move while it still serves them.
 package faults
 
 import "time"
@@ -66,6 +70,8 @@ const (
 	NoTombstone     Fault = "no_tombstone"
 	ShortTombstone  Fault = "short_tombstone"
 	ReleaseAnyEpoch Fault = "release_any_epoch"
+	// Fast failover.
+	NoDeathProof Fault = "no_death_proof"
 )
 
 // ShortTombstoneWindow is how long released epochs are remembered under
@@ -75,7 +81,7 @@ const ShortTombstoneWindow = 50 * time.Millisecond
 // All lists every fault.
 func All() []Fault {
 	return []Fault{NoSelfAbort, ReceiveAnchor, BlindRenew, WatchdogOnly, LateWatchdog, ReplaceNoCompare, ClaimNoNX,
-		NoTombstone, ShortTombstone, ReleaseAnyEpoch}
+		NoTombstone, ShortTombstone, ReleaseAnyEpoch, NoDeathProof}
 }
 
 // EnvVar is the environment variable a pinned_faults binary reads.

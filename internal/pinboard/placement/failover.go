@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/pinned-go/pinned/clock"
+	"github.com/pinned-go/pinned/internal/base/faults"
 	"github.com/pinned-go/pinned/proxy"
 )
 
@@ -82,7 +83,15 @@ func (r *Resolver) prober(ctx context.Context) {
 func (r *Resolver) probe(ctx context.Context, s *proxy.Session) {
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.ResolveTimeout)
 	defer cancel()
-	dead, err := r.cfg.ConfirmDeath(ctx, s)
+	var (
+		dead bool
+		err  error
+	)
+	if faults.Has(faults.NoDeathProof) {
+		dead = true // planted bug (pinned_faults builds only): unreachable taken for dead
+	} else {
+		dead, err = r.cfg.ConfirmDeath(ctx, s)
+	}
 	switch {
 	case err != nil:
 		dead = false
@@ -133,6 +142,23 @@ func (r *Resolver) pruneProbesLocked(now clock.Instant) {
 				delete(r.probes, id)
 			}
 		default:
+		}
+	}
+}
+
+// ProbeQueued runs the death probes waiting for Run's probers on the
+// caller's goroutine, and returns how many it ran. It is for a driver that
+// does not run Run, such as the protocol's simulation (test/sim), which
+// probes within the step that found a worker unreachable.
+func (r *Resolver) ProbeQueued(ctx context.Context) int {
+	n := 0
+	for {
+		select {
+		case s := <-r.probeQ:
+			r.probe(ctx, s)
+			n++
+		default:
+			return n
 		}
 	}
 }
