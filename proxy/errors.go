@@ -256,13 +256,19 @@ const maxRetryIn = 120
 
 // unreachableReply is the 503 unreachable for a request that could not
 // reach the worker of session s (which the resolver still names as the
-// holder): Retry-After is the time left of s's lease as the resolver last
-// read it (Session.LeaseEnd), the earliest the id can move, rounded up and
-// at most maxRetryIn seconds; the configured RetryAfter when that is not
-// known or has passed, or is shorter.
+// holder): Retry-After is the time until the id is expected to be served
+// again: the expected recovery (Session.SetRecovery, while the resolver
+// checks whether the process is gone) or else the time left of s's lease as
+// the resolver last read it (Session.LeaseEnd), the earliest the id can
+// move; rounded up and at most maxRetryIn seconds; the configured
+// RetryAfter when neither is known, or when it is shorter.
 func (p *Proxy) unreachableReply(s *Session) *reply {
 	if s != nil {
-		if end := s.leaseEnd.Load(); end != 0 {
+		end := s.leaseEnd.Load()
+		if r := s.recovery.Load(); r != 0 && (end == 0 || r < end) {
+			end = r
+		}
+		if end != 0 {
 			left := time.Duration(end - time.Now().UnixNano())
 			n := int((left + time.Second - 1) / time.Second)
 			if n > p.replies.retrySecs {

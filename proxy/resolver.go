@@ -23,6 +23,20 @@ type Session struct {
 	ep       atomic.Pointer[endpoint] // the proxy's; made on first use
 	tooLarge atomic.Pointer[reply]    // the 413 naming MaxBodyBytes; made on first use
 	leaseEnd atomic.Int64             // SetLeaseEnd's time, unix nanoseconds; 0: unknown
+	recovery atomic.Int64             // SetRecovery's time, unix nanoseconds; 0: none
+}
+
+// SetRecovery records when the session's ids are expected to be served
+// again if that is sooner than its lease end (the resolver sets it while it
+// checks whether the session's process is gone, which takes a fraction of a
+// second; the zero Time clears it). A client whose request could not reach
+// the worker is told to retry then. Safe for concurrent use.
+func (s *Session) SetRecovery(t time.Time) {
+	if t.IsZero() {
+		s.recovery.Store(0)
+		return
+	}
+	s.recovery.Store(t.UnixNano())
 }
 
 // SetLeaseEnd records when the session's lease ends as the directory said

@@ -2,6 +2,7 @@ package placement
 
 import (
 	"context"
+	"time"
 
 	"github.com/pinned-go/pinned/clock"
 	"github.com/pinned-go/pinned/internal/base/faults"
@@ -32,6 +33,11 @@ import (
 // so it cannot serve, and its lease and the epochs bound what its
 // background work may still do.
 
+// expectedRecovery is how long after a probe starts a dead worker's ids
+// are expected to be served again: the probe (three dials 50 ms apart) and
+// the re-placement, rounded up to what a client's Retry-After can say.
+const expectedRecovery = time.Second
+
 // probeState is one session's death probe: in flight until done is closed,
 // then its outcome, kept for DeathProbeInterval.
 type probeState struct {
@@ -58,6 +64,9 @@ func (r *Resolver) requestProbeLocked(s *proxy.Session, now clock.Instant) {
 	select {
 	case r.probeQ <- s:
 		r.probes[s.ID] = p
+		// Clients told to retry are told to do so once the probe is due to
+		// have decided, not at the end of the lease.
+		s.SetRecovery(now.Wall().Add(expectedRecovery))
 	default:
 		r.m.probesDropped.Inc()
 	}
@@ -95,15 +104,18 @@ func (r *Resolver) probe(ctx context.Context, s *proxy.Session) {
 	switch {
 	case err != nil:
 		dead = false
+		s.SetRecovery(time.Time{})
 		r.m.probesFailed.Inc()
 		r.warnStore(err, "cannot probe an unreachable worker", "session", s.ID, "err", err)
 	case !dead:
+		s.SetRecovery(time.Time{}) // the lease stands: retry at its end
 		r.m.probesAlive.Inc()
 		r.log.Debug("unreachable worker probed: not proven gone; its lease stands", "session", s.ID)
 	default:
 		// A compare on the session id: it ends this session and nothing else.
 		if _, err := r.st.Deregister(ctx, s.ID); err != nil {
 			dead = false
+			s.SetRecovery(time.Time{})
 			r.m.probesFailed.Inc()
 			r.warnStore(err, "cannot end the session of a dead worker", "session", s.ID, "err", err)
 			break
