@@ -80,7 +80,7 @@ func TestSmoke(t *testing.T) {
 
 	targets := []string{"direct", "pinboard"}
 	for _, peer := range []string{"nginx", "haproxy"} {
-		if _, err := exec.LookPath(peer); err == nil {
+		if _, err := peerBinary(peer); err == nil {
 			targets = append(targets, peer)
 			if strings.Contains(strings.Join(suite["proxy"].Notes, "\n"), peer) {
 				t.Errorf("%s installed but skipped: %q", peer, suite["proxy"].Notes)
