@@ -18,7 +18,7 @@ import (
 
 var mp = netip.MustParsePrefix
 
-// The advertise-URL rules (the registry package doc, "Hardening"), as the
+// The advertise-URL rules (docs/registry.md, "Hardening"), as the
 // parser and the parse-time policy apply them.
 func TestAdvertiseURLPolicy(t *testing.T) {
 	policy := func(allow []netip.Prefix, ports []uint16) *addrPolicy {
