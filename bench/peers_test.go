@@ -7,12 +7,14 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/pinned-go/pinned/internal/testkit/ci"
 )
 
 // The peers hand the backend the same forwarding fields as the pinboard
 // (X-Forwarded-For, -Proto and -Host), so that a backend behind nginx or
 // HAProxy parses as much per request as one behind the pinboard. Skipped
-// for a peer that is not installed.
+// for a peer that is not installed, except in CI (internal/testkit/ci).
 func TestPeersForwardLikeThePinboard(t *testing.T) {
 	var mu sync.Mutex
 	var seen []http.Header
@@ -43,7 +45,7 @@ func TestPeersForwardLikeThePinboard(t *testing.T) {
 		t.Run(peer.name, func(t *testing.T) {
 			p, err := peer.start(ln.Addr().String())
 			if errors.Is(err, errPeerMissing) {
-				t.Skipf("%s is not installed", peer.name)
+				ci.Missing(t, peer.name+" is not installed (go run ./cmd/bench -install installs it)")
 			}
 			if err != nil {
 				t.Fatal(err)

@@ -258,41 +258,72 @@ func fetch(ctx context.Context, url, path string, timeout time.Duration) error {
 	return os.WriteFile(path, resp.Body(), 0o644)
 }
 
-// peer is an external proxy (nginx, HAProxy) in front of one backend.
-func (r *rig) startNginx(backend string) (*proc, error) {
-	bin, err := exec.LookPath("nginx")
-	if err != nil {
-		if bin, err = exec.LookPath("/usr/sbin/nginx"); err != nil {
-			return nil, errPeerMissing
+// peerBinary finds a peer proxy's binary (nginx, haproxy) on PATH or in
+// /usr/sbin, where Debian puts both (outside a user's PATH); errPeerMissing
+// when it is in neither.
+func peerBinary(name string) (string, error) {
+	for _, p := range []string{name, "/usr/sbin/" + name} {
+		if bin, err := exec.LookPath(p); err == nil {
+			return bin, nil
 		}
+	}
+	return "", errPeerMissing
+}
+
+// startPeer starts a peer proxy (nginx, haproxy) on a free address,
+// pinned to the proxy's CPUs, and waits until a request through it is
+// answered. configure writes its configuration for its binary bin to
+// listen on addr, and returns how to run it and the file its errors go to
+// ("" when they go to its output); that file and its output make the error
+// when it exits or never answers.
+func (r *rig) startPeer(name string, configure func(bin, addr string) (spec procrun.Spec, errorLog string, err error)) (*proc, error) {
+	bin, err := peerBinary(name)
+	if err != nil {
+		return nil, err
 	}
 	addr, err := freeAddr()
 	if err != nil {
 		return nil, err
 	}
-	dir := filepath.Join(r.dir, "nginx")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	spec, errorLog, err := configure(bin, addr)
+	if err != nil {
 		return nil, err
 	}
-	conf := fmt.Sprintf(nginxConf, dir, dir, dir, dir, dir, dir, dir, backend, addr)
-	cfgPath := filepath.Join(dir, "nginx.conf")
-	if err := os.WriteFile(cfgPath, []byte(conf), 0o644); err != nil {
-		return nil, err
-	}
-	p, err := r.start("nginx", r.o.PinProxy, procrun.Spec{Bin: bin, Args: []string{"-p", dir, "-c", cfgPath, "-e", filepath.Join(dir, "error.log")}})
+	p, err := r.start(name, r.o.PinProxy, spec)
 	if err != nil {
 		return nil, err
 	}
 	p.addr = addr
-	if err := poll(10*time.Second, "nginx answers", func() bool {
+	if err := poll(10*time.Second, name+" answers", func() bool {
 		code, _ := httpGet("http://"+addr+"/counter/warm/", time.Second)
 		return code == 200 || exited(p)
 	}); err != nil || exited(p) {
 		if err == nil {
-			err = errors.New("nginx exited")
+			err = errors.New(name + " exited")
 		}
-		b, _ := os.ReadFile(filepath.Join(dir, "error.log"))
+		var b []byte
+		if errorLog != "" {
+			b, _ = os.ReadFile(errorLog)
+		}
 		return nil, fmt.Errorf("%w\n%s%s", err, p.Log(), b)
+	}
+	return p, nil
+}
+
+// startNginx starts nginx in front of backend (nginxConf).
+func (r *rig) startNginx(backend string) (*proc, error) {
+	p, err := r.startPeer("nginx", func(bin, addr string) (procrun.Spec, string, error) {
+		dir := filepath.Join(r.dir, "nginx")
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return procrun.Spec{}, "", err
+		}
+		conf := fmt.Sprintf(nginxConf, dir, dir, dir, dir, dir, dir, dir, backend, addr)
+		cfgPath, errorLog := filepath.Join(dir, "nginx.conf"), filepath.Join(dir, "error.log")
+		spec := procrun.Spec{Bin: bin, Args: []string{"-p", dir, "-c", cfgPath, "-e", errorLog}}
+		return spec, errorLog, os.WriteFile(cfgPath, []byte(conf), 0o644)
+	})
+	if err != nil {
+		return nil, err
 	}
 	p.pids = append([]int{p.Pid()}, children(p.Pid())...)
 	return p, nil
@@ -366,36 +397,13 @@ http {
 }
 `
 
+// startHAProxy starts HAProxy in front of backend (haproxyConf).
 func (r *rig) startHAProxy(backend string) (*proc, error) {
-	bin, err := exec.LookPath("haproxy")
-	if err != nil {
-		if bin, err = exec.LookPath("/usr/sbin/haproxy"); err != nil {
-			return nil, errPeerMissing
-		}
-	}
-	addr, err := freeAddr()
-	if err != nil {
-		return nil, err
-	}
-	cfgPath := filepath.Join(r.dir, "haproxy.cfg")
-	if err := os.WriteFile(cfgPath, []byte(fmt.Sprintf(haproxyConf, addr, backend)), 0o644); err != nil {
-		return nil, err
-	}
-	p, err := r.start("haproxy", r.o.PinProxy, procrun.Spec{Bin: bin, Args: []string{"-f", cfgPath, "-db"}})
-	if err != nil {
-		return nil, err
-	}
-	p.addr = addr
-	if err := poll(10*time.Second, "haproxy answers", func() bool {
-		code, _ := httpGet("http://"+addr+"/counter/warm/", time.Second)
-		return code == 200 || exited(p)
-	}); err != nil || exited(p) {
-		if err == nil {
-			err = errors.New("haproxy exited")
-		}
-		return nil, fmt.Errorf("%w\n%s", err, p.Log())
-	}
-	return p, nil
+	return r.startPeer("haproxy", func(bin, addr string) (procrun.Spec, string, error) {
+		cfgPath := filepath.Join(r.dir, "haproxy.cfg")
+		spec := procrun.Spec{Bin: bin, Args: []string{"-f", cfgPath, "-db"}}
+		return spec, "", os.WriteFile(cfgPath, []byte(fmt.Sprintf(haproxyConf, addr, backend)), 0o644)
+	})
 }
 
 // haproxyConf: one frontend, one static server, keep-alive both ways with

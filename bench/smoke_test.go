@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/pinned-go/pinned/internal/testkit/ci"
 )
 
 // TestSmoke runs every suite in smoke mode (about a second per
@@ -14,8 +16,9 @@ import (
 // that the report is written and its numbers are sane: traffic flowed, no
 // request failed, steady-state Redis traffic is (about) zero while
 // activations do cost Redis commands, memory per instance is plausible, and
-// profiles were captured. nginx and HAProxy rows are checked when those
-// binaries are installed and must be noted as skipped otherwise.
+// profiles were captured. nginx, HAProxy and wrk rows are checked when those
+// binaries are installed and must be noted as skipped otherwise; in CI
+// (internal/testkit/ci), which installs them, a missing one fails the test.
 func TestSmoke(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: the smoke run starts real processes for ~30 s")
@@ -77,11 +80,13 @@ func TestSmoke(t *testing.T) {
 
 	targets := []string{"direct", "pinboard"}
 	for _, peer := range []string{"nginx", "haproxy"} {
-		if _, err := exec.LookPath(peer); err == nil {
+		if _, err := peerBinary(peer); err == nil {
 			targets = append(targets, peer)
 			if strings.Contains(strings.Join(suite["proxy"].Notes, "\n"), peer) {
 				t.Errorf("%s installed but skipped: %q", peer, suite["proxy"].Notes)
 			}
+		} else if ci.Enabled() {
+			t.Errorf("%s is not installed, and CI installs it: the proxy suite ran without it", peer)
 		} else if !strings.Contains(strings.Join(suite["proxy"].Notes, "\n"), peer+" rows skipped") {
 			t.Errorf("%s is not installed but the proxy suite does not say it skipped it: %q", peer, suite["proxy"].Notes)
 		}
@@ -121,6 +126,8 @@ func TestSmoke(t *testing.T) {
 	if _, err := exec.LookPath(wrkPath); err == nil {
 		positive("loadgen", "closed-64 wrk rate")
 		positive("loadgen", "closed-64 loadgen/wrk cpu")
+	} else if ci.Enabled() {
+		t.Error("wrk is not installed, and CI installs it: the loadgen suite ran without it")
 	} else if !strings.Contains(strings.Join(suite["loadgen"].Notes, "\n"), "wrk rows skipped") {
 		t.Errorf("wrk is not installed but the loadgen suite does not say it skipped it: %q", suite["loadgen"].Notes)
 	}

@@ -121,3 +121,29 @@ func Or(c Clock) Clock {
 	}
 	return c
 }
+
+// Sleep is the wait of a goroutine that sleeps until its next deadline or a
+// nudge: it returns when d has passed on c (only when timed: a goroutine
+// with no deadline waits for wake or stop alone), when wake delivers, or
+// when stop is closed, and reports whether stop is closed. The timer it
+// makes is stopped before it returns.
+func Sleep(c Clock, d time.Duration, timed bool, wake, stop <-chan struct{}) (stopped bool) {
+	var fired <-chan struct{}
+	if timed {
+		t := c.NewTimer(d)
+		defer t.Stop()
+		fired = t.C()
+	}
+	select {
+	case <-fired:
+	case <-wake:
+	case <-stop:
+		return true
+	}
+	select {
+	case <-stop:
+		return true
+	default:
+		return false
+	}
+}

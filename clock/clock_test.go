@@ -92,3 +92,62 @@ func TestRealClockMoves(t *testing.T) {
 		t.Fatalf("Real.Now allocates %v", n)
 	}
 }
+
+// Sleep returns when its timer fires or it is woken (false), and when stop
+// is closed (true); untimed, only wake and stop end it; it leaves no timer
+// armed.
+func TestSleep(t *testing.T) {
+	f := NewFake(time.Unix(0, 0))
+	wake, stop := make(chan struct{}, 1), make(chan struct{})
+	closed := make(chan struct{})
+	close(closed)
+	res := make(chan bool)
+	noTimer := func(what string) {
+		t.Helper()
+		if f.BlockUntil(1, closed) {
+			t.Fatalf("%s: a timer is still armed", what)
+		}
+	}
+
+	go func() { res <- Sleep(f, time.Second, true, wake, stop) }()
+	f.BlockUntil(1, nil)
+	f.Advance(time.Second - 1)
+	select {
+	case <-res:
+		t.Fatal("returned before its deadline")
+	default:
+	}
+	f.Advance(1)
+	if <-res {
+		t.Fatal("at its deadline: reported stopped")
+	}
+	noTimer("after firing")
+
+	go func() { res <- Sleep(f, time.Hour, true, wake, stop) }()
+	f.BlockUntil(1, nil)
+	wake <- struct{}{}
+	if <-res {
+		t.Fatal("woken: reported stopped")
+	}
+	noTimer("after a wake")
+
+	go func() { res <- Sleep(f, time.Nanosecond, false, wake, stop) }()
+	f.Advance(time.Hour)
+	select {
+	case <-res:
+		t.Fatal("untimed: returned without a wake")
+	default:
+	}
+	wake <- struct{}{}
+	if <-res {
+		t.Fatal("untimed, woken: reported stopped")
+	}
+
+	go func() { res <- Sleep(f, time.Hour, true, wake, stop) }()
+	f.BlockUntil(1, nil)
+	close(stop)
+	if !<-res {
+		t.Fatal("stopped: reported not stopped")
+	}
+	noTimer("after stop")
+}

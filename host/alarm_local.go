@@ -173,23 +173,8 @@ func (l *localAlarms) loop() {
 	defer l.wg.Wait()
 	for {
 		wait, ok := l.pass()
-		var fired <-chan struct{}
-		var t clock.Timer
-		if ok {
-			t = l.clock.NewTimer(wait)
-			fired = t.C()
-		}
-		select {
-		case <-fired:
-		case <-l.wake:
-		case <-l.stop:
-			if t != nil {
-				t.Stop()
-			}
+		if clock.Sleep(l.clock, wait, ok, l.wake, l.stop) {
 			return
-		}
-		if t != nil {
-			t.Stop()
 		}
 	}
 }

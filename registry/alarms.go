@@ -47,11 +47,8 @@ func (r *Registry) noAlarms(ctx *fasthttp.RequestCtx) (int, bool) {
 
 // checkInstance validates the (sessionId, namespace, id) of an alarm call.
 func checkInstance(sessionID, ns, id string) *badRequest {
-	if sessionID == "" {
-		return bad("sessionId", "is required")
-	}
-	if e := wire.CheckSessionID(sessionID); e != wire.SegmentOK {
-		return bad("sessionId", "%v", e)
+	if e := checkSessionID(sessionID); e != nil {
+		return e
 	}
 	if e := wire.CheckNamespace(ns); e != wire.SegmentOK {
 		return bad("namespace", "%v", e)

@@ -126,6 +126,17 @@ func checkClientID(field, v string) *badRequest {
 	return nil
 }
 
+// checkSessionID validates a required sessionId field.
+func checkSessionID(v string) *badRequest {
+	if v == "" {
+		return bad("sessionId", "is required")
+	}
+	if e := wire.CheckSessionID(v); e != wire.SegmentOK {
+		return bad("sessionId", "%v", e)
+	}
+	return nil
+}
+
 // headerSafe reports whether v can travel as an HTTP header value as is:
 // visible ASCII only.
 func headerSafe(v string) bool {
@@ -220,11 +231,8 @@ func parseHeartbeat(body []byte) (wire.HeartbeatRequest, *badRequest) {
 	if e := decode(body, &r); e != nil {
 		return r, e
 	}
-	if r.SessionID == "" {
-		return r, bad("sessionId", "is required")
-	}
-	if e := wire.CheckSessionID(r.SessionID); e != wire.SegmentOK {
-		return r, bad("sessionId", "%v", e)
+	if e := checkSessionID(r.SessionID); e != nil {
+		return r, e
 	}
 	if r.Headroom < 0 {
 		return r, bad("headroom", "must not be negative")
@@ -252,9 +260,9 @@ func parseRelease(body []byte) (wire.ReleaseRequest, *badRequest) {
 	if e := wire.CheckSegment([]byte(r.ID), wire.MaxIDLen); e != wire.SegmentOK {
 		return r, bad("id", "%v", e)
 	}
-	if r.SessionID != "" {
-		if e := wire.CheckSessionID(r.SessionID); e != wire.SegmentOK {
-			return r, bad("sessionId", "%v", e)
+	if r.SessionID != "" { // optional: without it, the client's current session
+		if e := checkSessionID(r.SessionID); e != nil {
+			return r, e
 		}
 	}
 	return r, nil
@@ -265,13 +273,7 @@ func parseDeregister(body []byte) (wire.DeregisterRequest, *badRequest) {
 	if e := decode(body, &r); e != nil {
 		return r, e
 	}
-	if r.SessionID == "" {
-		return r, bad("sessionId", "is required")
-	}
-	if e := wire.CheckSessionID(r.SessionID); e != wire.SegmentOK {
-		return r, bad("sessionId", "%v", e)
-	}
-	return r, nil
+	return r, checkSessionID(r.SessionID)
 }
 
 func parsePush(body []byte) (wire.PushRequest, *badRequest) {

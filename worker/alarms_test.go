@@ -154,7 +154,9 @@ func TestAlarmCallRetriesWithinItsContext(t *testing.T) {
 		t.Fatalf("%d calls; want 3", n)
 	}
 	p.script() // every call fails (500 unscripted)
-	tctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	// The second call goes 100 ms after the first: a deadline of 1 s leaves
+	// a busy machine 900 ms to make it.
+	tctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
 	err := w.SetAlarm(tctx, "/counter", "x", host.Alarm{Name: "a", At: time.UnixMilli(1)})
 	if !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, host.ErrAlarmUnavailable) {

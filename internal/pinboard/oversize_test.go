@@ -14,6 +14,7 @@ import (
 
 	"github.com/pinned-go/pinned/internal/base/wire"
 	"github.com/pinned-go/pinned/internal/testkit/redistest"
+	"github.com/pinned-go/pinned/registry"
 )
 
 // A registry call whose head announces a body over wire.MaxBodyBytes is
@@ -119,6 +120,7 @@ func TestStoreOutageAnsweredAtOnce(t *testing.T) {
 		time.Sleep(20 * time.Millisecond) // polling the pinboard's view of an external process
 	}
 	hb := `{"sessionId":"AAAAAAAAAAAAAAAAAAAAAAAA"}`
+	var slowest time.Duration
 	for i := range 20 {
 		req := "GET " + wire.PathWorkers + " HTTP/1.1\r\nHost: h\r\nAuthorization: Bearer " + token + "\r\n\r\n" // reads: Redis's client retries them
 		if i%2 == 1 {
@@ -128,11 +130,16 @@ func TestStoreOutageAnsweredAtOnce(t *testing.T) {
 		start := time.Now()
 		resp := rawRequest(t, r.public, req)
 		d := time.Since(start)
-		if resp.StatusCode() != 503 || len(resp.Header.Peek(wire.HeaderRetryAfter)) == 0 || d > 100*time.Millisecond {
-			t.Fatalf("%s while Redis is down = %d (Retry-After %q) after %v; want 503 + Retry-After at once",
-				strings.Fields(req)[1], resp.StatusCode(), resp.Header.Peek(wire.HeaderRetryAfter), d)
+		// A request that waited for Redis would take up to the registry's
+		// store timeout; only half of it fails the test, which no stall of a
+		// busy machine reaches (the slowest is logged: milliseconds when quiet).
+		if resp.StatusCode() != 503 || len(resp.Header.Peek(wire.HeaderRetryAfter)) == 0 || d >= registry.DefaultStoreTimeout/2 {
+			t.Fatalf("%s while Redis is down = %d (Retry-After %q) after %v; want 503 + Retry-After at once, not after a wait for the store timeout (%v)",
+				strings.Fields(req)[1], resp.StatusCode(), resp.Header.Peek(wire.HeaderRetryAfter), d, registry.DefaultStoreTimeout)
 		}
+		slowest = max(slowest, d)
 	}
+	t.Logf("20 registry calls while Redis was down: the slowest answered after %v", slowest)
 	rs.Restart(t)
 	r.waitHealth(t, 200)
 }

@@ -7,10 +7,10 @@
 // Redis and with `pinboard -dev`.
 //
 // Chromium is Debian's `chromium` package (.ci/run installs it). Without it
-// the test skips, except in CI (CI set), where it fails. With
-// -console-screenshot=<path> it saves a screenshot of the page there
-// (docs/console.png shows examples/fleet under some traffic instead:
-// docs/console.md says how it was made).
+// the test skips, except in CI (internal/testkit/ci: PINNED_CI or CI set),
+// where it fails. With -console-screenshot=<path> it saves a screenshot of
+// the page there (docs/console.png shows examples/fleet under some traffic
+// instead: docs/console.md says how it was made).
 package console
 
 import (
@@ -32,6 +32,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/pinned-go/pinned/internal/base/wire"
+	"github.com/pinned-go/pinned/internal/testkit/ci"
 	"github.com/pinned-go/pinned/internal/testkit/proctest"
 	"github.com/pinned-go/pinned/internal/testkit/redistest"
 )
@@ -54,17 +55,14 @@ var (
 )
 
 // chromiumPath finds Debian's chromium; it skips the test when there is
-// none, except in CI.
+// none, except in CI (internal/testkit/ci), which installs it.
 func chromiumPath(t *testing.T) string {
 	for _, name := range []string{"chromium", "chromium-browser"} {
 		if p, err := exec.LookPath(name); err == nil {
 			return p
 		}
 	}
-	if os.Getenv("CI") != "" {
-		t.Fatal("chromium is not installed; .ci/run installs Debian's chromium package")
-	}
-	t.Skip("chromium is not installed (Debian package chromium); the console's browser test needs it")
+	ci.Missing(t, "chromium is not installed (Debian package chromium); the console's browser test needs it")
 	return ""
 }
 

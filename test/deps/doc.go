@@ -9,6 +9,10 @@
 //     test support, not examples/, not a command) from its export data and
 //     fails when an exported name exposes a type of an internal package: an
 //     application must be able to use every part of the public API.
+//   - TestRaceFreeTestsRunInCI finds every test that runs only without the
+//     race detector (its file built !race, or it skips when raceEnabled)
+//     and fails unless the -run pattern of .ci/run's step without -race
+//     (race_free_tests) selects it, so CI checks the zero-allocation paths.
 //
 // Invariants: the layering rules are checked on the transitive
 // dependencies of each package's non-test build, in the default build and

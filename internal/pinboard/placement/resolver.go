@@ -185,7 +185,7 @@ func (r *Resolver) Lookup(name []byte, now time.Time) (proxy.Route, bool) {
 }
 
 // Resolve implements proxy.Resolver: the route of name, read from the store
-// (placing the instance if needed, see the package doc) unless it was cached
+// (placing the instance if needed, see docs/placement.md) unless it was cached
 // since the caller's Lookup missed, sharing the work with concurrent misses
 // of the same name. That second look at the cache is not counted as a hit
 // or a miss: the Lookup was. Errors wrap proxy.ErrNoWorker (503 no_worker)
@@ -291,7 +291,7 @@ func (r *Resolver) recheck(key string) (refusal, bool) {
 //   - {Session: id}: ignored. Every heartbeat rewrites the session hash, so
 //     this arrives every few seconds per worker; dropping that worker's
 //     placements would cost store reads for each of its ids each time. A
-//     session's death is learnt lazily (see the package doc).
+//     session's death is learnt lazily (docs/placement.md).
 func (r *Resolver) OnInvalidate(inv store.Invalidation) {
 	switch {
 	case inv.All:

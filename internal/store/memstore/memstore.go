@@ -187,24 +187,8 @@ func (s *Store) reaper() {
 	for {
 		s.Expire()
 		d, ok := s.nextExpiry()
-		var fired <-chan struct{}
-		var t clock.Timer
-		if ok {
-			t = s.clock.NewTimer(d)
-			fired = t.C()
-		}
-		select {
-		case <-fired:
-		case <-s.kick:
-		case <-s.stop:
-		}
-		if t != nil {
-			t.Stop()
-		}
-		select {
-		case <-s.stop:
+		if clock.Sleep(s.clock, d, ok, s.kick, s.stop) {
 			return
-		default:
 		}
 	}
 }

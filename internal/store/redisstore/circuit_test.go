@@ -25,18 +25,26 @@ func waitCircuit(t *testing.T, s *Store, open bool, within time.Duration) time.D
 }
 
 // fastFailures makes calls while the circuit is open: each must come back
-// with store.ErrUnavailable at once, without waiting for its deadline.
+// with store.ErrUnavailable without waiting for its deadline, as a call
+// that met a hung Redis itself would. The deadline is long (10 s) and only
+// a call that took half of it fails the test, which no stall of a busy
+// machine reaches; the slowest is logged (microseconds when quiet).
 func fastFailures(t *testing.T, s *Store) {
 	t.Helper()
+	const deadline = 10 * time.Second
+	var slowest time.Duration
 	for range 50 {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), deadline)
 		start := time.Now()
 		_, err := s.Placement(ctx, "/ns", "id")
 		cancel()
-		if d := time.Since(start); !errors.Is(err, store.ErrUnavailable) || d > 50*time.Millisecond {
-			t.Fatalf("Placement while Redis is known down = %v after %v; want ErrUnavailable at once", err, d)
+		d := time.Since(start)
+		if !errors.Is(err, store.ErrUnavailable) || d >= deadline/2 {
+			t.Fatalf("Placement while Redis is known down = %v after %v; want ErrUnavailable at once, not after a wait for the %v deadline", err, d, deadline)
 		}
+		slowest = max(slowest, d)
 	}
+	t.Logf("50 calls with the circuit open: the slowest took %v", slowest)
 	if err := s.Ping(context.Background()); !errors.Is(err, store.ErrUnavailable) {
 		t.Fatalf("Ping while the circuit is open = %v; want ErrUnavailable", err)
 	}

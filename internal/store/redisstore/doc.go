@@ -5,7 +5,7 @@
 // whose two keys (the placement and its epoch counter) share a hash tag and
 // so a slot, and the alarm scripts (alarms.go), whose keys all belong to one
 // alarm shard and share its hash tag {<shard>} (the layout is documented in
-// internal/base/wire/keys.go and the registry package doc). On a single node
+// internal/base/wire/keys.go and docs/protocol.md). On a single node
 // (a standalone Redis, or the primary Sentinel names; not a cluster:
 // rueidis's ClientMode) the claim script also indexes the
 // placement in the claiming session's index, a key of another slot; on a

@@ -7,6 +7,15 @@
 // invalidations; it never sleeps to synchronise. Against Redis, time has to
 // pass on Redis's own clock, so Harness.Elapse waits for real there, and the
 // suite uses short leases.
+//
+// Two leases keep that from flaking on a busy machine: a session a test
+// lets run out registers with Harness.Lease (expiring), every other one
+// with lasting (25 leases: 10 s on Redis), and heartbeats renew for lasting.
+// So no check that a session is still alive comes after an Elapse within
+// the short lease: such checks follow its registration at once (a few store
+// calls, against a whole lease), or a renewal for lasting. Checks that a
+// session has ended follow an Elapse past its lease, which real waiting can
+// only lengthen.
 package storetest
 
 import (
@@ -193,9 +202,26 @@ func sess(id, client, url string, ns ...string) store.Session {
 	return store.Session{ID: id, ClientID: client, Secret: "secret-" + id, AdvertiseURL: url, Namespaces: ns, Headroom: 5, Verified: true}
 }
 
+// lasting is the lease of a session a test needs alive throughout, and of
+// every heartbeat: long enough that no stall of a busy machine ends it
+// mid-test.
+func lasting(h Harness) time.Duration { return 25 * h.Lease }
+
+// register registers s for lasting.
 func register(t *testing.T, h Harness, s store.Session) []string {
 	t.Helper()
-	sup, err := h.Store.Register(bg, s, h.Lease)
+	return registerFor(t, h, s, lasting(h))
+}
+
+// expiring registers s for Harness.Lease: a session the test lets run out.
+func expiring(t *testing.T, h Harness, s store.Session) []string {
+	t.Helper()
+	return registerFor(t, h, s, h.Lease)
+}
+
+func registerFor(t *testing.T, h Harness, s store.Session, lease time.Duration) []string {
+	t.Helper()
+	sup, err := h.Store.Register(bg, s, lease)
 	if err != nil {
 		t.Fatalf("Register(%s) = %v", s.ID, err)
 	}
@@ -235,7 +261,7 @@ func testRegisterAndRead(t *testing.T, h Harness, _ *Invalidations) {
 	if got := mustSession(t, h, "s2"); got.MaxBodyBytes != 0 {
 		t.Fatalf("Session(s2).MaxBodyBytes = %d; want 0 for a session registered without one", got.MaxBodyBytes)
 	}
-	if got.RegisteredAt == 0 || got.LastHeartbeat != got.RegisteredAt || got.ExpiresAt != got.RegisteredAt+h.Lease.Milliseconds() {
+	if got.RegisteredAt == 0 || got.LastHeartbeat != got.RegisteredAt || got.ExpiresAt != got.RegisteredAt+lasting(h).Milliseconds() {
 		t.Fatalf("Session(s1) times = reg %d hb %d exp %d; want hb = reg and exp = reg + lease", got.RegisteredAt, got.LastHeartbeat, got.ExpiresAt)
 	}
 	all, err := h.Store.Sessions(bg)
@@ -276,27 +302,27 @@ func testRegisterDuplicate(t *testing.T, h Harness, _ *Invalidations) {
 func testHeartbeat(t *testing.T, h Harness, _ *Invalidations) {
 	in := sess("s1", "c1", "http://h1", "/a")
 	in.Verified, in.MaxBodyBytes = false, 1<<20
-	register(t, h, in)
-	h.Elapse(h.Lease * 6 / 10)
-	got, msgs, err := h.Store.Heartbeat(bg, "s1", store.Update{Headroom: 3, Draining: true, DrainDeadline: 12345}, h.Lease)
+	expiring(t, h, in)
+	h.Elapse(h.Lease / 10) // the heartbeat's time differs from the registration's
+	got, msgs, err := h.Store.Heartbeat(bg, "s1", store.Update{Headroom: 3, Draining: true, DrainDeadline: 12345}, lasting(h))
 	if err != nil || len(msgs) != 0 {
 		t.Fatalf("Heartbeat = %v, %v; want ok and no messages", msgs, err)
 	}
 	if got.Headroom != 3 || !got.Draining || got.DrainDeadline != 12345 || got.Verified || got.MaxBodyBytes != 1<<20 {
 		t.Fatalf("Heartbeat returned %+v; want headroom 3, draining, deadline 12345, unverified, the registered body limit", got)
 	}
-	if got.ExpiresAt != got.LastHeartbeat+h.Lease.Milliseconds() || got.LastHeartbeat <= got.RegisteredAt {
-		t.Fatalf("Heartbeat times = reg %d hb %d exp %d; want hb > reg and exp = hb + lease", got.RegisteredAt, got.LastHeartbeat, got.ExpiresAt)
+	if got.ExpiresAt != got.LastHeartbeat+lasting(h).Milliseconds() || got.LastHeartbeat <= got.RegisteredAt {
+		t.Fatalf("Heartbeat times = reg %d hb %d exp %d; want hb > reg and exp = hb + the heartbeat's lease", got.RegisteredAt, got.LastHeartbeat, got.ExpiresAt)
 	}
 	// Verified is sticky: set by a verified heartbeat, kept by a pairless one.
-	if got, _, _ := h.Store.Heartbeat(bg, "s1", store.Update{Verified: true}, h.Lease); !got.Verified {
+	if got, _, _ := h.Store.Heartbeat(bg, "s1", store.Update{Verified: true}, lasting(h)); !got.Verified {
 		t.Fatal("a verified heartbeat did not mark the session verified")
 	}
-	if got, _, _ := h.Store.Heartbeat(bg, "s1", store.Update{}, h.Lease); !got.Verified || got.Draining {
+	if got, _, _ := h.Store.Heartbeat(bg, "s1", store.Update{}, lasting(h)); !got.Verified || got.Draining {
 		t.Fatalf("a pairless heartbeat: %+v; want still verified, no longer draining", got)
 	}
-	// 1.2 leases after registration, alive thanks to the heartbeats.
-	h.Elapse(h.Lease * 6 / 10)
+	// Past the lease it registered with, alive thanks to the heartbeats.
+	h.Elapse(h.Lease + h.Lease/5)
 	if s := mustSession(t, h, "s1"); !s.Verified || s.Headroom != 0 {
 		t.Fatalf("Session after heartbeats = %+v; want verified, headroom 0", s)
 	}
@@ -312,12 +338,10 @@ func testHeartbeatUnknown(t *testing.T, h Harness, _ *Invalidations) {
 }
 
 func testExpiry(t *testing.T, h Harness, _ *Invalidations) {
-	register(t, h, sess("s1", "c1", "http://h1", "/a"))
+	expiring(t, h, sess("s1", "c1", "http://h1", "/a"))
 	register(t, h, sess("s2", "c2", "http://h2", "/a"))
 	h.Elapse(h.Lease / 2)
-	if _, _, err := h.Store.Heartbeat(bg, "s2", store.Update{}, h.Lease); err != nil {
-		t.Fatal(err)
-	}
+	heartbeat(t, h, "s2")
 	h.Elapse(h.Lease/2 + h.Lease/5)
 	if _, err := h.Store.Session(bg, "s1"); !errors.Is(err, store.ErrUnknownSession) {
 		t.Fatalf("Session(s1) after its lease = %v; want ErrUnknownSession", err)
@@ -343,7 +367,7 @@ func testExpiry(t *testing.T, h Harness, _ *Invalidations) {
 }
 
 func testSupersede(t *testing.T, h Harness, byClient bool) {
-	register(t, h, sess("old", "c1", "http://h1", "/a"))
+	expiring(t, h, sess("old", "c1", "http://h1", "/a"))
 	next := sess("new", "c2", "http://h1", "/a")
 	if byClient {
 		next = sess("new", "c1", "http://h2", "/a")
@@ -357,7 +381,7 @@ func testSupersede(t *testing.T, h Harness, byClient bool) {
 	if _, _, err := h.Store.Heartbeat(bg, "old", store.Update{}, h.Lease); !errors.Is(err, store.ErrSuperseded) {
 		t.Fatalf("Heartbeat(old) = %v; want ErrSuperseded", err)
 	}
-	if _, _, err := h.Store.Heartbeat(bg, "new", store.Update{}, h.Lease); err != nil {
+	if _, _, err := h.Store.Heartbeat(bg, "new", store.Update{}, lasting(h)); err != nil {
 		t.Fatalf("Heartbeat(new) = %v", err)
 	}
 	if byClient {
@@ -384,7 +408,7 @@ func testSupersede(t *testing.T, h Harness, byClient bool) {
 }
 
 func testSupersedeOnlyLive(t *testing.T, h Harness, _ *Invalidations) {
-	register(t, h, sess("old", "c1", "http://h1"))
+	expiring(t, h, sess("old", "c1", "http://h1"))
 	h.Elapse(h.Lease + h.Lease/5)
 	if sup := register(t, h, sess("new", "c1", "http://h1")); len(sup) != 0 {
 		t.Fatalf("Register after the old lease ran out superseded %v; want none", sup)
@@ -393,11 +417,11 @@ func testSupersedeOnlyLive(t *testing.T, h Harness, _ *Invalidations) {
 
 func testSupersededKeepsPlacements(t *testing.T, h Harness, inv *Invalidations) {
 	reaper := h.Store.(store.Reaper)
-	register(t, h, sess("old", "c1", "http://h1", "/a"))
+	expiring(t, h, sess("old", "c1", "http://h1", "/a"))
 	if w, _ := h.Store.Claim(bg, "/a", "x", "old"); w != "old" {
 		t.Fatalf("Claim = %q; want old", w)
 	}
-	register(t, h, sess("new", "c1", "http://h1", "/a"))
+	expiring(t, h, sess("new", "c1", "http://h1", "/a"))
 	if p, _ := h.Store.Placement(bg, "/a", "x"); p != "old" {
 		t.Fatalf("Placement after supersede = %q; want old (kept until its lease ends)", p)
 	}
@@ -416,9 +440,10 @@ func testSupersededKeepsPlacements(t *testing.T, h Harness, inv *Invalidations) 
 	settled(t, h, inv, "/a", "x", "", "after reap")
 }
 
+// heartbeat renews id for lasting and returns the messages it took.
 func heartbeat(t *testing.T, h Harness, id string) []wire.Message {
 	t.Helper()
-	_, msgs, err := h.Store.Heartbeat(bg, id, store.Update{}, h.Lease)
+	_, msgs, err := h.Store.Heartbeat(bg, id, store.Update{}, lasting(h))
 	if err != nil {
 		t.Fatalf("Heartbeat(%s) = %v", id, err)
 	}
@@ -480,7 +505,7 @@ func testPushConcurrent(t *testing.T, h Harness, _ *Invalidations) {
 		var wg sync.WaitGroup
 		for range beaters {
 			wg.Go(func() {
-				_, msgs, err := h.Store.Heartbeat(bg, "s1", store.Update{}, h.Lease)
+				_, msgs, err := h.Store.Heartbeat(bg, "s1", store.Update{}, lasting(h))
 				if err != nil {
 					t.Error(err)
 				}
@@ -774,7 +799,7 @@ func testEpochsConcurrent(t *testing.T, h Harness, inv *Invalidations) {
 // testEpochsReap: a placement collected with its dead session (Reap, the
 // janitor after a kill -9) is followed by a larger epoch.
 func testEpochsReap(t *testing.T, h Harness, inv *Invalidations) {
-	register(t, h, sess("dead", "c1", "http://h1", "/a"))
+	expiring(t, h, sess("dead", "c1", "http://h1", "/a"))
 	p1, err := h.Store.ClaimPlacement(bg, "/a", "x", "dead")
 	p1 = mustPlace(t, "ClaimPlacement", store.Placement{}, p1, err, "dead")
 	h.Elapse(h.Lease + h.Lease/5)
@@ -887,7 +912,7 @@ func testNamespaceKnown(t *testing.T, h Harness, _ *Invalidations) {
 	if known("/a") {
 		t.Fatal("NamespaceKnown(/a) before any registration = true")
 	}
-	register(t, h, sess("s1", "c1", "http://h1", "/a"))
+	expiring(t, h, sess("s1", "c1", "http://h1", "/a"))
 	if !known("/a") || known("/b") {
 		t.Fatalf("after registering s1 for /a: known(/a) = %v, known(/b) = %v; want true, false", known("/a"), known("/b"))
 	}
@@ -946,7 +971,7 @@ func testPlacementCounts(t *testing.T, h Harness, _ *Invalidations) {
 
 func testReap(t *testing.T, h Harness, inv *Invalidations) {
 	reaper := h.Store.(store.Reaper)
-	register(t, h, sess("dead", "c1", "http://h1", "/a"))
+	expiring(t, h, sess("dead", "c1", "http://h1", "/a"))
 	register(t, h, sess("live", "c2", "http://h2", "/a"))
 	for _, id := range []string{"1", "2", "3"} {
 		h.Store.Claim(bg, "/a", id, "dead")
@@ -1006,7 +1031,7 @@ func testInvalidatePlacement(t *testing.T, h Harness, inv *Invalidations) {
 	step("release", func() { h.Store.Release(bg, "/a", "x", "s2", 0) })
 	step("lookup-or-claim", func() { h.Store.LookupOrClaim(bg, "/a", "x", "s1") })
 	step("release again", func() { h.Store.Release(bg, "/a", "x", "s1", 0) })
-	register(t, h, sess("s3", "c3", "http://h3", "/a"))
+	expiring(t, h, sess("s3", "c3", "http://h3", "/a"))
 	h.Store.Claim(bg, "/a", "x", "s3")
 	step("reap", func() {
 		h.Elapse(h.Lease + h.Lease/5)
@@ -1033,7 +1058,7 @@ func testInvalidateSession(t *testing.T, h Harness, inv *Invalidations) {
 }
 
 func testInvalidateExpiry(t *testing.T, h Harness, inv *Invalidations) {
-	register(t, h, sess("s1", "c1", "http://h1"))
+	expiring(t, h, sess("s1", "c1", "http://h1"))
 	mustSession(t, h, "s1")
 	inv.Reset()
 	h.Elapse(h.Lease + h.Lease/5)
@@ -1175,7 +1200,7 @@ func testDeregisterOthers(t *testing.T, h Harness, inv *Invalidations) {
 	if cur, _ := h.Store.CurrentSession(bg, "c1"); cur != "new" {
 		t.Fatalf("CurrentSession(c1) = %q after deregistering the old session; want new (pointer untouched)", cur)
 	}
-	if _, _, err := h.Store.Heartbeat(bg, "new", store.Update{}, h.Lease); err != nil {
+	if _, _, err := h.Store.Heartbeat(bg, "new", store.Update{}, lasting(h)); err != nil {
 		t.Fatalf("Heartbeat(new) = %v", err)
 	}
 	settled(t, h, inv, "/a", "x", "new", "after deregistering the superseded session")
@@ -1255,12 +1280,12 @@ func testReserveSlot(t *testing.T, h Harness, _ *Invalidations) {
 	for _, id := range []string{"s1", "s2"} {
 		in := sess(id, "c-"+id, "http://"+id)
 		in.TokenID = "t1"
-		register(t, h, in)
+		expiring(t, h, in)
 	}
-	// s2 heartbeats, s1 does not: after a lease only s2 holds a slot.
-	h.Elapse(h.Lease * 6 / 10)
+	// s2 heartbeats (for lasting), s1 does not: after the lease they
+	// reserved only s2 holds a slot.
 	heartbeat(t, h, "s2")
-	h.Elapse(h.Lease * 6 / 10)
+	h.Elapse(h.Lease + h.Lease/5)
 	f("t1", "s3", 2, true)
 	f("t1", "s4", 2, false)
 	// Deregister frees the slot at once.

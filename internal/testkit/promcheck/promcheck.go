@@ -2,7 +2,8 @@
 // `promtool check metrics` when promtool is installed (Debian package
 // prometheus; .ci/run installs it), and always with the Prometheus
 // ecosystem's own parser (github.com/prometheus/common/expfmt), so a test
-// asserts something even on a machine without promtool.
+// asserts something even on a machine without promtool. In CI
+// (internal/testkit/ci) a missing promtool fails the test instead.
 //
 // Invariant: Strict fails the test on any parse error and on every promtool
 // lint problem; Check tolerates "no help text", for output written without
@@ -23,6 +24,8 @@ import (
 
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+
+	"github.com/pinned-go/pinned/internal/testkit/ci"
 )
 
 // Family is one metric family of a parsed exposition.
@@ -37,7 +40,8 @@ type Family struct {
 
 // Check validates body and returns its families by name. It fails tb on a
 // parse error or a promtool problem; it logs (once per call) when promtool
-// is absent and only the parser ran.
+// is absent and only the parser ran, except in CI (internal/testkit/ci),
+// where a missing promtool fails tb.
 func Check(tb testing.TB, what string, body []byte) map[string]Family {
 	tb.Helper()
 	return check(tb, what, body, true)
@@ -57,6 +61,8 @@ func check(tb testing.TB, what string, body []byte, tolerateHelp bool) map[strin
 	}
 	problems, err := promtool(body, tolerateHelp)
 	switch {
+	case errors.Is(err, exec.ErrNotFound) && ci.Enabled():
+		tb.Fatalf("%s: promtool not installed, and CI installs it (apt-get install prometheus)", what)
 	case errors.Is(err, exec.ErrNotFound):
 		tb.Logf("%s: promtool not installed (apt-get install prometheus); checked with expfmt only", what)
 	case err != nil:

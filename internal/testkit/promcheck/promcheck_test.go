@@ -5,13 +5,15 @@ import (
 	"os/exec"
 	"strings"
 	"testing"
+
+	"github.com/pinned-go/pinned/internal/testkit/ci"
 )
 
 // Promtool separates the tolerated "no help text" from real lint problems
 // (here a non-base unit) and reports parse errors as errors.
 func TestPromtool(t *testing.T) {
 	if _, err := exec.LookPath("promtool"); err != nil {
-		t.Skip("promtool not installed (apt-get install prometheus)")
+		ci.Missing(t, "promtool not installed (apt-get install prometheus)")
 	}
 	problems, err := Promtool([]byte("pinned_ok_total 1\n"))
 	if err != nil || len(problems) != 0 {
