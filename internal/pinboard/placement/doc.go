@@ -44,9 +44,12 @@
 //     session's placement or moves it to another session. A claim's result
 //     is taken from the store's reply, never from a re-read.
 //   - A session found gone is forgotten (its record, not the routes cached
-//     with it). Run and its refreshers (which Run waits for) are the only
-//     goroutines the package starts; they end when Run's ctx ends or Close
-//     is called; OnMoved runs on Run's.
+//     with it). Run, its refreshers and its death probers (which Run waits
+//     for) are the only goroutines the package starts; they end when Run's
+//     ctx ends or Close is called; OnMoved runs on Run's.
+//   - A session is ended before its lease only after Config.ConfirmDeath
+//     proved its process gone (never on a timeout); a cached route is not
+//     served past its session's lease end as the store last said.
 //
 // # Callers must not assume
 //
