@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/pinned-go/pinned/examples/counter/countercmd"
 	"github.com/pinned-go/pinned/internal/base/cmdline"
 	"github.com/pinned-go/pinned/internal/testkit/logtest"
 )
@@ -37,16 +38,18 @@ func TestAdminListener(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	addrs := make(chan listening, 1)
+	addrs := make(chan countercmd.Listening, 1)
 	done := make(chan error, 1)
-	go func() { done <- run(ctx, opts, logger, func(l listening) { addrs <- l }) }()
+	go func() {
+		done <- countercmd.Run(ctx, opts.counter, countercmd.Extras{}, logger, func(l countercmd.Listening) { addrs <- l })
+	}()
 	defer func() {
 		cancel()
 		if err := <-done; err != nil {
 			t.Errorf("run: %v", err)
 		}
 	}()
-	var l listening
+	var l countercmd.Listening
 	select {
 	case l = <-addrs:
 	case err := <-done:
@@ -57,10 +60,10 @@ func TestAdminListener(t *testing.T) {
 		t.Fatalf("no admin listening line in the log:\n%s", logs.String())
 	}
 	admin := m[1]
-	if l.admin == nil || l.admin.String() != admin {
-		t.Fatalf("run reported admin listener %v; the log says %s", l.admin, admin)
+	if l.Admin == nil || l.Admin.String() != admin {
+		t.Fatalf("run reported admin listener %v; the log says %s", l.Admin, admin)
 	}
-	addr := l.addr
+	addr := l.Addr
 	get := func(url string) (int, []byte) {
 		t.Helper()
 		resp, err := http.Get(url)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/pinned-go/pinned/examples/counter/counterapp"
+	"github.com/pinned-go/pinned/examples/counter/countercmd"
 	"github.com/pinned-go/pinned/host"
 	"github.com/pinned-go/pinned/internal/history"
 	"github.com/pinned-go/pinned/worker"
@@ -30,7 +31,7 @@ func openRecorder(path string) (*recorder, error) {
 	}
 	w, err := history.Create(path)
 	if err != nil {
-		return nil, fmt.Errorf("counter: %s: %w", EnvHistory, err)
+		return nil, fmt.Errorf("%s: %w", EnvHistory, err)
 	}
 	r := &recorder{w: w, proc: strings.TrimSuffix(filepath.Base(path), ".jsonl")}
 	r.w.Write(history.Event{Kind: history.KindStart, Proc: r.proc})
@@ -48,6 +49,12 @@ func (r *recorder) instance(kind string, c *counterapp.Counter) history.Event {
 	inst := c.Instance()
 	sess, _ := worker.SessionOf(inst.Context())
 	return history.Event{Kind: kind, Proc: r.proc, ID: inst.ID(), Inst: c.Nonce(), Session: sess, Epoch: inst.Epoch()}
+}
+
+// extras are the counter process's additions that record into the
+// history: hooks and lease events (none without a history).
+func (r *recorder) extras() countercmd.Extras {
+	return countercmd.Extras{Hooks: r.hooks(), OnLease: r.onLease()}
 }
 
 // hooks returns the counter hooks that record into the history.
