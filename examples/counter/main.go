@@ -15,9 +15,8 @@
 // main listener is the advertise URL the pinboard proxies to.
 //
 // `counter -h` lists every setting (flag and PINNED_* variable, type,
-// default). PINNED_HISTORY=<file> appends a chaos history (history.go; for
-// test/chaos). Unknown PINNED_* variables are reported at start, one
-// warning line each.
+// default). Unknown PINNED_* variables are reported at start, one warning
+// line each.
 // -persist (PINNED_PERSIST) names a Redis (redis://host:port/db) where
 // every count is kept, fenced by its instance's activation epoch
 // (counterapp, package fence), so a count survives its instance and no
@@ -60,27 +59,16 @@ PINNED_PINBOARD_URL, PINNED_TOKEN and PINNED_ADVERTISE_URL are all set.`
 // options is everything the demo reads from flags and the environment.
 type options struct {
 	counter countercmd.Settings
-	history string // PINNED_HISTORY (history.go)
 	unknown []cmdline.UnknownVar
 }
 
-// loadOptions parses args and environ (as os.Environ); a flag beats its
-// variable. For -h it writes every setting to stdout and returns
-// flag.ErrHelp (-version: the version, cmdline.ErrVersion). Every setting
-// the demo cannot run with, alone or together (a partial fleet
-// configuration), is a usage error here, before anything starts.
+// loadOptions parses args and environ (as os.Environ): the demo's
+// settings, countercmd.Load.
 func loadOptions(args, environ []string, stdout io.Writer) (options, error) {
 	var o options
-	set := cmdline.New("counter", "PINNED_", about)
-	o.counter.Declare(set)
-	set.String(&o.history, "", EnvHistory, "path", "",
-		"append the chaos history (instances, requests, effects, lease events) to this file; for test/chaos")
-	set.Known("PINNED_FAULTS") // read by internal/base/faults in binaries built with the pinned_faults tag
-	if err := set.Parse(args, environ, stdout); err != nil {
-		return o, err
-	}
-	o.unknown = set.Unknown(environ)
-	return o, o.counter.Check()
+	var err error
+	o.counter, o.unknown, err = countercmd.Load(cmdline.New("counter", "PINNED_", about), args, environ, stdout)
+	return o, err
 }
 
 func main() {
@@ -94,10 +82,5 @@ func mainStatus(args, environ []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return cmdline.Exit(stderr, "counter", err)
 	}
-	rec, err := openRecorder(opts.history)
-	if err != nil {
-		return cmdline.Exit(stderr, "counter", err)
-	}
-	defer rec.close()
-	return countercmd.Main(opts.counter, opts.unknown, rec.extras(), stderr)
+	return countercmd.Main(opts.counter, opts.unknown, countercmd.Extras{}, stderr)
 }

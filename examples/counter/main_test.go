@@ -131,10 +131,16 @@ func TestLoadOptions(t *testing.T) {
 	if _, err := loadOptions(nil, env(map[string]string{"PINNED_IDLE_TIMEOUT": "soon"}), io.Discard); err == nil || !strings.Contains(err.Error(), "PINNED_IDLE_TIMEOUT") {
 		t.Errorf("a bad PINNED_IDLE_TIMEOUT gave %v; want an error naming it", err)
 	}
-	o, err := loadOptions(nil, env(map[string]string{"PINNED_LISTEM": "x", "PINNED_FAULTS": "", "PINNED_TOKEN": "t",
-		"PINNED_PINBOARD_URL": "http://127.0.0.1:1", "PINNED_ADVERTISE_URL": "http://127.0.0.1:2"}), io.Discard)
+	o, err := loadOptions(nil, []string{"PINNED_LISTEM=x", "PINNED_TOKEN=t",
+		"PINNED_PINBOARD_URL=http://127.0.0.1:1", "PINNED_ADVERTISE_URL=http://127.0.0.1:2"}, io.Discard)
 	if err != nil || len(o.unknown) != 1 || o.unknown[0].Name != "PINNED_LISTEM" || o.unknown[0].Near != "PINNED_LISTEN" {
 		t.Errorf("unknown variables %+v, %v; want PINNED_LISTEM (near PINNED_LISTEN) only", o.unknown, err)
+	}
+	// The demo has no test-only setting: the test fixture's variables
+	// (test/app/counter) are unknown here, reported like any other.
+	o, err = loadOptions(nil, []string{"PINNED_HISTORY=/tmp/h.jsonl", "PINNED_FAULTS=no_self_abort"}, io.Discard)
+	if err != nil || len(o.unknown) != 2 || o.unknown[0].Name != "PINNED_HISTORY" || o.unknown[1].Name != "PINNED_FAULTS" {
+		t.Errorf("unknown variables %+v, %v; want PINNED_HISTORY and PINNED_FAULTS", o.unknown, err)
 	}
 	var help strings.Builder
 	if _, err := loadOptions([]string{"-h"}, nil, &help); !errors.Is(err, flag.ErrHelp) {
@@ -146,10 +152,14 @@ func TestLoadOptions(t *testing.T) {
 		"-max-instances int (env PINNED_MAX_INSTANCES, default 10000)",
 		`-admin-listen host:port (env PINNED_ADMIN_LISTEN, default "")`,
 		`PINNED_TOKEN token (environment only, default "")`,
+		`-persist url (env PINNED_PERSIST, default "")`,
 	} {
 		if !strings.Contains(help.String(), want) {
 			t.Errorf("-h lacks %q:\n%s", want, help.String())
 		}
+	}
+	if strings.Contains(help.String(), "HISTORY") || strings.Contains(help.String(), "chaos") {
+		t.Errorf("-h lists a test-only setting:\n%s", help.String())
 	}
 	if _, err := loadOptions(nil, env(map[string]string{"PINNED_PINBOARD_URL": "http://127.0.0.1:1"}), io.Discard); cmdline.Status(err) != cmdline.ExitUsage ||
 		!strings.Contains(err.Error(), "fleet mode") {

@@ -28,7 +28,7 @@ type adminServer struct {
 	served chan error
 }
 
-// startAdmin listens on addr, a loopback address (Declare's -admin-listen
+// startAdmin listens on addr, a loopback address (Load's -admin-listen
 // refuses any other: adminAddr): profiles and metrics are not for the
 // network.
 func startAdmin(addr string, set *metrics.Set, logger *slog.Logger) (*adminServer, error) {

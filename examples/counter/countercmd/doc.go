@@ -2,9 +2,10 @@
 // examples/counter (whose doc says what it serves and how to run it): its
 // settings (Settings, each a flag and a PINNED_* variable), the host of
 // counterapp's object type under /counter, the worker in fleet mode, the
-// main and admin listeners, and the bounded shutdown (Run, Main). A command
-// adds its own parts through Extras (observers of the counters and the
-// lease, more routes): examples/counter, its chaos history.
+// main and admin listeners, and the bounded shutdown (Run, Main). The demo
+// adds nothing to it; the test fixture test/app/counter runs the same
+// process with the parts only tests use added through Extras (observers of
+// the counters and the lease for its chaos history, GET /blob).
 //
 // Invariants:
 //   - Every setting the process cannot run with, alone or together (a

@@ -57,7 +57,7 @@ func Main(s Settings, unknown []cmdline.UnknownVar, x Extras, stderr io.Writer) 
 			if l.Admin != nil {
 				attrs = append(attrs, "admin", l.Admin.String())
 			}
-			logger.Info("counter demo listening", append(attrs, "try", TryHint(s, l))...)
+			logger.Info("counter demo listening", append(attrs, "try", tryHint(s, l))...)
 		})
 		if cmdline.Status(err) == cmdline.ExitUsage {
 			return cmdline.Exit(stderr, "counter", err)
@@ -69,12 +69,12 @@ func Main(s Settings, unknown []cmdline.UnknownVar, x Extras, stderr io.Writer) 
 	})
 }
 
-// TryHint is the command the "listening" line suggests: a request through
+// tryHint is the command the "listening" line suggests: a request through
 // the pinboard in fleet mode (the counter's own listener answers only the
 // pinboard: 403 forbidden), else to the counter itself.
-func TryHint(s Settings, l Listening) string {
+func tryHint(s Settings, l Listening) string {
 	base := "http://" + l.Addr.String()
-	if s.Fleet.Enabled() {
+	if s.Fleet.enabled() {
 		base = strings.TrimSuffix(s.Fleet.PinboardURL, "/")
 	}
 	return "curl -X POST " + base + "/counter/alice/incr"
@@ -90,10 +90,10 @@ type fleet struct {
 // does no I/O: the worker starts registering in start, once the listener
 // that serves its challenge endpoint is up.
 func newWorker(s Settings, logger *slog.Logger, set *metrics.Set, onLease func(worker.LeaseEvent)) (*fleet, error) {
-	if !s.Fleet.Enabled() {
+	if !s.Fleet.enabled() {
 		return &fleet{}, nil
 	}
-	if err := s.Fleet.Check(); err != nil {
+	if err := s.Fleet.check(); err != nil {
 		return nil, err
 	}
 	w, err := worker.New(worker.Config{

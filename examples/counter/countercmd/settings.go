@@ -3,6 +3,7 @@ package countercmd
 import (
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"strconv"
 	"time"
@@ -14,7 +15,7 @@ import (
 )
 
 // Settings are the counter's settings, each a flag and a PINNED_* variable
-// (the flag wins); Declare states them with their defaults.
+// (the flag wins); Load declares them with their defaults.
 type Settings struct {
 	Listen          string        // -listen: the main listener (in fleet mode, what the advertise URL reaches)
 	AdminListen     string        // -admin-listen: loopback /metrics and /debug/pprof (admin.go); empty = none (local mode) or FleetAdminListen (fleet mode)
@@ -33,15 +34,15 @@ type Fleet struct {
 	AdvertiseURL string // PINNED_ADVERTISE_URL
 }
 
-// Enabled reports whether any fleet setting is set (fleet mode; Check
+// enabled reports whether any fleet setting is set (fleet mode; check
 // requires all three).
-func (f Fleet) Enabled() bool {
+func (f Fleet) enabled() bool {
 	return f.PinboardURL != "" || f.Token != "" || f.AdvertiseURL != ""
 }
 
-// Check says which fleet variable is missing when only some are set (a
+// check says which fleet variable is missing when only some are set (a
 // usage error).
-func (f Fleet) Check() error {
+func (f Fleet) check() error {
 	var missing []string
 	for _, v := range []struct{ name, val string }{
 		{"PINNED_PINBOARD_URL", f.PinboardURL}, {"PINNED_TOKEN", f.Token}, {"PINNED_ADVERTISE_URL", f.AdvertiseURL},
@@ -70,11 +71,11 @@ const FleetAdminListen = "127.0.0.1:0"
 // DefaultShutdownTimeout is -shutdown-timeout's default.
 const DefaultShutdownTimeout = 10 * time.Second
 
-// Declare declares every setting on set (a Set of the "PINNED_" prefix),
+// declare declares every setting on set (a Set of the "PINNED_" prefix),
 // each stored in s by set.Parse. A value the counter cannot run with is a
 // usage error of Parse; settings that only fail together (a partial fleet
-// configuration) are Check's.
-func (s *Settings) Declare(set *cmdline.Set) {
+// configuration) are check's.
+func (s *Settings) declare(set *cmdline.Set) {
 	set.ListenAddr(&s.Listen, "listen", "PINNED_LISTEN", DefaultListen,
 		"address of the demo's server (fleet mode: the advertise URL must reach it)")
 	set.Var(cmdline.Parsed[string]{P: &s.AdminListen, Parse: adminAddr, Format: func(v string) string { return v }},
@@ -108,11 +109,27 @@ func (s *Settings) Declare(set *cmdline.Set) {
 		"keep every count in this Redis (redis://host:port/db), fenced by its instance's activation epoch; empty: memory only")
 }
 
-// Check checks the settings together, after set.Parse: a partial fleet
+// Load declares the counter's settings on set (after those the caller
+// declared there), parses args and environ (as os.Environ; a flag beats
+// its variable) and checks the settings together. It returns them with
+// the unknown PINNED_* variables. For -h it writes every setting to stdout
+// and returns flag.ErrHelp (-version: the version, cmdline.ErrVersion);
+// every setting the counter cannot run with, alone or together (a partial
+// fleet configuration), is a usage error, before anything starts.
+func Load(set *cmdline.Set, args, environ []string, stdout io.Writer) (Settings, []cmdline.UnknownVar, error) {
+	var s Settings
+	s.declare(set)
+	if err := set.Parse(args, environ, stdout); err != nil {
+		return s, nil, err
+	}
+	return s, set.Unknown(environ), s.check()
+}
+
+// check checks the settings together, after set.Parse: a partial fleet
 // configuration is a usage error.
-func (s Settings) Check() error {
-	if s.Fleet.Enabled() {
-		return s.Fleet.Check()
+func (s Settings) check() error {
+	if s.Fleet.enabled() {
+		return s.Fleet.check()
 	}
 	return nil
 }

@@ -7,16 +7,15 @@ import (
 	"time"
 
 	"github.com/pinned-go/pinned/examples/counter/counterapp"
-	"github.com/pinned-go/pinned/examples/counter/countercmd"
 	"github.com/pinned-go/pinned/host"
-	"github.com/pinned-go/pinned/internal/history"
+	"github.com/pinned-go/pinned/internal/testkit/history"
 	"github.com/pinned-go/pinned/worker"
 )
 
-// EnvHistory names the file the counter appends its chaos-history events
-// to (internal/history): instance activations and teardowns, every request
-// served, task effects, alarm runs, and the worker's lease events. Unset: no history.
-// It is for the chaos harness (test/chaos); it costs one write per event.
+// EnvHistory names the file the fixture appends its chaos-history events
+// to (internal/testkit/history): instance activations and teardowns, every
+// request served, task effects, alarm runs, and the worker's lease events.
+// Unset: no history. It costs one write per event.
 const EnvHistory = "PINNED_HISTORY"
 
 // recorder writes the counter's history; its zero value records nothing.
@@ -49,12 +48,6 @@ func (r *recorder) instance(kind string, c *counterapp.Counter) history.Event {
 	inst := c.Instance()
 	sess, _ := worker.SessionOf(inst.Context())
 	return history.Event{Kind: kind, Proc: r.proc, ID: inst.ID(), Inst: c.Nonce(), Session: sess, Epoch: inst.Epoch()}
-}
-
-// extras are the counter process's additions that record into the
-// history: hooks and lease events (none without a history).
-func (r *recorder) extras() countercmd.Extras {
-	return countercmd.Extras{Hooks: r.hooks(), OnLease: r.onLease()}
 }
 
 // hooks returns the counter hooks that record into the history.
