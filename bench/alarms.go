@@ -17,7 +17,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/pinned-go/pinned/internal/base/wire"
-	"github.com/pinned-go/pinned/internal/history"
+	"github.com/pinned-go/pinned/internal/testkit/history"
 )
 
 // alarmPlan is the size of the alarms suite.

@@ -233,7 +233,7 @@ func Run(ctx context.Context, o Options) (*Results, error) {
 		pkg string
 	}{
 		{&bins.pinboard, "github.com/pinned-go/pinned/cmd/pinboard"},
-		{&bins.counter, "github.com/pinned-go/pinned/examples/counter"},
+		{&bins.counter, "github.com/pinned-go/pinned/test/app/counter"}, // the demo with GET /blob and PINNED_HISTORY
 		{&bins.loadgen, "github.com/pinned-go/pinned/cmd/loadgen"},
 	} {
 		if *x.dst, err = b.Build(x.pkg); err != nil {

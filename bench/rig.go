@@ -158,7 +158,8 @@ func (r *rig) startPinboard(name, bin, redisAddr string) (*proc, error) {
 	return p, nil
 }
 
-// startCounter runs examples/counter with an admin listener: in fleet mode
+// startCounter runs the counter (the test fixture test/app/counter: the
+// demo with GET /blob and a history) with an admin listener: in fleet mode
 // registered with pinboardAddr, or in local mode when pinboardAddr is "".
 func (r *rig) startCounter(name, pinboardAddr string) (*proc, error) {
 	return r.startCounterEnv(name, pinboardAddr)

@@ -16,6 +16,7 @@ import (
 
 	"github.com/fasthttp/websocket"
 
+	"github.com/pinned-go/pinned/examples/counter/countercmd"
 	"github.com/pinned-go/pinned/fence"
 	"github.com/pinned-go/pinned/internal/base/cmdline"
 	"github.com/pinned-go/pinned/internal/testkit/leakcheck"
@@ -99,18 +100,18 @@ func TestLoadOptions(t *testing.T) {
 		if err != nil {
 			t.Fatalf("loadOptions(%q, %v): %v", args, vars, err)
 		}
-		if o.listen != want {
-			t.Errorf("loadOptions(%q, %v).listen = %q; want %q", args, vars, o.listen, want)
+		if o.counter.Listen != want {
+			t.Errorf("loadOptions(%q, %v).listen = %q; want %q", args, vars, o.counter.Listen, want)
 		}
 	}
 	f(nil, nil, "127.0.0.1:8080")
 	f(nil, map[string]string{"PINNED_LISTEN": "127.0.0.1:9"}, "127.0.0.1:9")
 	f([]string{"-listen", "127.0.0.1:7"}, map[string]string{"PINNED_LISTEN": "127.0.0.1:9"}, "127.0.0.1:7")
-	if o, err := loadOptions(nil, env(map[string]string{"PINNED_MAX_BODY_BYTES": "1000"}), io.Discard); err != nil || o.maxBodyBytes != 1000 {
-		t.Errorf("PINNED_MAX_BODY_BYTES=1000: %d, %v; want 1000", o.maxBodyBytes, err)
+	if o, err := loadOptions(nil, env(map[string]string{"PINNED_MAX_BODY_BYTES": "1000"}), io.Discard); err != nil || o.counter.MaxBodyBytes != 1000 {
+		t.Errorf("PINNED_MAX_BODY_BYTES=1000: %d, %v; want 1000", o.counter.MaxBodyBytes, err)
 	}
-	if o, err := loadOptions([]string{"-max-body-bytes", "7"}, env(map[string]string{"PINNED_MAX_BODY_BYTES": "1000"}), io.Discard); err != nil || o.maxBodyBytes != 7 {
-		t.Errorf("-max-body-bytes 7 over PINNED_MAX_BODY_BYTES: %d, %v; want 7", o.maxBodyBytes, err)
+	if o, err := loadOptions([]string{"-max-body-bytes", "7"}, env(map[string]string{"PINNED_MAX_BODY_BYTES": "1000"}), io.Discard); err != nil || o.counter.MaxBodyBytes != 7 {
+		t.Errorf("-max-body-bytes 7 over PINNED_MAX_BODY_BYTES: %d, %v; want 7", o.counter.MaxBodyBytes, err)
 	}
 	if _, err := loadOptions(nil, env(map[string]string{"PINNED_MAX_BODY_BYTES": "-1"}), io.Discard); err == nil {
 		t.Error("PINNED_MAX_BODY_BYTES=-1 was accepted")
@@ -118,11 +119,11 @@ func TestLoadOptions(t *testing.T) {
 	if _, err := loadOptions([]string{"-nope"}, env(nil), io.Discard); err == nil {
 		t.Error("an unknown flag was accepted")
 	}
-	if o, err := loadOptions(nil, env(map[string]string{EnvPersist: "redis://127.0.0.1:1/0"}), io.Discard); err != nil || o.persist != "redis://127.0.0.1:1/0" {
-		t.Errorf("%s: persist = %q, %v", EnvPersist, o.persist, err)
+	if o, err := loadOptions(nil, env(map[string]string{countercmd.EnvPersist: "redis://127.0.0.1:1/0"}), io.Discard); err != nil || o.counter.Persist != "redis://127.0.0.1:1/0" {
+		t.Errorf("%s: persist = %q, %v", countercmd.EnvPersist, o.counter.Persist, err)
 	}
-	if o, _ := loadOptions([]string{"-persist", "redis://127.0.0.1:2/0"}, env(map[string]string{EnvPersist: "redis://127.0.0.1:1/0"}), io.Discard); o.persist != "redis://127.0.0.1:2/0" {
-		t.Errorf("-persist does not beat %s: %q", EnvPersist, o.persist)
+	if o, _ := loadOptions([]string{"-persist", "redis://127.0.0.1:2/0"}, env(map[string]string{countercmd.EnvPersist: "redis://127.0.0.1:1/0"}), io.Discard); o.counter.Persist != "redis://127.0.0.1:2/0" {
+		t.Errorf("-persist does not beat %s: %q", countercmd.EnvPersist, o.counter.Persist)
 	}
 	if _, err := loadOptions([]string{"-persist", "mysql://x"}, env(nil), io.Discard); err == nil || !strings.Contains(err.Error(), "-persist") {
 		t.Errorf("a bad -persist URL: %v; want an error naming -persist", err)
@@ -130,10 +131,16 @@ func TestLoadOptions(t *testing.T) {
 	if _, err := loadOptions(nil, env(map[string]string{"PINNED_IDLE_TIMEOUT": "soon"}), io.Discard); err == nil || !strings.Contains(err.Error(), "PINNED_IDLE_TIMEOUT") {
 		t.Errorf("a bad PINNED_IDLE_TIMEOUT gave %v; want an error naming it", err)
 	}
-	o, err := loadOptions(nil, env(map[string]string{"PINNED_LISTEM": "x", "PINNED_FAULTS": "", "PINNED_TOKEN": "t",
-		"PINNED_PINBOARD_URL": "http://127.0.0.1:1", "PINNED_ADVERTISE_URL": "http://127.0.0.1:2"}), io.Discard)
+	o, err := loadOptions(nil, []string{"PINNED_LISTEM=x", "PINNED_TOKEN=t",
+		"PINNED_PINBOARD_URL=http://127.0.0.1:1", "PINNED_ADVERTISE_URL=http://127.0.0.1:2"}, io.Discard)
 	if err != nil || len(o.unknown) != 1 || o.unknown[0].Name != "PINNED_LISTEM" || o.unknown[0].Near != "PINNED_LISTEN" {
 		t.Errorf("unknown variables %+v, %v; want PINNED_LISTEM (near PINNED_LISTEN) only", o.unknown, err)
+	}
+	// The demo has no test-only setting: the test fixture's variables
+	// (test/app/counter) are unknown here, reported like any other.
+	o, err = loadOptions(nil, []string{"PINNED_HISTORY=/tmp/h.jsonl", "PINNED_FAULTS=no_self_abort"}, io.Discard)
+	if err != nil || len(o.unknown) != 2 || o.unknown[0].Name != "PINNED_HISTORY" || o.unknown[1].Name != "PINNED_FAULTS" {
+		t.Errorf("unknown variables %+v, %v; want PINNED_HISTORY and PINNED_FAULTS", o.unknown, err)
 	}
 	var help strings.Builder
 	if _, err := loadOptions([]string{"-h"}, nil, &help); !errors.Is(err, flag.ErrHelp) {
@@ -145,10 +152,14 @@ func TestLoadOptions(t *testing.T) {
 		"-max-instances int (env PINNED_MAX_INSTANCES, default 10000)",
 		`-admin-listen host:port (env PINNED_ADMIN_LISTEN, default "")`,
 		`PINNED_TOKEN token (environment only, default "")`,
+		`-persist url (env PINNED_PERSIST, default "")`,
 	} {
 		if !strings.Contains(help.String(), want) {
 			t.Errorf("-h lacks %q:\n%s", want, help.String())
 		}
+	}
+	if strings.Contains(help.String(), "HISTORY") || strings.Contains(help.String(), "chaos") {
+		t.Errorf("-h lists a test-only setting:\n%s", help.String())
 	}
 	if _, err := loadOptions(nil, env(map[string]string{"PINNED_PINBOARD_URL": "http://127.0.0.1:1"}), io.Discard); cmdline.Status(err) != cmdline.ExitUsage ||
 		!strings.Contains(err.Error(), "fleet mode") {
@@ -164,15 +175,17 @@ func TestDemo(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	addrs := make(chan listening, 1)
+	addrs := make(chan countercmd.Listening, 1)
 	done := make(chan error, 1)
-	go func() { done <- run(ctx, opts, slog.New(slog.DiscardHandler), func(l listening) { addrs <- l }) }()
+	go func() {
+		done <- countercmd.Run(ctx, opts.counter, countercmd.Extras{}, slog.New(slog.DiscardHandler), func(l countercmd.Listening) { addrs <- l })
+	}()
 	var base string
 	select {
 	case l := <-addrs:
-		base = "http://" + l.addr.String()
-		if l.admin != nil {
-			t.Errorf("local mode without -admin-listen has an admin listener on %v", l.admin)
+		base = "http://" + l.Addr.String()
+		if l.Admin != nil {
+			t.Errorf("local mode without -admin-listen has an admin listener on %v", l.Admin)
 		}
 	case err := <-done:
 		t.Fatalf("run: %v", err)
@@ -352,11 +365,13 @@ func startDemo(t *testing.T, args ...string) *demo {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	d := &demo{cancel: cancel, done: make(chan error, 1)}
-	addrs := make(chan listening, 1)
-	go func() { d.done <- run(ctx, opts, slog.New(slog.DiscardHandler), func(l listening) { addrs <- l }) }()
+	addrs := make(chan countercmd.Listening, 1)
+	go func() {
+		d.done <- countercmd.Run(ctx, opts.counter, countercmd.Extras{}, slog.New(slog.DiscardHandler), func(l countercmd.Listening) { addrs <- l })
+	}()
 	select {
 	case l := <-addrs:
-		d.base = "http://" + l.addr.String()
+		d.base = "http://" + l.Addr.String()
 	case err := <-d.done:
 		t.Fatalf("run: %v", err)
 	}

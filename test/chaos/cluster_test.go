@@ -14,7 +14,7 @@ import (
 
 	"github.com/pinned-go/pinned/examples/counter/counterapp"
 	"github.com/pinned-go/pinned/fence"
-	"github.com/pinned-go/pinned/internal/history"
+	"github.com/pinned-go/pinned/internal/testkit/history"
 	"github.com/pinned-go/pinned/internal/testkit/proctest"
 	"github.com/pinned-go/pinned/internal/testkit/redistest"
 	"github.com/pinned-go/pinned/internal/testkit/tcpfwd"
@@ -182,7 +182,7 @@ func (c *cluster) startWorker(n, inc int, addr string) *workerProc {
 	}
 	p := proctest.Start(c.t, proctest.Spec{
 		Name:  proc,
-		Bin:   builder.Build(c.t, "github.com/pinned-go/pinned/examples/counter", c.cfg.tags...),
+		Bin:   builder.Build(c.t, "github.com/pinned-go/pinned/test/app/counter", c.cfg.tags...), // the fixture: the demo with its history
 		Args:  []string{"-shutdown-timeout", "3s"},
 		Env:   c.env(env...),
 		Ready: counterReady,

@@ -1,13 +1,13 @@
 // Package chaos is pinned's chaos harness: real processes on 127.0.0.1
 // (a redis-server, two pinboards sharing it, each through a TCP forwarder
 // of the harness's, internal/testkit/tcpfwd, three counter workers in
-// fleet mode that keep their counts in a second redis-server through
-// package fence, -persist; their idle timeout is 3 s under TestChaos and
-// the planted stale-route faults, the counter's default, 5 min, for the
-// other planted bugs, whose old instances must outlive a restart fence)
-// under a closed-loop client
-// over 200 ids sent through both pinboards, while one nemesis at a time
-// breaks something. Every worker writes its history (internal/history:
+// fleet mode, the test fixture test/app/counter, that keep their counts in
+// a second redis-server through package fence, -persist; their idle
+// timeout is 3 s under TestChaos and the planted stale-route faults, the
+// counter's default, 5 min, for the other planted bugs, whose old
+// instances must outlive a restart fence) under a closed-loop client over
+// 200 ids sent through both pinboards, while one nemesis at a time breaks
+// something. Every worker writes its history (internal/testkit/history:
 // activations, teardowns, requests served, task effects, alarm runs, lease
 // acks with their send times, lease losses), the client logs every request
 // with its invoke and return times and its outcome (the count and the

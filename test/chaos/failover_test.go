@@ -10,8 +10,8 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/pinned-go/pinned/internal/base/wire"
-	"github.com/pinned-go/pinned/internal/history"
 	"github.com/pinned-go/pinned/internal/testkit/chaoscheck"
+	"github.com/pinned-go/pinned/internal/testkit/history"
 	"github.com/pinned-go/pinned/internal/testkit/redistest"
 )
 

@@ -87,6 +87,11 @@ var rules = []rule{
 		why:  "placement answers where a name lives from the directory and the proxy's types; the registry and the alarms are other parts",
 	},
 	{
+		from: []string{"examples"},
+		to:   []string{"test", "internal/testkit"},
+		why:  "an example is what a user copies: it links no test support (the test fixture, test/app/counter, adds the test-only parts around the demo's process)",
+	},
+	{
 		from:     []string{"loadgen"},
 		to:       []string{"internal/base/wire", "clock", "loadgen"},
 		onlyOurs: true,
@@ -219,15 +224,17 @@ func TestViolationsCatches(t *testing.T) {
 		{pkg: "loadgen", deps: []string{"internal/base/wire", "metricshttp"}},
 		{pkg: "internal/pinboard", deps: []string{"internal/testkit/logtest"}},
 		{pkg: "cmd/pinboard", deps: []string{"internal/testkit/procrun"}},
+		{pkg: "examples/counter/countercmd", deps: []string{"examples/counter/counterapp", "host", "test/sim"}},
 		// Allowed:
 		{pkg: "test/e2e", deps: []string{"internal/testkit/proctest", "host", "proxy"}},
 		{pkg: "cmd/bench", deps: []string{"internal/testkit/procrun"}},
 		{pkg: "internal/pinboard", deps: []string{"internal/pinboard/placement", "registry", "proxy", "metricshttp"}},
 		{pkg: "internal/base/activation", deps: []string{"clock", "internal/base/faults"}},
+		{pkg: "test/app/counter", deps: []string{"examples/counter/countercmd", "internal/testkit/history"}},
 	})
 	want := []string{"worker → internal/pinboard/placement", "host → registry", "proxy → host", "internal/base/wire → internal/store",
 		"internal/store/memstore → proxy", "internal/pinboard/placement → internal/pinboard", "registry → worker", "loadgen → metricshttp",
-		"internal/pinboard → internal/testkit/logtest", "cmd/pinboard → internal/testkit/procrun"}
+		"internal/pinboard → internal/testkit/logtest", "cmd/pinboard → internal/testkit/procrun", "examples/counter/countercmd → test/sim"}
 	if len(bad) != len(want) {
 		t.Fatalf("%d violations; want %d (%v):\n%s", len(bad), len(want), want, strings.Join(bad, "\n"))
 	}

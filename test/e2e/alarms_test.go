@@ -9,11 +9,12 @@ import (
 	"time"
 
 	"github.com/pinned-go/pinned/internal/base/wire"
-	"github.com/pinned-go/pinned/internal/history"
+	"github.com/pinned-go/pinned/internal/testkit/history"
 	"github.com/pinned-go/pinned/internal/testkit/redistest"
 )
 
-// alarmCounter is a counter that records its alarm runs in a history file.
+// alarmCounter is a counter, the test fixture, that records its alarm runs
+// in a history file (PINNED_HISTORY).
 type alarmCounter struct {
 	*counter
 	hist string
@@ -22,7 +23,7 @@ type alarmCounter struct {
 func startAlarmCounter(t *testing.T, pb *pinboard, name string, args ...string) *alarmCounter {
 	t.Helper()
 	hist := filepath.Join(t.TempDir(), name+".jsonl")
-	c := startCounterWith(t, pb, args, "PINNED_HISTORY="+hist)
+	c := startCounterBin(t, pb, fixtureCounter, args, "PINNED_HISTORY="+hist)
 	eventually(t, 15*time.Second, name+" registers", func() bool { return healthy(t, c) })
 	return &alarmCounter{counter: c, hist: hist}
 }

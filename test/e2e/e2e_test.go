@@ -83,6 +83,13 @@ type counter struct {
 	relay *relay // between the counter and the pinboard's registry
 }
 
+// The counter binaries: the demo, and the test fixture (the demo's process
+// with a chaos history, for the tests that read what ran where).
+const (
+	demoCounter    = "github.com/pinned-go/pinned/examples/counter"
+	fixtureCounter = "github.com/pinned-go/pinned/test/app/counter"
+)
+
 // startCounter runs examples/counter in fleet mode on a port chosen up
 // front, because the advertise URL must name it before the process starts.
 // It reaches pb's registry through a recording relay; when the test ends
@@ -97,6 +104,13 @@ func startCounter(t *testing.T, pb *pinboard, env ...string) *counter {
 // startCounterWith is startCounter with command-line arguments.
 func startCounterWith(t *testing.T, pb *pinboard, args []string, env ...string) *counter {
 	t.Helper()
+	return startCounterBin(t, pb, demoCounter, args, env...)
+}
+
+// startCounterBin is startCounterWith running the binary of pkg (the demo
+// or the fixture).
+func startCounterBin(t *testing.T, pb *pinboard, pkg string, args []string, env ...string) *counter {
+	t.Helper()
 	addr := freeAddr(t)
 	c := &counter{addr: addr}
 	t.Cleanup(func() {
@@ -105,7 +119,7 @@ func startCounterWith(t *testing.T, pb *pinboard, args []string, env ...string) 
 	c.relay = startRelay(t, pb.public)
 	c.Proc = proctest.Start(t, proctest.Spec{
 		Name: "counter@" + addr,
-		Bin:  builder.Build(t, "github.com/pinned-go/pinned/examples/counter"),
+		Bin:  builder.Build(t, pkg),
 		Args: args,
 		Env: append([]string{
 			"PINNED_LISTEN=" + addr, "PINNED_PINBOARD_URL=http://" + c.relay.addr(),

@@ -1,7 +1,8 @@
 // Package counterapp is the counter demo's object type: a durable counter
 // per id under /counter (GET /, POST /incr, POST /incr-later, POST /alarm,
-// DELETE /alarm, GET /alarms, GET /stream, GET /blob, WebSocket /ws). examples/counter serves it in one process; examples/fleet
-// serves it on three workers behind a pinboard.
+// DELETE /alarm, GET /alarms, GET /stream, WebSocket /ws). examples/counter
+// serves it in one process (package countercmd); examples/fleet serves it
+// on three workers behind a pinboard.
 //
 // JSON answers carry the instance's activation epoch ("epoch", see
 // host.Instance.Epoch). With Options.Persist the count survives its
@@ -23,7 +24,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"strconv"
 	"sync"
 	"time"
@@ -56,8 +56,8 @@ const maxIncrDelay = time.Minute
 // maxAlarmDelay bounds POST /alarm?delay=D (and at=T, counted from now).
 const maxAlarmDelay = 24 * time.Hour
 
-// Hooks observe counters (the chaos harness records them in its history).
-// Every field may be nil. They run inside the instance's turn and must
+// Hooks observe counters (the test fixture, test/app/counter, records them
+// in its chaos history). Every field may be nil. They run inside the instance's turn and must
 // return promptly.
 type Hooks struct {
 	// Activated is called at the end of a successful setup.
@@ -82,7 +82,7 @@ const StoreTimeout = 5 * time.Second
 // Options configure the object type. The zero value is the in-memory
 // counter without observers.
 type Options struct {
-	// Hooks observe counters (the chaos harness).
+	// Hooks observe counters (the test fixture's chaos history).
 	Hooks Hooks
 	// Persist, when set, keeps every count in this Redis (see the package
 	// doc). The caller owns the client and closes it after the host.
@@ -110,7 +110,6 @@ func TypeWithOptions(o Options) host.Type[*Counter] {
 	r.POST("/incr", (*Counter).incr)
 	r.POST("/incr-later", (*Counter).incrLater)
 	r.GET("/stream", (*Counter).stream)
-	r.GET("/blob", (*Counter).blob)
 	r.WebSocket("/ws", (*Counter).ws)
 	r.POST("/alarm", (*Counter).setAlarm)
 	r.DELETE("/alarm", (*Counter).deleteAlarm)
@@ -304,56 +303,6 @@ func (c *Counter) stream(x *host.Ctx) error {
 			}
 		}
 	})
-}
-
-// maxBlobSize bounds GET /blob?size=N.
-const maxBlobSize = 1 << 30
-
-// blob answers GET /counter/{id}/blob?size=N (default 1 MiB) with N bytes
-// of a fixed pattern, Content-Length framed and generated while fasthttp
-// writes them (nothing is held): the large-body workload of bench's
-// streaming suite. It does not touch the object's state.
-func (c *Counter) blob(x *host.Ctx) error {
-	n := int64(1 << 20)
-	if v := x.RequestCtx().QueryArgs().Peek("size"); len(v) > 0 {
-		k, err := strconv.ParseInt(string(v), 10, 64)
-		if err != nil || k < 0 || k > maxBlobSize {
-			return &host.Error{Status: 400, Message: "size must be an integer from 0 to " + strconv.Itoa(maxBlobSize), Field: "size"}
-		}
-		n = k
-	}
-	x.RequestCtx().SetContentType("application/octet-stream")
-	x.RequestCtx().SetBodyStream(&patternReader{left: n}, int(n))
-	return nil
-}
-
-// blobPattern is what GET /blob repeats.
-var blobPattern = func() []byte {
-	b := make([]byte, 32<<10)
-	for i := range b {
-		b[i] = 'a' + byte(i%26)
-	}
-	return b
-}()
-
-// patternReader yields left bytes of blobPattern.
-type patternReader struct{ left, off int64 }
-
-func (r *patternReader) Read(p []byte) (int, error) {
-	if r.left == 0 {
-		return 0, io.EOF
-	}
-	if int64(len(p)) > r.left {
-		p = p[:r.left]
-	}
-	n := 0
-	for n < len(p) {
-		k := copy(p[n:], blobPattern[r.off:])
-		n += k
-		r.off = (r.off + int64(k)) % int64(len(blobPattern))
-	}
-	r.left -= int64(n)
-	return n, nil
 }
 
 // ws answers WebSocket /counter/{id}/ws: it echoes every message and pushes

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/pinned-go/pinned/internal/history"
+	"github.com/pinned-go/pinned/internal/testkit/history"
 )
 
 // Alarm checks (the client's alarm requests and the workers' alarm runs):

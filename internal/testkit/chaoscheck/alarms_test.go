@@ -3,7 +3,7 @@ package chaoscheck
 import (
 	"testing"
 
-	"github.com/pinned-go/pinned/internal/history"
+	"github.com/pinned-go/pinned/internal/testkit/history"
 )
 
 // alarmSet is the client's 202 to POST /alarm?...&name=name for id at t.

@@ -1,4 +1,4 @@
-// Package chaoscheck checks the history of a chaos run (internal/history
+// Package chaoscheck checks the history of a chaos run (internal/testkit/history
 // events from every worker process, the client and the nemeses) against
 // pinned's guarantees:
 //
@@ -66,7 +66,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/pinned-go/pinned/internal/history"
+	"github.com/pinned-go/pinned/internal/testkit/history"
 )
 
 // Nemesis names the harness writes in history.Event.Nemesis and that the

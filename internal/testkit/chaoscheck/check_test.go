@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pinned-go/pinned/internal/history"
+	"github.com/pinned-go/pinned/internal/testkit/history"
 )
 
 const s = int64(time.Second)

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pinned-go/pinned/internal/history"
+	"github.com/pinned-go/pinned/internal/testkit/history"
 )
 
 // req is a client request for id through pinboard via, sent at from and

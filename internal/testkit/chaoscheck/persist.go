@@ -7,7 +7,7 @@ import (
 	"strings"
 
 	"github.com/pinned-go/pinned/internal/base/wire"
-	"github.com/pinned-go/pinned/internal/history"
+	"github.com/pinned-go/pinned/internal/testkit/history"
 )
 
 // Violation kinds of the persisted counts (see checkStored).

@@ -3,7 +3,7 @@ package chaoscheck
 import (
 	"testing"
 
-	"github.com/pinned-go/pinned/internal/history"
+	"github.com/pinned-go/pinned/internal/testkit/history"
 )
 
 // incr is a client POST /incr of id at t: answered status (with count on a

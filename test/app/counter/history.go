@@ -8,14 +8,14 @@ import (
 
 	"github.com/pinned-go/pinned/examples/counter/counterapp"
 	"github.com/pinned-go/pinned/host"
-	"github.com/pinned-go/pinned/internal/history"
+	"github.com/pinned-go/pinned/internal/testkit/history"
 	"github.com/pinned-go/pinned/worker"
 )
 
-// EnvHistory names the file the counter appends its chaos-history events
-// to (internal/history): instance activations and teardowns, every request
-// served, task effects, alarm runs, and the worker's lease events. Unset: no history.
-// It is for the chaos harness (test/chaos); it costs one write per event.
+// EnvHistory names the file the fixture appends its chaos-history events
+// to (internal/testkit/history): instance activations and teardowns, every
+// request served, task effects, alarm runs, and the worker's lease events.
+// Unset: no history. It costs one write per event.
 const EnvHistory = "PINNED_HISTORY"
 
 // recorder writes the counter's history; its zero value records nothing.
@@ -30,7 +30,7 @@ func openRecorder(path string) (*recorder, error) {
 	}
 	w, err := history.Create(path)
 	if err != nil {
-		return nil, fmt.Errorf("counter: %s: %w", EnvHistory, err)
+		return nil, fmt.Errorf("%s: %w", EnvHistory, err)
 	}
 	r := &recorder{w: w, proc: strings.TrimSuffix(filepath.Base(path), ".jsonl")}
 	r.w.Write(history.Event{Kind: history.KindStart, Proc: r.proc})

@@ -25,7 +25,7 @@ import (
 
 // Event kinds.
 const (
-	// Written by a worker process (examples/counter with PINNED_HISTORY).
+	// Written by a worker process (the test fixture test/app/counter with PINNED_HISTORY).
 	KindActivate = "activate" // an instance's setup ran: ID, Inst, Session, Epoch
 	KindTeardown = "teardown" // an instance's teardown ran: ID, Inst, Session, Epoch
 	KindServe    = "serve"    // a request was served: ID, Inst, Session, Epoch, Recv (when it was read), T (when the handler ran)

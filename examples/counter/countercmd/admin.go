@@ -1,4 +1,4 @@
-package main
+package countercmd
 
 import (
 	"context"
@@ -28,8 +28,8 @@ type adminServer struct {
 	served chan error
 }
 
-// startAdmin listens on addr, a loopback address (loadOptions refuses any
-// other -admin-listen: adminAddr): profiles and metrics are not for the
+// startAdmin listens on addr, a loopback address (Load's -admin-listen
+// refuses any other: adminAddr): profiles and metrics are not for the
 // network.
 func startAdmin(addr string, set *metrics.Set, logger *slog.Logger) (*adminServer, error) {
 	rt := router.New()
