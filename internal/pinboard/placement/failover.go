@@ -177,9 +177,10 @@ func (r *Resolver) ProbeQueued(ctx context.Context) int {
 
 // awaitDeath waits (bounded by ctx) for the probe of session sid, when one
 // is in flight or finished recently, and reports whether it confirmed the
-// death. A miss that rechecks an unreachable worker's placement calls it
-// before it confirms the holder, so that the request that found the worker
-// unreachable is the one the new holder serves.
+// death. Every miss calls it before it confirms a holder, so that the
+// requests that found the worker unreachable (and any other that misses
+// meanwhile) are served by the new holder rather than sent to the dead one
+// again; with no probe of the holder, it returns at once.
 func (r *Resolver) awaitDeath(ctx context.Context, sid string) bool {
 	r.mu.Lock()
 	p := r.probes[sid]

@@ -88,12 +88,9 @@ type refusal struct {
 	// has no instance under it and will not activate one (its instance
 	// closed and the release did not take effect): the miss renews the
 	// placement's epoch on the same session (store.RenewPlacement).
-	stale bool
-	// unreachable: the worker could not be reached; the miss waits for
-	// the death probe of its session, when one is running (failover.go).
-	unreachable bool
-	session     string
-	epoch       uint64
+	stale   bool
+	session string
+	epoch   uint64
 }
 
 // flight is one miss in progress; concurrent misses of a name share it.
@@ -224,8 +221,7 @@ func (r *Resolver) Refused(name []byte, rt proxy.Route, reason string) {
 	if s := r.sessions[rt.Session.ID]; s != nil && s.s == rt.Session {
 		s.refused = now
 	}
-	r.noteRefusedLocked(string(name), refusal{at: now, stale: reason == wire.ReasonStale, unreachable: reason == wire.ReasonUnreachable,
-		session: rt.Session.ID, epoch: rt.Epoch})
+	r.noteRefusedLocked(string(name), refusal{at: now, stale: reason == wire.ReasonStale, session: rt.Session.ID, epoch: rt.Epoch})
 	if reason == wire.ReasonUnreachable && r.cfg.ConfirmDeath != nil {
 		r.requestProbeLocked(rt.Session, now)
 	}
@@ -454,10 +450,10 @@ func (r *Resolver) load(key string, name []byte) (proxy.Route, error) {
 		if err != nil {
 			return proxy.Route{}, err
 		}
-		if !gone && rf.unreachable && rf.session == holder && r.awaitDeath(ctx, holder) {
-			// The proxy could not reach the holder, and its death probe
-			// proved the process gone and ended its session: take over.
-			rf.unreachable = false
+		if !gone && r.awaitDeath(ctx, holder) {
+			// The proxy could not reach the holder (this request, or
+			// another one a moment before), and its death probe proved the
+			// process gone and ended its session: take over.
 			gone = true
 			r.m.fastFailovers.Inc()
 		}
