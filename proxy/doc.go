@@ -30,9 +30,10 @@
 // connection, with the bytes it read, to the fasthttp path for the rest of
 // its life (pinned_proxy_handovers_total): Handler on the fasthttp.Server
 // NewServer makes, a goroutine per connection. Both paths apply the same
-// rules with the same code (screen, route, field hygiene, replies, retries,
-// the Resolver, the endpoints), so a client cannot tell them apart except
-// by speed. Without a Front the fasthttp path serves everything.
+// rules with the same code (screen, route, field hygiene, replies, the
+// decisions after each attempt in policy.go, the Resolver, the endpoints),
+// so a client cannot tell them apart except by speed. Without a Front the
+// fasthttp path serves everything.
 //
 // A loop's worker connections are its own: each endpoint keeps a pool per
 // loop (MaxConns shared out among the loops, at least one each, so the
@@ -238,8 +239,10 @@
 //   - The request reached the worker (or may have) and not one byte of an
 //     answer came back (the worker closed or reset the connection): an
 //     idempotent request (RFC 9110 §9.2.2) whose body is held is sent once
-//     more, and when that gets no answer either, the answer is 503
-//     unreachable + Retry-After; any other request may
+//     more (a pooled connection the worker had closed counts as that one
+//     resend), and when that gets no answer either the worker is taken as
+//     unreachable (above: Refused, and the new holder when the placement
+//     moved, else 503 unreachable + Retry-After); any other request may
 //     have been processed: 502 + Retry-After, never sent again. A broken
 //     or unparsable answer is 502; no response head within
 //     ResponseHeaderTimeout: 504. Nothing waits without a deadline.

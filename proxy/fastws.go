@@ -7,7 +7,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/pinned-go/pinned/internal/base/netloop"
-	"github.com/pinned-go/pinned/internal/base/wire"
 )
 
 // A loop serves WebSocket handshakes itself, as the fasthttp path does
@@ -85,13 +84,7 @@ func (x *lx) dialedWS() {
 		return
 	}
 	if err != nil {
-		// The resolver re-checks the placement on the next request.
-		p.resolver.Refused(x.name, x.route, wire.ReasonUnreachable)
-		p.m.unreachable.Inc()
-		if p.errLog.Allow() {
-			p.log.Warn("cannot reach worker", "session", ep.id, "addr", ep.addr, "err", err)
-		}
-		x.fail(&p.replies.unreachable)
+		x.fail(p.handshakeUnreachable(x.name, x.route, ep, err))
 		return
 	}
 	w.solo = true

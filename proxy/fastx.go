@@ -72,12 +72,11 @@ type lx struct {
 	tkind uint8 // what timer stands for
 
 	// An asynchronous step in flight: its kind and results.
-	pending  uint8
-	rres     Route
-	rerr     error
-	dfd      int
-	derr     error
-	moveFrom *Session
+	pending uint8
+	rres    Route
+	rerr    error
+	dfd     int
+	derr    error
 
 	// Queue links (loopPool.waiters).
 	qnext, qprev *lx
@@ -98,7 +97,7 @@ const (
 const (
 	pendNone uint8 = iota
 	pendResolve
-	pendMoved
+	pendRecheck // decide's recheck: x.route's worker was unreachable
 	pendDial
 	pendDialWS
 )
@@ -136,7 +135,7 @@ func (lp *loop) putExchange(x *lx) {
 	x.ws, x.tunnelCounted, x.reused, x.gotBytes, x.closeAfter, x.abandoned = false, false, false, false, false, false
 	x.attempt, x.sent, x.rn, x.headLen, x.need = 0, 0, 0, 0, 0
 	x.startNs, x.recvNs, x.tkind = 0, 0, tNone
-	x.pending, x.rerr, x.derr, x.dfd, x.moveFrom = pendNone, nil, nil, -1, nil
+	x.pending, x.rerr, x.derr, x.dfd = pendNone, nil, nil, -1
 	x.qnext, x.qprev, x.queued = nil, nil, false
 	x.st = streamState{line: x.st.line[:0], trail: x.st.trail[:0]}
 	if len(lp.xs) < 1024 {
@@ -215,7 +214,7 @@ func (x *lx) parse(head []byte) (int, bool) {
 	if cl > 0 {
 		// Over the holder's limit, when the cache knows the holder:
 		// refused at once too, whether or not the body is coming.
-		if r, ok := p.resolver.Lookup(rt.name, netloop.Time(x.lp.nl.Now())); ok && r.Session != nil && overWorker(r.Session, int64(cl)) {
+		if r, ok := p.cachedRoute(rt.name, netloop.Time(x.lp.nl.Now())); ok && overWorker(r.Session, int64(cl)) {
 			x.refuse = p.bodyOverWorker(r.Session)
 			return 0, true
 		}
@@ -251,16 +250,6 @@ func plainHost(h []byte) bool {
 	return true
 }
 
-// isIdempotent reports whether a method is idempotent (RFC 9110 §9.2.2).
-func isIdempotent(m []byte) bool {
-	switch string(m) {
-	case fasthttp.MethodGet, fasthttp.MethodHead, fasthttp.MethodOptions, fasthttp.MethodTrace,
-		fasthttp.MethodPut, fasthttp.MethodDelete:
-		return true
-	}
-	return false
-}
-
 // start forwards a request the loop accepted.
 func (x *lx) start() {
 	p := x.lp.p
@@ -289,7 +278,7 @@ func (x *lx) start() {
 // through a resolve on a goroutine.
 func (x *lx) lookup() {
 	p := x.lp.p
-	if r, ok := p.resolver.Lookup(x.name, netloop.Time(x.lp.nl.Now())); ok {
+	if r, ok := p.cachedRoute(x.name, netloop.Time(x.lp.nl.Now())); ok {
 		x.dispatch(r)
 		return
 	}
@@ -311,29 +300,25 @@ func (x *lx) RunTask() {
 	kind := x.pending
 	x.pending = pendNone
 	switch kind {
-	case pendResolve, pendMoved:
+	case pendResolve, pendRecheck:
 		r, err := x.rres, x.rerr
 		x.rres, x.rerr = Route{}, nil
 		if x.abandoned {
 			x.lp.putExchange(x)
 			return
 		}
-		if kind == pendMoved {
-			if err != nil || r.Session == nil || r.Session == x.moveFrom {
-				from := x.moveFrom
-				x.moveFrom = nil
-				x.lp.p.m.unreachable.Inc()
-				x.fail(x.lp.p.unreachableReply(from))
+		if kind == pendRecheck {
+			next, rp := x.lp.p.afterRecheck(x.route, r, err)
+			if rp != nil {
+				x.fail(rp)
 				return
 			}
-			x.moveFrom = nil
-			x.lp.p.m.reresolves.Inc()
 			x.attempt++
-			x.dispatch(r)
+			x.dispatch(next)
 			return
 		}
 		if err != nil {
-			x.resolveFailed(err)
+			x.fail(x.lp.p.resolveReply(x.name, err))
 			return
 		}
 		x.dispatch(r)
@@ -342,10 +327,6 @@ func (x *lx) RunTask() {
 	case pendDialWS:
 		x.dialedWS()
 	}
-}
-
-func (x *lx) resolveFailed(err error) {
-	x.fail(x.lp.p.resolveReply(x.name, err))
 }
 
 // dispatch sends the request to the session of r.
@@ -366,9 +347,7 @@ func (x *lx) dispatch(r Route) {
 		// connection: it goes on one of its own.
 		ep, err := p.endpointOf(r.Session)
 		if err != nil {
-			p.resolver.Refused(x.name, r, wire.ReasonUnreachable)
-			p.m.unreachable.Inc()
-			x.fail(&p.replies.unreachable)
+			x.fail(p.unusable(x.name, r, err))
 			return
 		}
 		if !ep.used.Load() {
@@ -380,14 +359,11 @@ func (x *lx) dispatch(r Route) {
 	}
 	ep, ok, err := p.admit(r.Session)
 	if err != nil {
-		// An advertise URL the proxy cannot use.
-		p.resolver.Refused(x.name, r, wire.ReasonUnreachable)
-		p.m.unreachable.Inc()
-		x.fail(&p.replies.unreachable)
+		x.fail(p.unusable(x.name, r, err))
 		return
 	}
 	if !ok {
-		p.m.overloaded.Inc()
+		p.countFailure(&p.replies.overloaded)
 		x.fail(&p.replies.overloaded)
 		return
 	}
@@ -465,7 +441,7 @@ func (x *lx) dialed() {
 		if p.errLog.Allow() {
 			p.log.Warn("cannot reach worker", "session", ep.id, "addr", ep.addr, "err", err)
 		}
-		x.unreachable()
+		x.settle(p.decide(x.outcome(endNotSent, false), ep))
 		return
 	}
 	if x.abandoned {
@@ -539,79 +515,57 @@ func (x *lx) write() {
 // sendFailed handles a write error on the worker connection.
 func (x *lx) sendFailed(err error) {
 	p := x.lp.p
-	sent := x.sent
+	sent, reused := x.sent, x.reused
 	x.dropConn()
 	if x.ws {
 		x.badGateway("cannot send a handshake to the worker", err)
 		return
 	}
-	if sent == 0 {
-		// Nothing left the proxy: the worker has not seen it. A reused
-		// connection was stale; a fresh one failing means the worker is
-		// going away.
-		if x.reused && x.retry() {
-			p.m.retries.Inc()
-			x.attempt++
-			x.dispatch(x.route)
-			return
+	end := endNotSent // nothing left the proxy: the worker has not seen it
+	if sent > 0 {
+		end = endNoAnswer
+		if p.errLog.Allow() {
+			p.log.Warn("cannot send to worker", "session", x.ep.id, "addr", x.ep.addr, "err", err)
 		}
-		x.unreachable()
-		return
 	}
-	if p.errLog.Allow() {
-		p.log.Warn("cannot send to worker", "session", x.ep.id, "addr", x.ep.addr, "err", err)
-	}
-	x.noAnswer()
+	x.settle(p.decide(x.outcome(end, reused), x.ep))
 }
 
-// noAnswer handles a request that may have reached the worker but got no
-// byte of an answer: an idempotent one is sent again once (a worker that
-// died is then found unreachable and the client gets 503 + Retry-After);
-// any other gets 502, since it may have been processed.
-func (x *lx) noAnswer() {
+// outcome describes the attempt that ended (end) for decide. A loop holds
+// every request's body whole: each can be sent again.
+func (x *lx) outcome(end attemptEnd, reused bool) outcome {
+	o := outcome{end: end, reused: reused, idempotent: x.idempotent, replayable: true,
+		resent: x.resentOnce, attempt: x.attempt, holder: x.route.Session}
+	if end == endAnswered {
+		o.status = x.resp.StatusCode()
+		if o.status == fasthttp.StatusServiceUnavailable || o.status == fasthttp.StatusForbidden {
+			// The only answers whose reason decide reads.
+			o.reason = knownReason(x.resp.Peek(wire.HeaderReason))
+		}
+	}
+	return o
+}
+
+// settle does what decide said (a) once the attempt's worker connection is
+// released or closed: it tells the resolver and counts (enact), then sends
+// again, routes again, rechecks the placement or answers. (A relay is
+// onFinalHead's.)
+func (x *lx) settle(a action) {
 	p := x.lp.p
-	if x.idempotent && !x.resentOnce && x.retry() {
-		x.resentOnce = true
-		p.m.retries.Inc()
+	p.enact(a, x.name, x.route)
+	x.resentOnce = x.resentOnce || a.resent
+	switch a.verdict {
+	case resend:
 		x.attempt++
 		x.dispatch(x.route)
-		return
+	case reresolve:
+		x.attempt++
+		x.lookup()
+	case recheck:
+		x.resolveAsync(pendRecheck)
+	case answer:
+		x.fail(a.reply)
 	}
-	if x.idempotent {
-		p.m.unreachable.Inc()
-		x.fail(p.unreachableReply(x.route.Session))
-		return
-	}
-	p.m.badGateway.Inc()
-	x.fail(&p.replies.badGateway)
-}
-
-// retry takes one retry from the endpoint's budget if attempts are left.
-func (x *lx) retry() bool {
-	p := x.lp.p
-	if x.attempt >= p.cfg.MaxAttempts {
-		return false
-	}
-	if !x.ep.spend() {
-		p.m.budgetExhausted.Inc()
-		return false
-	}
-	return true
-}
-
-// unreachable handles a worker that provably did not get the request: the
-// placement is re-checked (the resolver learns the worker failed), and the
-// request goes to the new holder if it moved.
-func (x *lx) unreachable() {
-	p := x.lp.p
-	p.resolver.Refused(x.name, x.route, wire.ReasonUnreachable)
-	if x.attempt >= p.cfg.MaxAttempts {
-		p.m.unreachable.Inc()
-		x.fail(p.unreachableReply(x.route.Session))
-		return
-	}
-	x.moveFrom = x.route.Session
-	x.resolveAsync(pendMoved)
 }
 
 // readResponse reads the worker's answer as far as it has come.
@@ -659,17 +613,12 @@ func (x *lx) readFailed(err error) {
 		// Nothing of an answer arrived.
 		reused := x.reused
 		x.dropConn()
-		if reused && x.idempotent && x.retry() {
-			// The worker closed a pooled connection as we sent on it.
-			p.m.retries.Inc()
-			x.attempt++
-			x.dispatch(x.route)
-			return
-		}
-		if p.errLog.Allow() {
+		a := p.decide(x.outcome(endNoAnswer, reused), x.ep)
+		if (!reused || a.verdict != resend) && p.errLog.Allow() {
+			// Not a pooled connection the worker had closed, sent again.
 			p.log.Warn("no response from worker", "session", x.ep.id, "addr", x.ep.addr, "err", errString(err))
 		}
-		x.noAnswer()
+		x.settle(a)
 		return
 	}
 	if x.need == 0 && x.headLen == 0 {
@@ -761,42 +710,24 @@ func (x *lx) onFinalHead() bool {
 		x.openTunnel()
 		return false
 	}
-	switch rh.StatusCode() {
-	case fasthttp.StatusServiceUnavailable:
-		switch reason := knownReason(rh.Peek(wire.HeaderReason)); reason {
-		case wire.ReasonClosing, wire.ReasonDraining, wire.ReasonLease, wire.ReasonStale:
-			// The host refused the request before any application code
-			// ran: drop the placement and try the new holder.
-			p.resolver.Refused(x.name, x.route, reason)
-			if x.retry() {
-				x.discardAndReresolve()
-				return false
-			}
-		}
-	case fasthttp.StatusForbidden:
-		if string(rh.Peek(wire.HeaderReason)) == wire.ReasonForbidden {
-			// Another process at the session's address: nothing ran.
+	a := p.decide(x.outcome(endAnswered, x.reused), x.ep)
+	switch a.verdict {
+	case relay:
+		p.enact(a, x.name, x.route)
+		return x.respond()
+	case reresolve:
+		// The host's refusal is dropped; its connection is kept when the
+		// refusal's body is small and complete.
+		if cl := rh.ContentLength(); !x.closeAfter && cl >= 0 && x.rn == x.headLen+cl {
+			x.releaseConn()
+		} else {
 			x.dropConn()
-			x.unreachable()
-			return false
 		}
-	}
-	return x.respond()
-}
-
-// discardAndReresolve drops a host's 503 (keeping the connection when its
-// body is small and complete) and resolves the name again.
-func (x *lx) discardAndReresolve() {
-	p := x.lp.p
-	cl := x.resp.ContentLength()
-	if !x.closeAfter && cl >= 0 && x.rn == x.headLen+cl {
-		x.releaseConn()
-	} else {
+	default:
 		x.dropConn()
 	}
-	p.m.reresolves.Inc()
-	x.attempt++
-	x.lookup()
+	x.settle(a)
+	return false
 }
 
 // respond turns the worker's final head into the client's answer: a small

@@ -768,3 +768,128 @@ func TestDeliver(t *testing.T) {
 		t.Errorf("a client's X-Pinned-Alarm reached the worker: %q", v)
 	}
 }
+
+// A request that got no answer twice is taken for an unreachable worker, on
+// both engines: the resolver hears of it (Refused) and re-checks the
+// placement; when it moved, the idempotent request goes to the new holder,
+// otherwise the client gets 503 unreachable. The worker saw it twice.
+func TestNoAnswerTwiceIsUnreachable(t *testing.T) {
+	bothEngines(t, func(t *testing.T, loops int) {
+		silent, sent := rawWorker(t, "") // reads the head, closes
+		b := startWorker(t, nil)
+		sa := &proxy.Session{ID: "sess-a", Secret: "k", AdvertiseURL: "http://" + silent}
+		sb := b.session("sess-b", "secret-b")
+		res := proxytest.NewStatic()
+		res.Place("/counter/a", sa)
+		f := startProxyOn(t, res, loops, nil)
+
+		// The placement stays.
+		res.SetOnRefused(func(name string, r proxy.Route) { res.Place(name, r.Session) })
+		resp := raw(t, f.addr, "GET /counter/a HTTP/1.1\r\nHost: h\r\n\r\n")
+		if !strings.HasPrefix(resp, "HTTP/1.1 503") || !strings.Contains(resp, "X-Pinned-Reason: unreachable") {
+			t.Errorf("response %q; want 503 unreachable", resp)
+		}
+		if n, r := sent(), res.Refusals(); n != 2 || r != 1 {
+			t.Errorf("worker got the request %d times, refusals %d; want 2 and 1", n, r)
+		}
+
+		// The placement moves when the resolver re-checks it.
+		res.SetOnRefused(func(name string, r proxy.Route) {
+			if r.Session == sa {
+				res.Place(name, sb)
+			}
+		})
+		resp = raw(t, f.addr, "GET /counter/a HTTP/1.1\r\nHost: h\r\n\r\n")
+		if !strings.HasPrefix(resp, "HTTP/1.1 200") || len(b.requests()) != 1 {
+			t.Errorf("response %q, new holder saw %d; want its 200", resp, len(b.requests()))
+		}
+		if n, r := sent(), res.Refusals(); n != 4 || r != 2 {
+			t.Errorf("old worker got %d requests in all, refusals %d; want 4 and 2", n, r)
+		}
+	})
+}
+
+// An idempotent request met a pooled connection that the worker closed
+// after reading it, without an answer: it is sent once more, and that was
+// its one resend; no answer again and the client gets 503 unreachable. The
+// worker saw it twice, on both engines.
+func TestStaleConnectionResendIsTheOneResend(t *testing.T) {
+	bothEngines(t, func(t *testing.T, loops int) {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var heads atomic.Int64
+		var wg sync.WaitGroup
+		wg.Go(func() {
+			for {
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				wg.Go(func() {
+					defer c.Close()
+					br := bufio.NewReader(c)
+					_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+					for {
+						for {
+							line, err := br.ReadString('\n')
+							if err != nil {
+								return
+							}
+							if line == "\r\n" {
+								break
+							}
+						}
+						// The first request of all is answered; every
+						// later one is read and left unanswered.
+						if heads.Add(1) > 1 {
+							return
+						}
+						_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+					}
+				})
+			}
+		})
+		t.Cleanup(func() { _ = ln.Close(); wg.Wait() })
+		res := proxytest.NewStatic()
+		res.PlaceNamespace("/counter", &proxy.Session{ID: "s", Secret: "k", AdvertiseURL: "http://" + ln.Addr().String()})
+		f := startProxyOn(t, res, loops, nil)
+
+		// The answer is in the client's hands once the proxy has pooled
+		// the connection.
+		if r := raw(t, f.addr, "GET /counter/a HTTP/1.1\r\nHost: h\r\n\r\n"); !strings.HasPrefix(r, "HTTP/1.1 200") {
+			t.Fatalf("priming request: %q", r)
+		}
+		resp := raw(t, f.addr, "GET /counter/a HTTP/1.1\r\nHost: h\r\n\r\n")
+		if !strings.HasPrefix(resp, "HTTP/1.1 503") || !strings.Contains(resp, "X-Pinned-Reason: unreachable") {
+			t.Errorf("response %q; want 503 unreachable", resp)
+		}
+		if n := heads.Load() - 1; n != 2 {
+			t.Errorf("the worker got the request %d times; want 2 (one resend)", n)
+		}
+	})
+}
+
+// sessionless is a resolver whose cache answers with a route that names no
+// session: a miss, which Resolve settles.
+type sessionless struct{ *proxytest.Static }
+
+func (sessionless) Lookup([]byte, time.Time) (proxy.Route, bool) { return proxy.Route{}, true }
+
+// A cached route without a session is a miss on both engines: the name is
+// resolved, and the request reaches the holder Resolve names.
+func TestCachedRouteWithoutSessionIsAMiss(t *testing.T) {
+	bothEngines(t, func(t *testing.T, loops int) {
+		w := startWorker(t, nil)
+		res := proxytest.NewStatic()
+		res.PlaceNamespace("/counter", w.session("s", "k"))
+		f := startProxyOn(t, sessionless{res}, loops, nil)
+		if resp := raw(t, f.addr, "GET /counter/a HTTP/1.1\r\nHost: h\r\n\r\n"); !strings.HasPrefix(resp, "HTTP/1.1 200") {
+			t.Errorf("response %q; want the worker's 200", resp)
+		}
+		if n := res.Resolves(); n != 1 {
+			t.Errorf("resolves = %d; want 1", n)
+		}
+	})
+}

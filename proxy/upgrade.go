@@ -10,8 +10,6 @@ import (
 	"time"
 
 	"github.com/valyala/fasthttp"
-
-	"github.com/pinned-go/pinned/internal/base/wire"
 )
 
 // serveUpgrade handles a request that asks for a protocol upgrade. Only
@@ -51,13 +49,13 @@ func (p *Proxy) serveUpgrade(x *exchange) {
 
 	rt, err := p.route(ctx, x.name)
 	if err != nil {
-		p.resolveFailed(ctx, x.name, err)
+		p.reply(ctx, p.resolveReply(x.name, err))
 		return
 	}
 	x.route = rt
 	ep, err := p.endpointOf(rt.Session)
 	if err != nil {
-		p.unusable(x, err)
+		p.reply(ctx, p.unusable(x.name, rt, err))
 		return
 	}
 	if !ep.used.Load() {
@@ -74,13 +72,7 @@ func (p *Proxy) serveUpgrade(x *exchange) {
 	timeout := min(p.cfg.TunnelHandshakeTimeout, ep.dialTimeout)
 	conn, err := ep.dial(ep.addr, timeout)
 	if err != nil {
-		// The resolver re-checks the placement on the next request.
-		p.resolver.Refused(x.name, rt, wire.ReasonUnreachable)
-		p.m.unreachable.Inc()
-		if p.errLog.Allow() {
-			p.log.Warn("cannot reach worker", "session", ep.id, "addr", ep.addr, "err", err)
-		}
-		p.reply(ctx, &p.replies.unreachable)
+		p.reply(ctx, p.handshakeUnreachable(x.name, rt, ep, err))
 		return
 	}
 	keep := false
