@@ -14,9 +14,9 @@
 //
 // # Two ways in
 //
-// A Front (front.go, fast.go, fastx.go, fastpool.go, stream.go, fastws.go)
-// serves the listener with event loops (internal/base/netloop), one per CPU by
-// default: each client connection belongs to one loop, which reads its
+// A Front (front.go, loop.go, loopexchange.go, looppool.go, loopstream.go,
+// looptunnel.go) serves the listener with event loops (internal/base/netloop),
+// one per CPU by default: each client connection belongs to one loop, which reads its
 // requests, forwards them on worker connections the same loop owns, and
 // writes the answers, with no goroutine, channel or lock per request and no
 // read that finds nothing (a short read means drained until the next
@@ -172,7 +172,7 @@
 //   - Lingering close: a connection that closes after one of these refusals
 //     while the request's body may be unread writes the refusal, shuts its
 //     sending side down and discards input until the client closes or
-//     LingerTimeout passes (linger.go, cconn.startLinger). Closing at once
+//     LingerTimeout passes (linger.go, clientConn.startLinger). Closing at once
 //     would reset the connection, and the reset makes the client's kernel
 //     drop the refusal before a client that sends its whole body first
 //     reads it. ExpectHandler's refusals linger too. (A refusal of
@@ -322,13 +322,13 @@
 //   - Nothing of one request or connection reaches another: every pooled
 //     object is fully reset when it goes back to its pool, and what is
 //     filled anew for each use (a parsed head, a scan) is reset where it
-//     is filled, before it is read. Where: the loops' exchanges (lx) in
-//     loop.putExchange, the fasthttp path's (exchange) in
+//     is filled, before it is read. Where: the loops' exchanges
+//     (loopExchange) in loop.putExchange, the fasthttp path's (exchange) in
 //     Proxy.putExchange, both checked field by field by
 //     TestPooledExchangesComeBackClean; a loop's connection, answer and
 //     worker-answer buffers carry no length of their own (their owner's
-//     does: cconn.n, lx.rn, the pending answer) and go back only when
-//     their owner is done with them; its scratch buffer is read into only
+//     does: clientConn.n, loopExchange.rn, the pending answer) and go back
+//     only when their owner is done with them; its scratch buffer is read into only
 //     for the moment a read is looked at, never more than a connection
 //     buffer holds, and what a request leaves over moves to a connection
 //     buffer before the request starts; its head reader and Date buffer

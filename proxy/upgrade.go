@@ -217,7 +217,7 @@ func (t *tunnel) run(c net.Conn) {
 }
 
 // tunnelEnd is an open tunnel as the proxy's table knows it: a goroutine
-// tunnel (the fasthttp path's hijack) or a loop's (fastws.go).
+// tunnel (the fasthttp path's hijack) or a loop's (looptunnel.go).
 type tunnelEnd interface {
 	// close ends the tunnel; any goroutine may call it, more than once.
 	close()

@@ -14,13 +14,13 @@ import (
 	"github.com/pinned-go/pinned/internal/base/wire"
 )
 
-// lx is one request a loop serves, from its parsed head to the end of its
-// answer. Exchanges are pooled per loop. Everything runs on the loop's
-// goroutine, except a resolve or a dial, during which a goroutine of the
-// Front owns the exchange until it posts it back (RunTask).
-type lx struct {
+// loopExchange is one request a loop serves, from its parsed head to the
+// end of its answer. Exchanges are pooled per loop. Everything runs on the
+// loop's goroutine, except a resolve or a dial, during which a goroutine of
+// the Front owns the exchange until it posts it back (RunTask).
+type loopExchange struct {
 	lp *loop
-	c  *cconn
+	c  *clientConn
 
 	req  fasthttp.RequestHeader
 	resp fasthttp.ResponseHeader
@@ -42,13 +42,13 @@ type lx struct {
 	// refuse: parse refused the request with this reply (it is answered
 	// without reading further).
 	refuse *reply
-	// ws: a WebSocket handshake (fastws.go); tunnelCounted: it holds a
+	// ws: a WebSocket handshake (looptunnel.go); tunnelCounted: it holds a
 	// place in MaxTunnels, given back when x ends without a tunnel.
 	ws, tunnelCounted bool
 
 	route   Route
 	ep      *endpoint
-	wc      *wconn
+	wc      *workerConn
 	attempt int
 	reused  bool // wc served a request before this one
 	out     []byte
@@ -65,7 +65,7 @@ type lx struct {
 	need       int // buffered body: total bytes (head + body) to have
 	closeAfter bool
 
-	// Streaming state (stream.go).
+	// Streaming state (loopstream.go).
 	st streamState
 
 	timer netloop.Timer
@@ -79,7 +79,7 @@ type lx struct {
 	derr    error
 
 	// Queue links (loopPool.waiters).
-	qnext, qprev *lx
+	qnext, qprev *loopExchange
 	queued       bool
 
 	abandoned bool
@@ -102,13 +102,13 @@ const (
 	pendDialWS
 )
 
-func (lp *loop) getExchange() *lx {
+func (lp *loop) getExchange() *loopExchange {
 	if n := len(lp.xs); n > 0 {
 		x := lp.xs[n-1]
 		lp.xs = lp.xs[:n-1]
 		return x
 	}
-	x := &lx{lp: lp, stripe: uint8(lp.p.stripes.Add(1) % histStripes)}
+	x := &loopExchange{lp: lp, stripe: uint8(lp.p.stripes.Add(1) % histStripes)}
 	x.timer.H = x
 	return x
 }
@@ -119,7 +119,7 @@ func (lp *loop) getExchange() *lx {
 // lose their contents (length 0); the parsed heads and scans (req, resp,
 // scan, rsc) are reset where they are filled, by parse and onHead, before
 // they are read. TestPooledExchangesComeBackClean holds every field to it.
-func (lp *loop) putExchange(x *lx) {
+func (lp *loop) putExchange(x *loopExchange) {
 	if x.tunnelCounted {
 		lp.p.tunnelsOpen.Add(-1)
 	}
@@ -148,7 +148,7 @@ func (lp *loop) putExchange(x *lx) {
 // a Content-Length of at most ReplayBodyMax) and true, or false: the
 // connection goes to the fasthttp path, which answers whatever it is
 // (including every refusal) as it always did.
-func (x *lx) parse(head []byte) (int, bool) {
+func (x *loopExchange) parse(head []byte) (int, bool) {
 	c := x.c
 	p := x.lp.p
 	// The request line: "<method> <origin-form target> HTTP/1.1".
@@ -189,7 +189,7 @@ func (x *lx) parse(head []byte) (int, bool) {
 	}
 	cl := h.ContentLength()
 	if s.upgrades > 0 {
-		// Only a WebSocket handshake is served (fastws.go); any other
+		// Only a WebSocket handshake is served (looptunnel.go); any other
 		// upgrade the fasthttp path refuses.
 		if s.upgrades != 1 || !lowerEq(s.upgrade, "websocket") || !s.connUpgrade || !h.IsGet() || cl > 0 {
 			return 0, false
@@ -251,7 +251,7 @@ func plainHost(h []byte) bool {
 }
 
 // start forwards a request the loop accepted.
-func (x *lx) start() {
+func (x *loopExchange) start() {
 	p := x.lp.p
 	p.sanitizeHeader(&x.req, &x.scan, x.c.peer.Addr(), false, x.c.trusted, x.scratch[:0])
 	x.attempt = 1
@@ -276,7 +276,7 @@ func (x *lx) start() {
 
 // lookup routes the request: from the resolver's cache on the loop, or
 // through a resolve on a goroutine.
-func (x *lx) lookup() {
+func (x *loopExchange) lookup() {
 	p := x.lp.p
 	if r, ok := p.cachedRoute(x.name, netloop.Time(x.lp.nl.Now())); ok {
 		x.dispatch(r)
@@ -286,7 +286,7 @@ func (x *lx) lookup() {
 }
 
 // resolveAsync resolves x.name on a goroutine of the Front and posts x back.
-func (x *lx) resolveAsync(kind uint8) {
+func (x *loopExchange) resolveAsync(kind uint8) {
 	f := x.lp.f
 	x.pending = kind
 	f.wg.Go(func() {
@@ -296,7 +296,7 @@ func (x *lx) resolveAsync(kind uint8) {
 }
 
 // RunTask implements netloop.Task: an asynchronous step came back.
-func (x *lx) RunTask() {
+func (x *loopExchange) RunTask() {
 	kind := x.pending
 	x.pending = pendNone
 	switch kind {
@@ -330,7 +330,7 @@ func (x *lx) RunTask() {
 }
 
 // dispatch sends the request to the session of r.
-func (x *lx) dispatch(r Route) {
+func (x *loopExchange) dispatch(r Route) {
 	p := x.lp.p
 	if r.Session == nil {
 		x.fail(&p.replies.noWorker)
@@ -376,7 +376,7 @@ func (x *lx) dispatch(r Route) {
 
 // acquire takes a worker connection of the loop's pool for x.ep: an idle
 // one, a new one (dialled on a goroutine), or a place in the queue.
-func (x *lx) acquire() {
+func (x *loopExchange) acquire() {
 	lp := x.lp
 	pool := x.ep.loopPool(lp.id)
 	if w := pool.popIdle(lp); w != nil {
@@ -394,11 +394,11 @@ func (x *lx) acquire() {
 
 // dial connects to the worker on a goroutine (the endpoint's dialer applies
 // the registry's address policy) and posts x back with the descriptor.
-func (x *lx) dial() { x.dialWith(pendDial, x.ep.dialTimeout) }
+func (x *loopExchange) dial() { x.dialWith(pendDial, x.ep.dialTimeout) }
 
 // dialWith dials x.ep on a goroutine within timeout and posts x back with the
 // result, as step kind.
-func (x *lx) dialWith(kind uint8, timeout time.Duration) {
+func (x *loopExchange) dialWith(kind uint8, timeout time.Duration) {
 	f := x.lp.f
 	ep := x.ep
 	x.pending = kind
@@ -419,15 +419,15 @@ func (x *lx) dialWith(kind uint8, timeout time.Duration) {
 }
 
 // dialed handles the dial's result on the loop.
-func (x *lx) dialed() {
+func (x *loopExchange) dialed() {
 	lp, p, ep := x.lp, x.lp.p, x.ep
 	pool := ep.loopPool(lp.id)
 	fd, err := x.dfd, x.derr
 	x.dfd, x.derr = -1, nil
-	var w *wconn
+	var w *workerConn
 	if err == nil {
 		_ = netloop.SetNoDelay(fd)
-		w, err = lp.newWconn(ep, fd)
+		w, err = lp.newWorkerConn(ep, fd)
 	}
 	if err != nil {
 		pool.open--
@@ -454,7 +454,7 @@ func (x *lx) dialed() {
 }
 
 // send writes the request on w.
-func (x *lx) send(w *wconn, reused bool) {
+func (x *loopExchange) send(w *workerConn, reused bool) {
 	lp, p := x.lp, x.lp.p
 	x.wc, w.x = w, x
 	x.reused = reused
@@ -477,7 +477,7 @@ func (x *lx) send(w *wconn, reused bool) {
 
 // setEndpointHeaders sets what depends on the route: the proxy secret, the
 // session, the placement's epoch, and the path prefix of the advertise URL.
-func (x *lx) setEndpointHeaders() {
+func (x *loopExchange) setEndpointHeaders() {
 	h := &x.req
 	ep := x.ep
 	setRouteFields(h, ep, x.route.Epoch, !x.epHeaders, x.scratch[:0])
@@ -491,7 +491,7 @@ func (x *lx) setEndpointHeaders() {
 }
 
 // write writes the rest of the request; it continues on w's write events.
-func (x *lx) write() {
+func (x *loopExchange) write() {
 	w := x.wc
 	for x.sent < len(x.out) {
 		n, err := netloop.Write(w.fd, x.out[x.sent:])
@@ -513,7 +513,7 @@ func (x *lx) write() {
 }
 
 // sendFailed handles a write error on the worker connection.
-func (x *lx) sendFailed(err error) {
+func (x *loopExchange) sendFailed(err error) {
 	p := x.lp.p
 	sent, reused := x.sent, x.reused
 	x.dropConn()
@@ -533,7 +533,7 @@ func (x *lx) sendFailed(err error) {
 
 // outcome describes the attempt that ended (end) for decide. A loop holds
 // every request's body whole: each can be sent again.
-func (x *lx) outcome(end attemptEnd, reused bool) outcome {
+func (x *loopExchange) outcome(end attemptEnd, reused bool) outcome {
 	o := outcome{end: end, reused: reused, idempotent: x.idempotent, replayable: true,
 		resent: x.resentOnce, attempt: x.attempt, holder: x.route.Session}
 	if end == endAnswered {
@@ -550,7 +550,7 @@ func (x *lx) outcome(end attemptEnd, reused bool) outcome {
 // released or closed: it tells the resolver and counts (enact), then sends
 // again, routes again, rechecks the placement or answers. (A relay is
 // onFinalHead's.)
-func (x *lx) settle(a action) {
+func (x *loopExchange) settle(a action) {
 	p := x.lp.p
 	p.enact(a, x.name, x.route)
 	x.resentOnce = x.resentOnce || a.resent
@@ -569,7 +569,7 @@ func (x *lx) settle(a action) {
 }
 
 // readResponse reads the worker's answer as far as it has come.
-func (x *lx) readResponse() {
+func (x *loopExchange) readResponse() {
 	w := x.wc
 	for w != nil && x.wc == w && !x.st.on {
 		if x.rn == len(x.rbuf) {
@@ -607,7 +607,7 @@ func (x *lx) readResponse() {
 
 // readFailed: the worker connection ended or failed while x waited for (or
 // read) its answer.
-func (x *lx) readFailed(err error) {
+func (x *loopExchange) readFailed(err error) {
 	p := x.lp.p
 	if !x.gotBytes && !x.ws {
 		// Nothing of an answer arrived.
@@ -637,7 +637,7 @@ func errString(err error) string {
 
 // progress acts on what has been read. It reports whether reading should go
 // on.
-func (x *lx) progress() bool {
+func (x *loopExchange) progress() bool {
 	if x.headLen == 0 {
 		return x.onHead()
 	}
@@ -649,7 +649,7 @@ func (x *lx) progress() bool {
 }
 
 // onHead parses the response head once it is complete.
-func (x *lx) onHead() bool {
+func (x *loopExchange) onHead() bool {
 	p := x.lp.p
 	for {
 		b := x.rbuf[:x.rn]
@@ -691,7 +691,7 @@ func (x *lx) onHead() bool {
 }
 
 // onFinalHead acts on the final response head.
-func (x *lx) onFinalHead() bool {
+func (x *loopExchange) onFinalHead() bool {
 	p := x.lp.p
 	rh := &x.resp
 	p.m.upstream.observe(x.stripe, time.Duration(x.lp.nl.Now()-x.startNs))
@@ -732,7 +732,7 @@ func (x *lx) onFinalHead() bool {
 
 // respond turns the worker's final head into the client's answer: a small
 // body is read whole first, anything else streams.
-func (x *lx) respond() bool {
+func (x *loopExchange) respond() bool {
 	p := x.lp.p
 	c := x.c
 	rh := &x.resp
@@ -772,7 +772,7 @@ func (x *lx) respond() bool {
 // shutting down), and chunked framing when rechunk (a body the worker
 // delimits by closing). Nothing is added that the worker did not send: no
 // Server, Date or Content-Type of the proxy's.
-func (x *lx) appendHead(out []byte, rechunk bool) []byte {
+func (x *loopExchange) appendHead(out []byte, rechunk bool) []byte {
 	out = x.appendHeadFields(out, x.rsc.deletes())
 	if rechunk {
 		out = append(out, "Transfer-Encoding: chunked\r\n"...)
@@ -785,7 +785,7 @@ func (x *lx) appendHead(out []byte, rechunk bool) []byte {
 
 // appendHeadFields appends the status line and the fields of the worker's
 // head but dels, without the blank line that ends the head.
-func (x *lx) appendHeadFields(out []byte, dels []fieldRef) []byte {
+func (x *loopExchange) appendHeadFields(out []byte, dels []fieldRef) []byte {
 	head := x.rbuf[:x.headLen]
 	i := bytes.IndexByte(head, '\n')
 	line := head[:i-1] // CR checked by the scan and the parse
@@ -830,7 +830,7 @@ func dropped(name []byte, dels []fieldRef) bool {
 }
 
 // finishBuffered answers with a body read whole.
-func (x *lx) finishBuffered() {
+func (x *loopExchange) finishBuffered() {
 	p := x.lp.p
 	if x.rn > x.need {
 		x.closeAfter = true // the worker sent more than it announced
@@ -846,7 +846,7 @@ func (x *lx) finishBuffered() {
 
 // record tells the Recorder about x, once its answer's head is decided:
 // status and reason of the answer, bytes of the bodies as far as known.
-func (x *lx) record(status int, reason string, bytes int64) {
+func (x *loopExchange) record(status int, reason string, bytes int64) {
 	rec := x.lp.p.cfg.Recorder
 	if rec == nil {
 		return
@@ -860,7 +860,7 @@ func (x *lx) record(status int, reason string, bytes int64) {
 }
 
 // finish hands the answer to the client connection and retires x.
-func (x *lx) finish(out []byte) {
+func (x *loopExchange) finish(out []byte) {
 	c := x.c
 	x.lp.nl.Disarm(&x.timer)
 	c.x = nil
@@ -869,7 +869,7 @@ func (x *lx) finish(out []byte) {
 }
 
 // fail answers with one of the proxy's own replies.
-func (x *lx) fail(rp *reply) {
+func (x *loopExchange) fail(rp *reply) {
 	c := x.c
 	if x.wc != nil {
 		x.dropConn()
@@ -886,7 +886,7 @@ func (x *lx) fail(rp *reply) {
 }
 
 // badGateway answers 502: the worker's answer cannot be relayed.
-func (x *lx) badGateway(what string, err error) {
+func (x *loopExchange) badGateway(what string, err error) {
 	p := x.lp.p
 	if p.errLog.Allow() {
 		if err != nil {
@@ -901,7 +901,7 @@ func (x *lx) badGateway(what string, err error) {
 
 // releaseConn returns the worker connection to the pool, or closes it when
 // the worker asked for that or left bytes after its answer.
-func (x *lx) releaseConn() {
+func (x *loopExchange) releaseConn() {
 	w := x.wc
 	if w == nil {
 		return
@@ -916,7 +916,7 @@ func (x *lx) releaseConn() {
 }
 
 // dropConn closes the worker connection.
-func (x *lx) dropConn() {
+func (x *loopExchange) dropConn() {
 	w := x.wc
 	if w == nil {
 		return
@@ -929,13 +929,13 @@ func (x *lx) dropConn() {
 }
 
 // arm sets x's timer.
-func (x *lx) arm(kind uint8, d time.Duration) {
+func (x *loopExchange) arm(kind uint8, d time.Duration) {
 	x.tkind = kind
 	x.lp.nl.ArmAfter(&x.timer, d)
 }
 
 // OnTimer implements netloop.TimerHandler.
-func (x *lx) OnTimer() {
+func (x *loopExchange) OnTimer() {
 	p := x.lp.p
 	switch x.tkind {
 	case tQueue:
@@ -957,7 +957,7 @@ func (x *lx) OnTimer() {
 }
 
 // abandon ends x because its client connection closed.
-func (x *lx) abandon() {
+func (x *loopExchange) abandon() {
 	lp := x.lp
 	x.abandoned = true
 	lp.nl.Disarm(&x.timer)
