@@ -120,6 +120,33 @@ func startWorkerWith(t *testing.T, h fasthttp.RequestHandler, mutate func(*fasth
 	return w
 }
 
+// serveRaw accepts connections on 127.0.0.1 and runs serve on each, on a
+// goroutine of its own, which closes the connection after serve returns;
+// it returns the address. When the test ends the listener closes and every
+// serve must return.
+func serveRaw(t *testing.T, serve func(c net.Conn, br *bufio.Reader)) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			wg.Go(func() {
+				defer c.Close()
+				serve(c, bufio.NewReader(c))
+			})
+		}
+	})
+	t.Cleanup(func() { _ = ln.Close(); wg.Wait() })
+	return ln.Addr().String()
+}
+
 // countingListener counts the bytes read from its connections.
 type countingListener struct {
 	net.Listener

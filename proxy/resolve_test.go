@@ -283,41 +283,24 @@ func TestUnreachableReresolved(t *testing.T) {
 func TestMaybeSent(t *testing.T) {
 	// The worker answers every first request on a connection and then
 	// closes it without saying so.
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
 	var requests atomic.Int64
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				br := bufio.NewReader(c)
-				var req fasthttp.Request
-				if err := req.Read(br); err != nil {
-					return
-				}
-				requests.Add(1)
-				// The proxy pools the connection whether or not the
-				// close has reached it.
-				_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
-			}()
+	addr := serveRaw(t, func(c net.Conn, br *bufio.Reader) {
+		var req fasthttp.Request
+		if err := req.Read(br); err != nil {
+			return
 		}
-	}()
-	defer func() { _ = ln.Close(); <-done }()
-	f := proxyTo(t, fasthttpEngine, ln.Addr().String(), nil)
+		requests.Add(1)
+		// The proxy pools the connection whether or not the close has
+		// reached it.
+		_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+	})
+	f := proxyTo(t, fasthttpEngine, addr, nil)
 
 	send := func(req string) string {
 		if r := raw(t, f.addr, "GET /counter/a HTTP/1.1\r\nHost: h\r\n\r\n"); !strings.HasPrefix(r, "HTTP/1.1 200") {
 			t.Fatalf("priming request: %q", r)
 		}
-		awaitPeerClosed(t, ln.Addr().String()) // the worker has closed the pooled connection
+		awaitPeerClosed(t, addr) // the worker has closed the pooled connection
 		return raw(t, f.addr, req)
 	}
 	if r := send("GET /counter/a HTTP/1.1\r\nHost: h\r\n\r\n"); !strings.HasPrefix(r, "HTTP/1.1 200") {
@@ -562,45 +545,26 @@ func runProxy(t testing.TB, p *proxy.Proxy) {
 // again on a fresh connection, and the worker sees it once.
 func TestResetPooledConnectionResent(t *testing.T) {
 	bothEngines(t, func(t *testing.T, loops int) {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
 		var posts atomic.Int64
 		pooled, reset := make(chan struct{}), make(chan struct{})
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			for {
-				c, err := ln.Accept()
-				if err != nil {
-					return
-				}
-				go func() {
-					br := bufio.NewReader(c)
-					var req fasthttp.Request
-					if err := req.Read(br); err != nil {
-						_ = c.Close()
-						return
-					}
-					if req.Header.IsPost() {
-						posts.Add(1)
-					}
-					_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
-					if req.Header.IsGet() {
-						// Reset the connection once the proxy has pooled it.
-						<-pooled
-						_ = c.(*net.TCPConn).SetLinger(0)
-						_ = c.Close()
-						close(reset)
-						return
-					}
-					_ = c.Close()
-				}()
+		addr := serveRaw(t, func(c net.Conn, br *bufio.Reader) {
+			var req fasthttp.Request
+			if err := req.Read(br); err != nil {
+				return
 			}
-		}()
-		defer func() { _ = ln.Close(); <-done }()
-		f := proxyTo(t, loops, ln.Addr().String(), nil)
+			if req.Header.IsPost() {
+				posts.Add(1)
+			}
+			_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+			if req.Header.IsGet() {
+				// Reset the connection once the proxy has pooled it.
+				<-pooled
+				_ = c.(*net.TCPConn).SetLinger(0)
+				_ = c.Close()
+				close(reset)
+			}
+		})
+		f := proxyTo(t, loops, addr, nil)
 
 		if r := raw(t, f.addr, "GET /counter/a HTTP/1.1\r\nHost: h\r\n\r\n"); !strings.HasPrefix(r, "HTTP/1.1 200") {
 			close(pooled)
@@ -610,7 +574,7 @@ func TestResetPooledConnectionResent(t *testing.T) {
 		// before the client has the answer.
 		close(pooled)
 		<-reset
-		awaitPeerClosed(t, ln.Addr().String()) // the RST has arrived
+		awaitPeerClosed(t, addr) // the RST has arrived
 		r := raw(t, f.addr, "POST /counter/a HTTP/1.1\r\nHost: h\r\nContent-Length: 3\r\n\r\nabc")
 		if !strings.HasPrefix(r, "HTTP/1.1 200") {
 			t.Errorf("POST after a reset: %q; want a resend and 200", r)
@@ -888,45 +852,17 @@ func TestNoAnswerTwiceIsUnreachable(t *testing.T) {
 // worker saw it twice, on both engines.
 func TestStaleConnectionResendIsTheOneResend(t *testing.T) {
 	bothEngines(t, func(t *testing.T, loops int) {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
 		var heads atomic.Int64
-		var wg sync.WaitGroup
-		wg.Go(func() {
-			for {
-				c, err := ln.Accept()
-				if err != nil {
-					return
-				}
-				wg.Go(func() {
-					defer c.Close()
-					br := bufio.NewReader(c)
-					_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
-					for {
-						for {
-							line, err := br.ReadString('\n')
-							if err != nil {
-								return
-							}
-							if line == "\r\n" {
-								break
-							}
-						}
-						// The first request of all is answered; every
-						// later one is read and left unanswered.
-						if heads.Add(1) > 1 {
-							return
-						}
-						_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
-					}
-				})
+		addr := serveRaw(t, func(c net.Conn, br *bufio.Reader) {
+			var req fasthttp.Request
+			// The first request of all is answered; every later one is
+			// read and left unanswered.
+			for req.Read(br) == nil && heads.Add(1) == 1 {
+				_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
 			}
 		})
-		t.Cleanup(func() { _ = ln.Close(); wg.Wait() })
 		res := proxytest.NewStatic()
-		res.PlaceNamespace("/counter", &proxy.Session{ID: "s", Secret: "k", AdvertiseURL: "http://" + ln.Addr().String()})
+		res.PlaceNamespace("/counter", &proxy.Session{ID: "s", Secret: "k", AdvertiseURL: "http://" + addr})
 		f := startProxy(t, loops, res, nil)
 
 		// The answer is in the client's hands once the proxy has pooled
