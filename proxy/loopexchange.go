@@ -258,15 +258,8 @@ func (x *loopExchange) start() {
 	if x.ws {
 		x.req.Set("Connection", "Upgrade")
 		x.req.Set("Upgrade", "websocket")
-		if p.closed.Load() {
-			p.m.tunnelsRejected.Inc()
-			x.fail(&p.replies.tunnelsFull)
-			return
-		}
-		if p.tunnelsOpen.Add(1) > int64(p.cfg.MaxTunnels) {
-			p.tunnelsOpen.Add(-1)
-			p.m.tunnelsRejected.Inc()
-			x.fail(&p.replies.tunnelsFull)
+		if rp := p.admitTunnel(); rp != nil {
+			x.fail(rp)
 			return
 		}
 		x.tunnelCounted = true
@@ -350,9 +343,7 @@ func (x *loopExchange) dispatch(r Route) {
 			x.fail(p.unusable(x.name, r, err))
 			return
 		}
-		if !ep.used.Load() {
-			ep.used.Store(true)
-		}
+		ep.markUsed()
 		x.route, x.ep = r, ep
 		x.dialWS()
 		return

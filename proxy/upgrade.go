@@ -29,15 +29,8 @@ func (p *Proxy) serveUpgrade(x *exchange) {
 		p.reject(ctx, &p.replies.upgradeHandshake)
 		return
 	}
-	if p.closed.Load() {
-		p.m.tunnelsRejected.Inc()
-		p.reply(ctx, &p.replies.tunnelsFull)
-		return
-	}
-	if p.tunnelsOpen.Add(1) > int64(p.cfg.MaxTunnels) {
-		p.tunnelsOpen.Add(-1)
-		p.m.tunnelsRejected.Inc()
-		p.reply(ctx, &p.replies.tunnelsFull)
+	if rp := p.admitTunnel(); rp != nil {
+		p.reply(ctx, rp)
 		return
 	}
 	opened := false
@@ -58,9 +51,7 @@ func (p *Proxy) serveUpgrade(x *exchange) {
 		p.reply(ctx, p.unusable(x.name, rt, err))
 		return
 	}
-	if !ep.used.Load() {
-		ep.used.Store(true)
-	}
+	ep.markUsed()
 	x.ep = ep
 
 	p.sanitizeRequest(x, p.trusted(ctx))
@@ -158,6 +149,21 @@ func (p *Proxy) serveUpgrade(x *exchange) {
 	p.tunnelWG.Add(1)
 	ctx.HijackSetNoResponse(true)
 	ctx.Hijack(t.run)
+}
+
+// admitTunnel takes a place among MaxTunnels for a WebSocket handshake, on
+// either engine, and returns nil; or it returns the refusal, 503
+// overloaded, when the cap is reached or the proxy is closing. The caller
+// gives the place back (tunnelsOpen) unless a tunnel takes it over.
+func (p *Proxy) admitTunnel() *reply {
+	if !p.closed.Load() {
+		if p.tunnelsOpen.Add(1) <= int64(p.cfg.MaxTunnels) {
+			return nil
+		}
+		p.tunnelsOpen.Add(-1)
+	}
+	p.m.tunnelsRejected.Inc()
+	return &p.replies.tunnelsFull
 }
 
 // tunnel is an open WebSocket connection between a client and a worker: two
