@@ -165,32 +165,23 @@ func TestLoopStreamBroken(t *testing.T) {
 	// The break comes after the head and a chunk went out: the worker
 	// sends it once the client has them, and keeps its connection open
 	// until the client's has closed (the break, not a close, ends it).
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
 	relayed, ended := make(chan struct{}), make(chan struct{})
-	served := make(chan struct{})
-	go func() {
-		defer close(served)
-		c, err := ln.Accept()
-		if err != nil {
-			return
-		}
-		defer c.Close()
-		br := bufio.NewReader(c)
+	addr = serveRaw(t, func(c net.Conn, br *bufio.Reader) {
 		var req fasthttp.Request
 		if req.Read(br) != nil {
 			return
 		}
 		_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n")
-		<-relayed
+		select {
+		case <-relayed:
+		case <-ended: // the test failed before
+			return
+		}
 		_, _ = io.WriteString(c, "zz\r\n")
 		<-ended
-	}()
-	defer func() { _ = ln.Close(); <-served }()
+	})
 	defer close(ended)
-	f = proxyTo(t, loopEngine, ln.Addr().String(), nil)
+	f = proxyTo(t, loopEngine, addr, nil)
 	c, err := net.Dial("tcp", f.addr)
 	if err != nil {
 		t.Fatal(err)
