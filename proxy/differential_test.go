@@ -233,8 +233,8 @@ func startDifferential(tb testing.TB) *differential {
 		<-bdone
 	})
 
-	for _, loops := range []int{1, 0} {
-		f := startProxyOn(tb, d.res, loops, func(c *proxy.Config) {
+	for _, loops := range []int{loopEngine, fasthttpEngine} {
+		f := startProxy(tb, loops, d.res, func(c *proxy.Config) {
 			c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 			c.HeaderTimeout = 2 * time.Second
 			c.ResponseHeaderTimeout = 2 * time.Second

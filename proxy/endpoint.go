@@ -256,10 +256,16 @@ func (e *endpoint) admit() admission {
 		}
 		return full
 	}
+	e.markUsed()
+	return admitted
+}
+
+// markUsed tells the janitor the endpoint is in use (without writing the
+// shared line when it knows already).
+func (e *endpoint) markUsed() {
 	if !e.used.Load() {
 		e.used.Store(true)
 	}
-	return admitted
 }
 
 func (e *endpoint) leave() { e.inflight.Add(-1) }

@@ -36,7 +36,7 @@ type exchange struct {
 	uri     []byte // scratch for a rewritten request URI
 	stable  bool   // name and target point into tgt
 	http10  bool   // the client spoke HTTP/1.0
-	// resentOnce: sent again after an attempt that got no answer (noAnswer).
+	// resentOnce: sent again after an attempt that got no answer (decide).
 	resentOnce bool
 	// internal: a request of the pinboard's own (Deliver), which may be
 	// sent again like an idempotent one.
@@ -99,21 +99,22 @@ func (c *countingConn) Write(p []byte) (int, error) {
 	return n, err
 }
 
-// outcome is how one attempt to send a request to a worker ended.
-type outcome uint8
+// trip is how roundTrip ended: an answer or a failure that decide settles
+// (tripAnswered, tripNotSent, tripNoAnswer), or a failure with an answer of
+// its own.
+type trip uint8
 
 const (
-	outOK          outcome = iota // a final response head is in ctx.Response
-	outReresolve                  // the worker answered 503 closing/draining/lease; re-resolve
-	outResend                     // a stale pooled connection; send again
-	outUnreachable                // not sent: the worker could not be reached
-	outOverloaded                 // not sent: no connection to the worker in time
-	outBadGateway                 // may have been sent; no usable response
-	outTimeout                    // sent; no response head in time
-	outClientBody                 // the client's body failed (truncated, bad chunk)
-	outBodyTimeout                // the client's body stopped coming (StreamIdleTimeout)
-	outTooLarge                   // the client's chunked body passed MaxRequestBodySize
-	outOverWorker                 // the client's chunked body passed the worker's limit
+	tripAnswered    trip = iota // a final response head is in ctx.Response; the connection is held
+	tripNotSent                 // nothing of the request left the proxy
+	tripNoAnswer                // the request left; not a byte of an answer came back
+	tripOverloaded              // not sent: no connection to the worker in time
+	tripBadGateway              // may have been sent; no usable response
+	tripTimeout                 // sent; no response head in time
+	tripClientBody              // the client's body failed (truncated, bad chunk)
+	tripBodyTimeout             // the client's body stopped coming (StreamIdleTimeout)
+	tripTooLarge                // the client's chunked body passed MaxRequestBodySize
+	tripOverWorker              // the client's chunked body passed the worker's limit
 )
 
 // Errors of the request body copy, told apart from worker write errors.
@@ -124,13 +125,14 @@ var (
 	errOverWorker   = errors.New("request body larger than the worker accepts")
 )
 
-// forward sends the prepared request to the worker holding x.name, retrying
-// within the budget, and leaves the response in ctx.Response. It reports
-// whether the exchange was handed to the server (a streamed body).
+// forward sends the prepared request to the worker holding x.name, doing
+// what decide says after each attempt, and leaves the response in
+// ctx.Response. It reports whether the exchange was handed to the server (a
+// streamed body).
 func (x *exchange) forward() bool {
 	p := x.p
 	ctx := x.ctx
-	var next Route // resolved after an unreachable worker, for the next attempt
+	var next Route // the next attempt's route when decided already (resend, recheck)
 	for attempt := 1; ; attempt++ {
 		rt, err := next, error(nil)
 		next = Route{}
@@ -138,7 +140,7 @@ func (x *exchange) forward() bool {
 			rt, err = p.route(ctx, x.name)
 		}
 		if err != nil {
-			p.resolveFailed(ctx, x.name, err)
+			p.reply(ctx, p.resolveReply(x.name, err))
 			return false
 		}
 		x.route = rt
@@ -149,11 +151,11 @@ func (x *exchange) forward() bool {
 		}
 		ep, ok, err := p.admit(rt.Session)
 		if err != nil {
-			p.unusable(x, err)
+			p.reply(ctx, p.unusable(x.name, rt, err))
 			return false
 		}
 		if !ok {
-			p.m.overloaded.Inc()
+			p.countFailure(&p.replies.overloaded)
 			p.reply(ctx, &p.replies.overloaded)
 			return false
 		}
@@ -161,52 +163,98 @@ func (x *exchange) forward() bool {
 			ep.earn() // retries do not earn more retries
 		}
 		x.ep = ep
-		out := x.roundTrip(attempt)
-		switch out {
-		case outOK:
-			return x.respond()
-		case outReresolve:
-			p.m.reresolves.Inc()
-			continue
-		case outResend:
-			p.m.retries.Inc()
-			continue
-		case outUnreachable:
-			if next = x.moved(attempt); next.Session != nil {
-				p.m.reresolves.Inc()
-				continue
+		tr, reused, err := x.roundTrip(attempt)
+		var a action
+		switch tr {
+		case tripAnswered:
+			a = p.decide(x.outcome(endAnswered, attempt, reused), ep)
+			switch a.verdict {
+			case relay:
+			case reresolve:
+				x.discardAnswer()
+			default:
+				x.drop()
 			}
-			p.m.unreachable.Inc()
-			p.reply(ctx, p.unreachableReply(x.route.Session))
-		case outOverloaded:
-			p.m.overloaded.Inc()
-			p.reply(ctx, &p.replies.overloaded)
-		case outBadGateway:
-			p.m.badGateway.Inc()
-			p.reply(ctx, &p.replies.badGateway)
-		case outTimeout:
-			p.m.timeouts.Inc()
-			p.reply(ctx, &p.replies.timeout)
-		case outClientBody:
-			p.reply(ctx, &p.replies.badBody)
-		case outBodyTimeout:
-			p.reply(ctx, &p.replies.bodyTimeout)
-		case outTooLarge:
-			p.m.rejected.Inc()
-			p.reply(ctx, &p.replies.tooLarge)
-		case outOverWorker:
-			p.m.rejected.Inc()
-			p.reply(ctx, p.bodyOverWorker(rt.Session))
+		case tripNotSent:
+			a = p.decide(x.outcome(endNotSent, attempt, reused), ep)
+		case tripNoAnswer:
+			a = p.decide(x.outcome(endNoAnswer, attempt, reused), ep)
+			if err != nil && (!reused || a.verdict != resend) && p.errLog.Allow() {
+				// Not a pooled connection the worker had closed, sent again.
+				p.log.Warn("no response from worker", "session", ep.id, "addr", ep.addr, "err", err)
+			}
+		default:
+			p.reply(ctx, x.tripReply(tr))
+			return false
 		}
-		return false
+		p.enact(a, x.name, rt)
+		x.resentOnce = x.resentOnce || a.resent
+		switch a.verdict {
+		case relay:
+			return x.respond()
+		case resend:
+			next = rt
+		case reresolve:
+		case recheck:
+			r, err := p.resolver.Resolve(ctx, x.name)
+			var rp *reply
+			if next, rp = p.afterRecheck(rt, r, err); rp != nil {
+				p.reply(ctx, rp)
+				return false
+			}
+		case answer:
+			p.reply(ctx, a.reply)
+			return false
+		}
 	}
 }
 
-// route returns the route of name: the resolver's cached one (Lookup, at
-// the request's time), else Resolve's. A route without a session is
+// outcome describes the attempt that ended (end) for decide.
+func (x *exchange) outcome(end attemptEnd, attempt int, reused bool) outcome {
+	o := outcome{end: end, reused: reused, idempotent: x.idempotent(), replayable: x.replayable(),
+		resent: x.resentOnce, attempt: attempt, holder: x.route.Session}
+	if end == endAnswered {
+		rh := &x.ctx.Response.Header
+		o.status = rh.StatusCode()
+		if o.status == fasthttp.StatusServiceUnavailable || o.status == fasthttp.StatusForbidden {
+			// The only answers whose reason decide reads.
+			o.reason = knownReason(rh.Peek(wire.HeaderReason))
+		}
+	}
+	return o
+}
+
+// tripReply is the answer to a trip that ended with one of the proxy's own.
+func (x *exchange) tripReply(tr trip) *reply {
+	p := x.p
+	var rp *reply
+	switch tr {
+	case tripOverloaded:
+		rp = &p.replies.overloaded
+	case tripBadGateway:
+		rp = &p.replies.badGateway
+	case tripTimeout:
+		rp = &p.replies.timeout
+	case tripClientBody:
+		return &p.replies.badBody
+	case tripBodyTimeout:
+		return &p.replies.bodyTimeout
+	case tripTooLarge:
+		p.m.rejected.Inc()
+		return &p.replies.tooLarge
+	default: // tripOverWorker
+		p.m.rejected.Inc()
+		return p.bodyOverWorker(x.route.Session)
+	}
+	p.countFailure(rp)
+	return rp
+}
+
+// route returns the route of name: the resolver's cached one (at the
+// request's time), else Resolve's. A route without a session is
 // ErrNoWorker.
 func (p *Proxy) route(ctx *fasthttp.RequestCtx, name []byte) (Route, error) {
-	if rt, ok := p.resolver.Lookup(name, ctx.Time()); ok && rt.Session != nil {
+	if rt, ok := p.cachedRoute(name, ctx.Time()); ok {
 		return rt, nil
 	}
 	rt, err := p.resolver.Resolve(ctx, name)
@@ -214,44 +262,6 @@ func (p *Proxy) route(ctx *fasthttp.RequestCtx, name []byte) (Route, error) {
 		err = ErrNoWorker
 	}
 	return rt, err
-}
-
-// resolveFailed answers a request whose route could not be resolved: 404
-// unknown_namespace for ErrUnknownNamespace, 503 no_worker for
-// ErrNoWorker, 503 store for anything else.
-func (p *Proxy) resolveFailed(ctx *fasthttp.RequestCtx, name []byte, err error) {
-	p.reply(ctx, p.resolveReply(name, err))
-}
-
-// unusable answers a request routed to a session whose advertise URL the
-// proxy cannot use (err): the resolver hears of it like of an unreachable
-// worker, and the client gets 503 unreachable.
-func (p *Proxy) unusable(x *exchange, err error) {
-	p.resolver.Refused(x.name, x.route, wire.ReasonUnreachable)
-	p.m.unreachable.Inc()
-	if p.errLog.Allow() {
-		p.log.Warn("cannot reach worker", "session", x.route.Session.ID, "err", err)
-	}
-	p.reply(x.ctx, &p.replies.unreachable)
-}
-
-// moved handles a worker that could not be reached (the request provably
-// did not leave): it tells the resolver (Refused), which re-checks the
-// placement, and returns the new holder's route when the placement moved
-// (the worker's session was gone from the store) and the request can be
-// sent again, or a zero Route: the worker is still the holder and the
-// client gets 503 unreachable.
-func (x *exchange) moved(attempt int) Route {
-	p := x.p
-	p.resolver.Refused(x.name, x.route, wire.ReasonUnreachable)
-	if attempt >= p.cfg.MaxAttempts || !x.replayable() {
-		return Route{}
-	}
-	next, err := p.resolver.Resolve(x.ctx, x.name)
-	if err != nil || next.Session == nil || next.Session.ID == x.route.Session.ID {
-		return Route{}
-	}
-	return next
 }
 
 // announcedBody is the length of the request body as known before it is
@@ -278,37 +288,34 @@ func (x *exchange) idempotent() bool {
 	if x.internal {
 		return true // Deliver's callers accept repeats (alarms: at least once)
 	}
-	switch string(x.ctx.Request.Header.Method()) {
-	case fasthttp.MethodGet, fasthttp.MethodHead, fasthttp.MethodOptions, fasthttp.MethodTrace,
-		fasthttp.MethodPut, fasthttp.MethodDelete:
-		return true
-	}
-	return false
+	return isIdempotent(x.ctx.Request.Header.Method())
 }
 
 // roundTrip makes one attempt on x.ep: it takes a pooled connection, writes
 // the request and reads the final response head into ctx.Response.Header.
-// On outOK the connection stays held (x.cc); on every other outcome it has
+// It returns how the attempt ended, whether the connection had served a
+// request before, and the error of a tripNoAnswer (for the log). On
+// tripAnswered the connection stays held (x.cc); on every other trip it has
 // been released or closed and x.ep has left.
-func (x *exchange) roundTrip(attempt int) outcome {
-	p, ep, ctx := x.p, x.ep, x.ctx
+func (x *exchange) roundTrip(attempt int) (trip, bool, error) {
+	p, ep := x.p, x.ep
 	start := time.Now()
 	cc, err := acquireConn(ep.client)
 	if err != nil {
 		ep.leave()
 		if err == fasthttp.ErrNoFreeConns || err == fasthttp.ErrTimeout {
-			return outOverloaded
+			return tripOverloaded, false, nil
 		}
 		if p.errLog.Allow() {
 			p.log.Warn("cannot reach worker", "session", ep.id, "addr", ep.addr, "err", err)
 		}
-		return outUnreachable
+		return tripNotSent, false, nil
 	}
 	x.cc, x.conn = cc, cc.Conn()
 	reused := cc.CreatedTime().Before(start)
 	if err := x.conn.SetDeadline(start.Add(p.cfg.ResponseHeaderTimeout)); err != nil {
 		x.drop()
-		return outUnreachable
+		return tripNotSent, reused, nil
 	}
 	x.setEndpointHeaders(attempt)
 
@@ -319,88 +326,38 @@ func (x *exchange) roundTrip(attempt int) outcome {
 		x.drop()
 		switch {
 		case errors.Is(err, errBodyTooLarge):
-			return outTooLarge
+			return tripTooLarge, reused, nil
 		case errors.Is(err, errOverWorker):
-			return outOverWorker
+			return tripOverWorker, reused, nil
 		case errors.Is(err, errClientBody):
-			return outClientBody
+			return tripClientBody, reused, nil
 		case errors.Is(err, errBodyTimeout):
-			return outBodyTimeout
+			return tripBodyTimeout, reused, nil
 		case sent == 0:
 			// Nothing left the proxy: whatever the method, the worker has
-			// not seen it. A reused connection was stale and the request
-			// may go again on another; a fresh one failing at once means
-			// the worker is going away.
-			if reused && x.replayable() && x.retry(attempt) {
-				return outResend
-			}
-			return outUnreachable
+			// not seen it (a reused connection was stale; a fresh one
+			// failing at once means the worker is going away).
+			return tripNotSent, reused, nil
 		}
 		if p.errLog.Allow() {
 			p.log.Warn("cannot send to worker", "session", ep.id, "addr", ep.addr, "err", err)
 		}
-		return x.noAnswer(attempt)
+		return tripNoAnswer, reused, nil // logged
 	}
 
 	x.br.Reset(x.conn)
-	if out := x.readHead(reused, attempt); out != outOK {
-		return out
+	if tr, err := x.readHead(); tr != tripAnswered {
+		return tr, reused, err
 	}
 	p.m.upstream.observe(x.stripe, time.Since(start))
-
-	rh := &ctx.Response.Header
-	switch rh.StatusCode() {
-	case fasthttp.StatusServiceUnavailable:
-		if out := x.hostUnavailable(attempt); out != outOK {
-			return out
-		}
-	case fasthttp.StatusForbidden:
-		if string(rh.Peek(wire.HeaderReason)) == wire.ReasonForbidden {
-			// The process at the session's address does not know the
-			// session's secret: the worker restarted there (or another
-			// process took its port). Nothing of the request ran, so it is
-			// handled as an unreachable worker: re-resolve, or 503 +
-			// Retry-After; the client never sees the pinboard's own 403.
-			x.drop()
-			return outUnreachable
-		}
-	}
-	return outOK
-}
-
-// noAnswer decides about a request that may have reached the worker but got
-// no byte of an answer (the connection failed after the request went out):
-// an idempotent request whose body is held goes once more (outResend),
-// and when it was sent again already the worker is taken as unreachable
-// (503 + Retry-After: no answer twice, nothing the client can tell from a
-// worker that is down); any other request may have been processed: 502.
-func (x *exchange) noAnswer(attempt int) outcome {
-	if !x.idempotent() || !x.replayable() {
-		return outBadGateway
-	}
-	if !x.resentOnce && x.retry(attempt) {
-		x.resentOnce = true
-		return outResend
-	}
-	return outUnreachable
-}
-
-// retry takes one retry from the endpoint's budget if the request has
-// attempts left.
-func (x *exchange) retry(attempt int) bool {
-	if attempt >= x.p.cfg.MaxAttempts {
-		return false
-	}
-	if !x.ep.spend() {
-		x.p.m.budgetExhausted.Inc()
-		return false
-	}
-	return true
+	return tripAnswered, reused, nil
 }
 
 // readHead reads the worker's final response head into ctx.Response.Header,
-// skipping interim 1xx responses, and checks its framing.
-func (x *exchange) readHead(reused bool, attempt int) outcome {
+// skipping interim 1xx responses, and checks its framing. It returns
+// tripAnswered, or how it failed (with the error of a tripNoAnswer, for the
+// log) once the connection is closed.
+func (x *exchange) readHead() (trip, error) {
 	p, ep, ctx := x.p, x.ep, x.ctx
 	rh := &ctx.Response.Header
 	interim := false // an interim answer came: the worker did answer
@@ -409,25 +366,15 @@ func (x *exchange) readHead(reused bool, attempt int) outcome {
 		if err != nil {
 			x.drop()
 			if isTimeout(err) {
-				return outTimeout
+				return tripTimeout, nil
 			}
 			if _, nothing := err.(errNothingRead); nothing && !interim {
-				if reused && x.replayable() && x.idempotent() && !x.resentOnce && x.retry(attempt) {
-					// The worker closed a pooled connection as we sent on
-					// it; an idempotent request may go again (RFC 9110
-					// §9.2.2).
-					x.resentOnce = true
-					return outResend
-				}
-				if p.errLog.Allow() {
-					p.log.Warn("no response from worker", "session", ep.id, "addr", ep.addr, "err", err)
-				}
-				return x.noAnswer(attempt)
+				return tripNoAnswer, err
 			}
 			if p.errLog.Allow() {
 				p.log.Warn("no response from worker", "session", ep.id, "addr", ep.addr, "err", err)
 			}
-			return outBadGateway
+			return tripBadGateway, nil
 		}
 		s := &x.respScan
 		s.reset()
@@ -437,7 +384,7 @@ func (x *exchange) readHead(reused bool, attempt int) outcome {
 			if p.errLog.Allow() {
 				p.log.Warn("bad response head from worker", "session", ep.id, "err", err)
 			}
-			return outBadGateway
+			return tripBadGateway, nil
 		}
 		// RFC 9112 §6.3: Content-Length with Transfer-Encoding, or a coding
 		// other than chunked, is a framing fault; fasthttp would let chunked
@@ -449,16 +396,16 @@ func (x *exchange) readHead(reused bool, attempt int) outcome {
 			if p.errLog.Allow() {
 				p.log.Warn("ambiguous response framing from worker", "session", ep.id)
 			}
-			return outBadGateway
+			return tripBadGateway, nil
 		}
 		code := rh.StatusCode()
 		if code >= 200 || code < 100 {
-			return outOK
+			return tripAnswered, nil
 		}
 		if code == fasthttp.StatusSwitchingProtocols {
 			// Only the upgrade path asks for a protocol switch.
 			x.drop()
-			return outBadGateway
+			return tripBadGateway, nil
 		}
 		// 100 Continue, 102, 103: the server already answered the client's
 		// Expect itself; interim responses are not relayed.
@@ -466,34 +413,21 @@ func (x *exchange) readHead(reused bool, attempt int) outcome {
 	}
 }
 
-// hostUnavailable handles a 503 from the worker. A 503 the host made itself
-// with reason closing, draining or lease drops the cached placement; the
-// request goes to the re-resolved worker when it can be sent again and the
-// budget allows. Otherwise the 503, with its Retry-After, is the answer.
-func (x *exchange) hostUnavailable(attempt int) outcome {
+// discardAnswer drops a host's refusal that is not relayed (decide's
+// reresolve): its body is read when it is small, so that the connection
+// goes back to the pool; otherwise the connection is closed.
+func (x *exchange) discardAnswer() {
 	rh := &x.ctx.Response.Header
-	reason := knownReason(rh.Peek(wire.HeaderReason))
-	switch reason {
-	case wire.ReasonClosing, wire.ReasonDraining, wire.ReasonLease, wire.ReasonStale:
-	default:
-		return outOK
-	}
-	x.p.resolver.Refused(x.name, x.route, reason)
-	if !x.replayable() || !x.retry(attempt) {
-		return outOK
-	}
-	// Consume the 503's body to keep the connection, when it is small.
 	cl := rh.ContentLength()
 	x.closeAfter = rh.ConnectionClose() || x.respScan.connClose
 	if cl >= 0 && cl <= x.p.cfg.BufferedResponseMax && !x.closeAfter {
 		if err := x.ctx.Response.ReadBody(x.br, 0); err == nil {
 			x.ctx.Response.ResetBody()
 			x.release()
-			return outReresolve
+			return
 		}
 	}
 	x.drop()
-	return outReresolve
 }
 
 // setEndpointHeaders sets what depends on the endpoint: the proxy secret, the

@@ -271,7 +271,7 @@ func (t taskFunc) RunTask() { t() }
 
 // handOver gives the connection of c, with the bytes read but not consumed,
 // to Fallback for the rest of its life. The loop forgets c.
-func (f *Front) handOver(c *cconn, pending []byte) {
+func (f *Front) handOver(c *clientConn, pending []byte) {
 	lp := c.lp
 	lp.nl.Del(c.tok)
 	lp.forget(c)

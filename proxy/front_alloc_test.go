@@ -61,7 +61,6 @@ func rawAnswerer(t *testing.T, answer string) string {
 // the Front, its answer back; the allocations of the whole process over
 // many requests are counted.
 func TestLoopPathDoesNotAllocate(t *testing.T) {
-	needLoops(t)
 	if raceEnabled {
 		t.Skip("the race detector allocates")
 	}
@@ -69,7 +68,7 @@ func TestLoopPathDoesNotAllocate(t *testing.T) {
 	addr := rawAnswerer(t, answer)
 	res := proxytest.NewStatic()
 	res.PlaceRoute("/counter/a", proxy.Route{Session: &proxy.Session{ID: "s", Secret: "k", AdvertiseURL: "http://" + addr}, Epoch: 42})
-	f := startProxy(t, res, nil)
+	f := startProxy(t, loopEngine, res, nil)
 	c, err := net.Dial("tcp", f.addr)
 	if err != nil {
 		t.Fatal(err)

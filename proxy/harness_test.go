@@ -6,8 +6,6 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"os"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -122,6 +120,33 @@ func startWorkerWith(t *testing.T, h fasthttp.RequestHandler, mutate func(*fasth
 	return w
 }
 
+// serveRaw accepts connections on 127.0.0.1 and runs serve on each, on a
+// goroutine of its own, which closes the connection after serve returns;
+// it returns the address. When the test ends the listener closes and every
+// serve must return.
+func serveRaw(t *testing.T, serve func(c net.Conn, br *bufio.Reader)) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			wg.Go(func() {
+				defer c.Close()
+				serve(c, bufio.NewReader(c))
+			})
+		}
+	})
+	t.Cleanup(func() { _ = ln.Close(); wg.Wait() })
+	return ln.Addr().String()
+}
+
 // countingListener counts the bytes read from its connections.
 type countingListener struct {
 	net.Listener
@@ -186,14 +211,29 @@ type front struct {
 	fr   *proxy.Front // nil when the fasthttp server serves alone
 }
 
-func startProxy(t *testing.T, r proxy.Resolver, mutate func(*proxy.Config)) *front {
-	t.Helper()
-	return startProxyOn(t, r, testLoops(), mutate)
+// The proxy's engines, as startProxy's loops: one event loop in front of
+// the fasthttp server (which serves what the loop hands over), or the
+// fasthttp server alone. One loop, so that consecutive connections share
+// its worker connections as they would share the fasthttp path's pool
+// (tests that need several loops ask for them).
+const (
+	loopEngine     = 1
+	fasthttpEngine = 0
+)
+
+// bothEngines runs test on each engine of the proxy, as subtests named
+// "loops" and "fasthttp". Every test of the proxy's behaviour runs on both
+// (an engine that does not serve a request hands it over, so a test of the
+// fasthttp path's own requests covers that too); a test of one engine's
+// mechanics names it.
+func bothEngines(t *testing.T, test func(t *testing.T, loops int)) {
+	t.Run("loops", func(t *testing.T) { test(t, loopEngine) })
+	t.Run("fasthttp", func(t *testing.T) { test(t, fasthttpEngine) })
 }
 
-// startProxyOn is startProxy on an engine chosen by the test: loops event
+// startProxy serves a proxy for r on 127.0.0.1 on an engine: loops event
 // loops in front of the fasthttp server, or (0) the fasthttp server alone.
-func startProxyOn(t testing.TB, r proxy.Resolver, loops int, mutate func(*proxy.Config)) *front {
+func startProxy(t testing.TB, loops int, r proxy.Resolver, mutate func(*proxy.Config)) *front {
 	t.Helper()
 	cfg := proxy.Config{Resolver: r, Logger: slog.New(slog.NewTextHandler(tWriter{t}, nil))}
 	if mutate != nil {
@@ -234,45 +274,21 @@ func startProxyOn(t testing.TB, r proxy.Resolver, loops int, mutate func(*proxy.
 	return &front{p: p, addr: ln.Addr().String(), srv: srv, fr: fr}
 }
 
-// testLoops is the number of event loops the harness serves the proxy with
-// (proxy.Front); 0 serves it with the fasthttp server alone. The variable
-// PINNED_TEST_LOOPS chooses; by default 1, so that consecutive connections
-// share one loop's worker connections as they would share the fasthttp
-// path's pool (tests that need several loops ask for them).
-func testLoops() int {
-	if v := os.Getenv("PINNED_TEST_LOOPS"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err == nil && n >= 0 {
-			return n
-		}
-	}
-	return 1
-}
-
-// bothEngines runs test on each engine of the proxy, whatever
-// PINNED_TEST_LOOPS says: "loops" (one event loop in front of the fasthttp
-// server, which serves what the loop hands over) and "fasthttp" (the
-// fasthttp server alone).
-func bothEngines(t *testing.T, test func(t *testing.T, loops int)) {
-	t.Run("loops", func(t *testing.T) { test(t, 1) })
-	t.Run("fasthttp", func(t *testing.T) { test(t, 0) })
-}
-
 // setup starts a worker with h, an endpoint on it placed for namespace
-// "/counter", and a proxy in front.
-func setup(t *testing.T, h fasthttp.RequestHandler) (*worker, *front, *proxytest.Static, *proxy.Session) {
+// "/counter", and a proxy in front on an engine (startProxy's loops).
+func setup(t *testing.T, loops int, h fasthttp.RequestHandler) (*worker, *front, *proxytest.Static, *proxy.Session) {
 	t.Helper()
-	return setupWith(t, h, nil)
+	return setupWith(t, loops, h, nil)
 }
 
 // setupWith is setup with a hook on the proxy's Config.
-func setupWith(t *testing.T, h fasthttp.RequestHandler, mutate func(*proxy.Config)) (*worker, *front, *proxytest.Static, *proxy.Session) {
+func setupWith(t *testing.T, loops int, h fasthttp.RequestHandler, mutate func(*proxy.Config)) (*worker, *front, *proxytest.Static, *proxy.Session) {
 	t.Helper()
 	w := startWorker(t, h)
 	res := proxytest.NewStatic()
 	ep := w.session("sess-1", "secret-1")
 	res.PlaceNamespace("/counter", ep)
-	f := startProxy(t, res, mutate)
+	f := startProxy(t, loops, res, mutate)
 	return w, f, res, ep
 }
 

@@ -149,7 +149,7 @@ func TestEveryAnswerBelongsToItsRequest(t *testing.T) {
 		res.PlaceNamespace("/stuck", stuck.session("stuck", "k"))
 		res.PlaceRoute("/counter/nobody", proxy.Route{})
 		const stuckConns = 16
-		f := startProxyOn(t, res, loops, func(c *proxy.Config) {
+		f := startProxy(t, loops, res, func(c *proxy.Config) {
 			c.MaxRequestBodySize = 256 << 10
 			c.HeaderTimeout = 2 * time.Second // every other request is written whole
 			c.Endpoint.MaxConns = stuckConns

@@ -9,7 +9,7 @@ import (
 )
 
 // Lingering close on the fasthttp path (the loops do the same in
-// cconn.startLinger). When the proxy closes a connection after refusing a
+// clientConn.startLinger). When the proxy closes a connection after refusing a
 // request whose body it did not read, closing at once would leave unread
 // bytes in the socket, the kernel would answer them with a reset, and the
 // reset makes the client's kernel throw the refusal away before the client

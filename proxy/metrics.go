@@ -88,8 +88,8 @@ type proxyMetrics struct {
 	// upstream: from taking a worker connection to the worker's response
 	// head.
 	upstream        histogram
-	reresolves      *metrics.Counter // re-resolved after a closing/draining/lease 503 or an unreachable worker
-	retries         *metrics.Counter // sent again after a stale pooled connection
+	reresolves      *metrics.Counter // re-resolved after a closing/draining/lease/stale 503 or an unreachable worker
+	retries         *metrics.Counter // sent again to the same worker (decide's resend)
 	unreachable     *metrics.Counter // 503 unreachable
 	overloaded      *metrics.Counter // 503 overloaded
 	badGateway      *metrics.Counter // 502

@@ -16,44 +16,46 @@ import (
 
 // The proxy reports on the metric set it is given and logs as pinned.proxy.
 func TestMetricsAndLogger(t *testing.T) {
-	w := startWorker(t, nil)
-	res := proxytest.NewStatic()
-	res.PlaceNamespace("/counter", w.session("s", "k"))
-	set := metrics.NewSet()
-	var logs logtest.Buffer
-	f := startProxy(t, res, func(c *proxy.Config) {
-		c.Metrics = set
-		c.Logger = slog.New(slog.NewTextHandler(&logs, nil))
-	})
-	if f.p.Metrics() != set {
-		t.Fatal("Metrics() is not Config.Metrics")
-	}
-	for i := 0; i < 3; i++ {
-		_ = raw(t, f.addr, "GET /counter/a HTTP/1.1\r\nHost: h\r\n\r\n")
-	}
-	_ = raw(t, f.addr, "GET /counter/.. HTTP/1.1\r\nHost: h\r\n\r\n")
-	res.SetError(errFake)
-	_ = raw(t, f.addr, "GET /counter/a HTTP/1.1\r\nHost: h\r\n\r\n")
-
-	var b bytes.Buffer
-	set.WritePrometheus(&b)
-	out := b.String()
-	for _, want := range []string{
-		`pinned_proxy_responses_total{class="2xx"} 3`,
-		`pinned_proxy_responses_total{class="4xx"} 1`,
-		`pinned_proxy_responses_total{class="5xx"} 1`,
-		`pinned_proxy_rejected_total 1`,
-		`pinned_proxy_upstream_duration_seconds_count 3`,
-		`pinned_proxy_upstream_duration_seconds_bucket{le="+Inf"} 3`,
-		`pinned_proxy_tunnels_open 0`,
-	} {
-		if !strings.Contains(out, want+"\n") {
-			t.Errorf("metrics lack %q:\n%s", want, out)
+	bothEngines(t, func(t *testing.T, loops int) {
+		w := startWorker(t, nil)
+		res := proxytest.NewStatic()
+		res.PlaceNamespace("/counter", w.session("s", "k"))
+		set := metrics.NewSet()
+		var logs logtest.Buffer
+		f := startProxy(t, loops, res, func(c *proxy.Config) {
+			c.Metrics = set
+			c.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+		})
+		if f.p.Metrics() != set {
+			t.Fatal("Metrics() is not Config.Metrics")
 		}
-	}
-	if l := logs.String(); !strings.Contains(l, "logger=pinned.proxy") || !strings.Contains(l, "cannot resolve") {
-		t.Errorf("logs: %q", l)
-	}
+		for i := 0; i < 3; i++ {
+			_ = raw(t, f.addr, "GET /counter/a HTTP/1.1\r\nHost: h\r\n\r\n")
+		}
+		_ = raw(t, f.addr, "GET /counter/.. HTTP/1.1\r\nHost: h\r\n\r\n")
+		res.SetError(errFake)
+		_ = raw(t, f.addr, "GET /counter/a HTTP/1.1\r\nHost: h\r\n\r\n")
+
+		var b bytes.Buffer
+		set.WritePrometheus(&b)
+		out := b.String()
+		for _, want := range []string{
+			`pinned_proxy_responses_total{class="2xx"} 3`,
+			`pinned_proxy_responses_total{class="4xx"} 1`,
+			`pinned_proxy_responses_total{class="5xx"} 1`,
+			`pinned_proxy_rejected_total 1`,
+			`pinned_proxy_upstream_duration_seconds_count 3`,
+			`pinned_proxy_upstream_duration_seconds_bucket{le="+Inf"} 3`,
+			`pinned_proxy_tunnels_open 0`,
+		} {
+			if !strings.Contains(out, want+"\n") {
+				t.Errorf("metrics lack %q:\n%s", want, out)
+			}
+		}
+		if l := logs.String(); !strings.Contains(l, "logger=pinned.proxy") || !strings.Contains(l, "cannot resolve") {
+			t.Errorf("logs: %q", l)
+		}
+	})
 }
 
 // metricValue reads one series (name and labels) from the proxy's set; a

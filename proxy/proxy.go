@@ -427,38 +427,6 @@ func (p *Proxy) record(x *exchange) {
 		time.Since(ctx.Time()), ctx.Time())
 }
 
-// knownReason returns the wire constant an X-Pinned-Reason value spells, or
-// "" (without allocating).
-func knownReason(b []byte) string {
-	switch string(b) {
-	case wire.ReasonCapacity:
-		return wire.ReasonCapacity
-	case wire.ReasonDraining:
-		return wire.ReasonDraining
-	case wire.ReasonClosing:
-		return wire.ReasonClosing
-	case wire.ReasonLease:
-		return wire.ReasonLease
-	case wire.ReasonForbidden:
-		return wire.ReasonForbidden
-	case wire.ReasonAborted:
-		return wire.ReasonAborted
-	case wire.ReasonStale:
-		return wire.ReasonStale
-	case wire.ReasonNoWorker:
-		return wire.ReasonNoWorker
-	case wire.ReasonUnknownNamespace:
-		return wire.ReasonUnknownNamespace
-	case wire.ReasonUnreachable:
-		return wire.ReasonUnreachable
-	case wire.ReasonOverloaded:
-		return wire.ReasonOverloaded
-	case wire.ReasonStore:
-		return wire.ReasonStore
-	}
-	return ""
-}
-
 // http1 reports whether a request's protocol is HTTP/1.x: "HTTP/1." and one
 // digit (fasthttp takes the version as it stands).
 func http1(v []byte) bool {
@@ -537,8 +505,8 @@ func (p *Proxy) refusalBeforeBody(ctx context.Context, h *fasthttp.RequestHeader
 	if rerr != routeOK {
 		return nil // refused for its target by the handler, or not the proxy's
 	}
-	r, ok := p.resolver.Lookup(rt.name, time.Now())
-	if !ok || r.Session == nil {
+	r, ok := p.cachedRoute(rt.name, time.Now())
+	if !ok {
 		if !resolve {
 			return nil
 		}

@@ -43,7 +43,7 @@ func pathEchoProxy(t *testing.T, loops int, mutate func(*proxy.Config)) (*front,
 	t.Helper()
 	w := startWorker(t, func(ctx *fasthttp.RequestCtx) { ctx.SetBody(ctx.Path()) })
 	res := newStatic(w)
-	return startProxyOn(t, res, loops, mutate), res
+	return startProxy(t, loops, res, mutate), res
 }
 
 // dial connects to addr; the connection is closed when the test ends.
@@ -78,7 +78,7 @@ func TestRefusalDoesNotAnswerAnotherConnection(t *testing.T) {
 	bothEngines(t, func(t *testing.T, loops int) {
 		w := startWorker(t, nil)
 		res := newStatic(w)
-		f := startProxyOn(t, res, loops, nil)
+		f := startProxy(t, loops, res, nil)
 		tooLarge := errBody("request body larger than 67108864 bytes", "body")
 		headTooLarge := errBody("request head larger than 16384 bytes", "header")
 		bigHead := "GET /counter/x/ HTTP/1.1\r\nHost: h\r\nX-Big: " + strings.Repeat("b", 20<<10) + "\r\n\r\n"
@@ -205,7 +205,7 @@ func TestBodyOverLimitRefusedBeforeBody(t *testing.T) {
 		// HeaderTimeout is far beyond the test's patience: an answer that
 		// comes at all came without waiting for the body.
 		long := func(c *proxy.Config) { c.HeaderTimeout = time.Minute; c.MaxRequestBodySize = 8 << 20 }
-		fw, fc := startProxyOn(t, warm, loops, long), startProxyOn(t, cold, loops, long)
+		fw, fc := startProxy(t, loops, warm, long), startProxy(t, loops, cold, long)
 		overHolder := "413 " + errBody("request body larger than the worker accepts (4194304 bytes)", "body")
 		overProxy := "413 " + errBody("request body larger than 8388608 bytes", "body")
 		post := func(cl, extra string) string {
@@ -248,7 +248,7 @@ func TestBodyOverLimitRefusedBeforeBody(t *testing.T) {
 func TestBodyNotReceivedInTime(t *testing.T) {
 	bothEngines(t, func(t *testing.T, loops int) {
 		w := startWorker(t, nil)
-		f := startProxyOn(t, newStatic(w), loops, func(c *proxy.Config) {
+		f := startProxy(t, loops, newStatic(w), func(c *proxy.Config) {
 			c.HeaderTimeout = 300 * time.Millisecond
 			c.StreamIdleTimeout = 300 * time.Millisecond
 		})

@@ -76,7 +76,8 @@ type Route struct {
 // map (package proxytest).
 type Resolver interface {
 	// Lookup returns the cached route of name at now, if any, without
-	// blocking, allocating or doing I/O (the event loop calls it). name is
+	// blocking, allocating or doing I/O (the event loop calls it); the
+	// proxy takes a route without a session for a miss. name is
 	// "/<ns>/<id>", only valid during the call.
 	Lookup(name []byte, now time.Time) (Route, bool)
 	// Resolve returns the route of name, reading the store and placing the

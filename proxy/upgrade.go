@@ -10,8 +10,6 @@ import (
 	"time"
 
 	"github.com/valyala/fasthttp"
-
-	"github.com/pinned-go/pinned/internal/base/wire"
 )
 
 // serveUpgrade handles a request that asks for a protocol upgrade. Only
@@ -31,15 +29,8 @@ func (p *Proxy) serveUpgrade(x *exchange) {
 		p.reject(ctx, &p.replies.upgradeHandshake)
 		return
 	}
-	if p.closed.Load() {
-		p.m.tunnelsRejected.Inc()
-		p.reply(ctx, &p.replies.tunnelsFull)
-		return
-	}
-	if p.tunnelsOpen.Add(1) > int64(p.cfg.MaxTunnels) {
-		p.tunnelsOpen.Add(-1)
-		p.m.tunnelsRejected.Inc()
-		p.reply(ctx, &p.replies.tunnelsFull)
+	if rp := p.admitTunnel(); rp != nil {
+		p.reply(ctx, rp)
 		return
 	}
 	opened := false
@@ -51,18 +42,16 @@ func (p *Proxy) serveUpgrade(x *exchange) {
 
 	rt, err := p.route(ctx, x.name)
 	if err != nil {
-		p.resolveFailed(ctx, x.name, err)
+		p.reply(ctx, p.resolveReply(x.name, err))
 		return
 	}
 	x.route = rt
 	ep, err := p.endpointOf(rt.Session)
 	if err != nil {
-		p.unusable(x, err)
+		p.reply(ctx, p.unusable(x.name, rt, err))
 		return
 	}
-	if !ep.used.Load() {
-		ep.used.Store(true)
-	}
+	ep.markUsed()
 	x.ep = ep
 
 	p.sanitizeRequest(x, p.trusted(ctx))
@@ -74,13 +63,7 @@ func (p *Proxy) serveUpgrade(x *exchange) {
 	timeout := min(p.cfg.TunnelHandshakeTimeout, ep.dialTimeout)
 	conn, err := ep.dial(ep.addr, timeout)
 	if err != nil {
-		// The resolver re-checks the placement on the next request.
-		p.resolver.Refused(x.name, rt, wire.ReasonUnreachable)
-		p.m.unreachable.Inc()
-		if p.errLog.Allow() {
-			p.log.Warn("cannot reach worker", "session", ep.id, "addr", ep.addr, "err", err)
-		}
-		p.reply(ctx, &p.replies.unreachable)
+		p.reply(ctx, p.handshakeUnreachable(x.name, rt, ep, err))
 		return
 	}
 	keep := false
@@ -168,6 +151,21 @@ func (p *Proxy) serveUpgrade(x *exchange) {
 	ctx.Hijack(t.run)
 }
 
+// admitTunnel takes a place among MaxTunnels for a WebSocket handshake, on
+// either engine, and returns nil; or it returns the refusal, 503
+// overloaded, when the cap is reached or the proxy is closing. The caller
+// gives the place back (tunnelsOpen) unless a tunnel takes it over.
+func (p *Proxy) admitTunnel() *reply {
+	if !p.closed.Load() {
+		if p.tunnelsOpen.Add(1) <= int64(p.cfg.MaxTunnels) {
+			return nil
+		}
+		p.tunnelsOpen.Add(-1)
+	}
+	p.m.tunnelsRejected.Inc()
+	return &p.replies.tunnelsFull
+}
+
 // tunnel is an open WebSocket connection between a client and a worker: two
 // byte pumps, no framing. The hijack handler (run) owns it and returns only
 // when both pumps have ended, because fasthttp closes and recycles the
@@ -225,7 +223,7 @@ func (t *tunnel) run(c net.Conn) {
 }
 
 // tunnelEnd is an open tunnel as the proxy's table knows it: a goroutine
-// tunnel (the fasthttp path's hijack) or a loop's (fastws.go).
+// tunnel (the fasthttp path's hijack) or a loop's (looptunnel.go).
 type tunnelEnd interface {
 	// close ends the tunnel; any goroutine may call it, more than once.
 	close()

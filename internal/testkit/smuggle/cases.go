@@ -179,7 +179,7 @@ func Requests() []Request {
 		{"TE identity", post("Transfer-Encoding: identity", "Content-Length: 3") + "abc", bad, haproxy + "; RFC 7230 removed identity", ClassFraming},
 		{"TE identity alone", post("Transfer-Encoding: identity") + "abc", bad, haproxy, ClassFraming},
 		{"TE gzip", post("Transfer-Encoding: gzip") + "abc", bad, haproxy + ": chunked not final", ClassFraming},
-		{"TE gzip, chunked", post("Transfer-Encoding: gzip, chunked") + "0\r\n\r\n", bad, haproxy + " (422 there; see doc.go)", ClassFraming},
+		{"TE gzip, chunked", post("Transfer-Encoding: gzip, chunked") + "0\r\n\r\n", bad, haproxy + " (422 there; 400 here, see docs/proxy.md)", ClassFraming},
 		{"TE chunked, gzip", post("Transfer-Encoding: chunked, gzip") + "0\r\n\r\n", bad, haproxy, ClassFraming},
 		{"TE chunked, chunked", post("Transfer-Encoding: chunked, chunked") + "0\r\n\r\n", bad, haproxy, ClassFraming},
 		{"TE chunked, identity", post("Transfer-Encoding: chunked, identity") + "0\r\n\r\n", bad, probe + " SMUG-TE-IDENTITY", ClassFraming},

@@ -1,6 +1,6 @@
 // Package smuggle holds pinned's request-smuggling and framing tables and a
 // raw-socket client to run them: the data-driven core of the security suite
-// (see the proxy's package doc for the policy). The same tables run against the proxy's server in
+// (docs/proxy.md states the policy). The same tables run against the proxy's server in
 // process (package proxy), and against the pinboard (in process and as a
 // real binary).
 //

@@ -7,7 +7,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/pinned-go/pinned/internal/base/netloop"
-	"github.com/pinned-go/pinned/internal/base/wire"
 )
 
 // A loop serves WebSocket handshakes itself, as the fasthttp path does
@@ -23,17 +22,17 @@ import (
 // TunnelIdleTimeout without a byte either way, or when the proxy closes it
 // (CloseTunnels, Close, the Front's shutdown).
 
-// ltun is a tunnel on a loop.
-type ltun struct {
+// loopTunnel is a tunnel on a loop.
+type loopTunnel struct {
 	lp   *loop
-	c    *cconn
-	w    *wconn
+	c    *clientConn
+	w    *workerConn
 	name string
 	sess *Session
 	ep   *endpoint
 
-	up, down tdir  // client → worker, worker → client
-	last     int64 // when a byte last moved
+	up, down tunnelDirection // client → worker, worker → client
+	last     int64           // when a byte last moved
 	timer    netloop.Timer
 	ended    bool
 	// closing is set by close (any goroutine) before it posts the end, so
@@ -41,41 +40,41 @@ type ltun struct {
 	closing atomic.Bool
 }
 
-// tdir is one direction of a tunnel: bytes read and not yet written.
-type tdir struct {
+// tunnelDirection is one direction of a tunnel: bytes read and not yet written.
+type tunnelDirection struct {
 	pend []byte
 	off  int
 	eof  bool // the source ended
 	shut bool // the end was passed on
 }
 
-func (t *ltun) sessionID() string { return t.sess.ID }
+func (t *loopTunnel) sessionID() string { return t.sess.ID }
 
 // close implements tunnelEnd: any goroutine may ask the loop to end it.
-func (t *ltun) close() {
+func (t *loopTunnel) close() {
 	t.closing.Store(true)
 	t.lp.nl.Post(tunnelClose{t})
 }
 
-type tunnelClose struct{ t *ltun }
+type tunnelClose struct{ t *loopTunnel }
 
 func (tc tunnelClose) RunTask() { tc.t.end() }
 
 // dialWS connects to the worker for a handshake on a goroutine: a fresh
 // connection, never a pooled one, bounded by TunnelHandshakeTimeout.
-func (x *lx) dialWS() {
+func (x *loopExchange) dialWS() {
 	x.dialWith(pendDialWS, min(x.lp.p.cfg.TunnelHandshakeTimeout, x.ep.dialTimeout))
 }
 
 // dialedWS handles the handshake connection's dial on the loop.
-func (x *lx) dialedWS() {
+func (x *loopExchange) dialedWS() {
 	lp, p, ep := x.lp, x.lp.p, x.ep
 	fd, err := x.dfd, x.derr
 	x.dfd, x.derr = -1, nil
-	var w *wconn
+	var w *workerConn
 	if err == nil {
 		_ = netloop.SetNoDelay(fd)
-		w, err = lp.newWconn(ep, fd)
+		w, err = lp.newWorkerConn(ep, fd)
 	}
 	if x.abandoned {
 		if w != nil {
@@ -85,13 +84,7 @@ func (x *lx) dialedWS() {
 		return
 	}
 	if err != nil {
-		// The resolver re-checks the placement on the next request.
-		p.resolver.Refused(x.name, x.route, wire.ReasonUnreachable)
-		p.m.unreachable.Inc()
-		if p.errLog.Allow() {
-			p.log.Warn("cannot reach worker", "session", ep.id, "addr", ep.addr, "err", err)
-		}
-		x.fail(&p.replies.unreachable)
+		x.fail(p.handshakeUnreachable(x.name, x.route, ep, err))
 		return
 	}
 	w.solo = true
@@ -101,9 +94,9 @@ func (x *lx) dialedWS() {
 // openTunnel turns an exchange whose worker answered 101 into a tunnel: the
 // head (and any byte the worker sent after it) goes to the client, the
 // bytes the client sent after its handshake to the worker.
-func (x *lx) openTunnel() {
+func (x *loopExchange) openTunnel() {
 	lp, p, c, w := x.lp, x.lp.p, x.c, x.wc
-	t := &ltun{lp: lp, c: c, w: w, name: string(x.name), sess: x.route.Session, ep: x.ep}
+	t := &loopTunnel{lp: lp, c: c, w: w, name: string(x.name), sess: x.route.Session, ep: x.ep}
 	t.timer.H = t
 	if !p.registerTunnel(t, t.name, t.ep) {
 		p.m.tunnelsRejected.Inc()
@@ -151,7 +144,7 @@ func (x *lx) openTunnel() {
 
 // appendHeadWS appends the worker's 101 head as the client gets it: the
 // hop-by-hop fields dropped but Upgrade, and Connection: Upgrade.
-func (x *lx) appendHeadWS(out []byte) []byte {
+func (x *loopExchange) appendHeadWS(out []byte) []byte {
 	dels := x.rsc.deletes()
 	keep := dels[:0:0]
 	for _, d := range dels {
@@ -164,7 +157,7 @@ func (x *lx) appendHeadWS(out []byte) []byte {
 }
 
 // pump moves what can be moved both ways.
-func (t *ltun) pump() {
+func (t *loopTunnel) pump() {
 	if t.ended {
 		return
 	}
@@ -179,7 +172,7 @@ func (t *ltun) pump() {
 }
 
 // move copies src to dst until src has nothing or dst takes nothing more.
-func (t *ltun) move(d *tdir, src int, rready *bool, hup bool, dst int) {
+func (t *loopTunnel) move(d *tunnelDirection, src int, rready *bool, hup bool, dst int) {
 	lp := t.lp
 	for {
 		for d.off < len(d.pend) {
@@ -242,7 +235,7 @@ func (t *ltun) move(d *tdir, src int, rready *bool, hup bool, dst int) {
 }
 
 // OnTimer implements netloop.TimerHandler: the idle timeout.
-func (t *ltun) OnTimer() {
+func (t *loopTunnel) OnTimer() {
 	idle := t.lp.p.cfg.TunnelIdleTimeout
 	if left := t.last + int64(idle) - t.lp.nl.Now(); left > 0 {
 		t.lp.nl.ArmAfter(&t.timer, time.Duration(left))
@@ -252,7 +245,7 @@ func (t *ltun) OnTimer() {
 }
 
 // end closes both connections and takes the tunnel out of the books.
-func (t *ltun) end() {
+func (t *loopTunnel) end() {
 	if t.ended {
 		return
 	}

@@ -8,13 +8,13 @@ import (
 // (most recently used first), the number open (idle, busy or being dialled),
 // and the exchanges waiting for one. Only its loop touches it.
 type loopPool struct {
-	idle       *wconn // head of the idle list
+	idle       *workerConn // head of the idle list
 	open       int
-	whead, wtl *lx // waiting exchanges, oldest first
+	whead, wtl *loopExchange // waiting exchanges, oldest first
 }
 
 // popIdle takes the most recently used idle connection, if any.
-func (pl *loopPool) popIdle(lp *loop) *wconn {
+func (pl *loopPool) popIdle(lp *loop) *workerConn {
 	w := pl.idle
 	if w == nil {
 		return nil
@@ -26,7 +26,7 @@ func (pl *loopPool) popIdle(lp *loop) *wconn {
 
 // putIdle gives w to the oldest waiting exchange, or keeps it idle until the
 // endpoint's IdleConnTimeout.
-func (pl *loopPool) putIdle(lp *loop, w *wconn) {
+func (pl *loopPool) putIdle(lp *loop, w *workerConn) {
 	if x := pl.whead; x != nil {
 		pl.dequeue(x)
 		lp.nl.Disarm(&x.timer)
@@ -42,7 +42,7 @@ func (pl *loopPool) putIdle(lp *loop, w *wconn) {
 	lp.nl.ArmAfter(&w.timer, w.ep.idleConnTimeout)
 }
 
-func (pl *loopPool) unlinkIdle(w *wconn) {
+func (pl *loopPool) unlinkIdle(w *workerConn) {
 	if w.prev != nil {
 		w.prev.next = w.next
 	} else {
@@ -55,7 +55,7 @@ func (pl *loopPool) unlinkIdle(w *wconn) {
 }
 
 // enqueue makes x wait for a connection.
-func (pl *loopPool) enqueue(x *lx) {
+func (pl *loopPool) enqueue(x *loopExchange) {
 	x.queued = true
 	x.qnext, x.qprev = nil, pl.wtl
 	if pl.wtl != nil {
@@ -67,7 +67,7 @@ func (pl *loopPool) enqueue(x *lx) {
 }
 
 // dequeue removes a waiting exchange.
-func (pl *loopPool) dequeue(x *lx) {
+func (pl *loopPool) dequeue(x *loopExchange) {
 	if !x.queued {
 		return
 	}
@@ -97,32 +97,32 @@ func (pl *loopPool) dialFor(lp *loop) {
 	x.dial()
 }
 
-// wconn is a loop's connection to a worker.
-type wconn struct {
+// workerConn is a loop's connection to a worker.
+type workerConn struct {
 	lp  *loop
 	ep  *endpoint
 	fd  int
 	tok netloop.Token
 
-	x      *lx  // the exchange using it; nil while idle
-	rready bool // readable since the last short read
+	x      *loopExchange // the exchange using it; nil while idle
+	rready bool          // readable since the last short read
 	// hup: the worker shut its side down (or the connection failed); a
 	// short read then does not mean drained, the end is still to be read.
 	hup bool
 
 	timer      netloop.Timer // idle timeout while pooled
 	idle       bool
-	prev, next *wconn
+	prev, next *workerConn
 
 	// solo: a WebSocket handshake's connection, never pooled; tun its
 	// tunnel once upgraded.
 	solo bool
-	tun  *ltun
+	tun  *loopTunnel
 }
 
-// newWconn registers a connected worker socket on lp.
-func (lp *loop) newWconn(ep *endpoint, fd int) (*wconn, error) {
-	w := &wconn{lp: lp, ep: ep, fd: fd}
+// newWorkerConn registers a connected worker socket on lp.
+func (lp *loop) newWorkerConn(ep *endpoint, fd int) (*workerConn, error) {
+	w := &workerConn{lp: lp, ep: ep, fd: fd}
 	w.timer.H = w
 	tok, err := lp.nl.Add(fd, w)
 	if err != nil {
@@ -135,7 +135,7 @@ func (lp *loop) newWconn(ep *endpoint, fd int) (*wconn, error) {
 }
 
 // OnEvent implements netloop.Handler.
-func (w *wconn) OnEvent(ev uint32) {
+func (w *workerConn) OnEvent(ev uint32) {
 	if ev&(netloop.EventRead|netloop.EventHangup|netloop.EventError) != 0 {
 		w.rready = true
 	}
@@ -169,7 +169,7 @@ func (w *wconn) OnEvent(ev uint32) {
 }
 
 // OnTimer implements netloop.TimerHandler: an idle connection's timeout.
-func (w *wconn) OnTimer() {
+func (w *workerConn) OnTimer() {
 	if w.idle {
 		w.close()
 	}
@@ -177,7 +177,7 @@ func (w *wconn) OnTimer() {
 
 // close closes the connection and frees its slot in the pool, which may let
 // a waiting exchange dial.
-func (w *wconn) close() {
+func (w *workerConn) close() {
 	if w.fd < 0 {
 		return
 	}
@@ -196,7 +196,7 @@ func (w *wconn) close() {
 }
 
 // closeFd closes the descriptor and forgets the connection.
-func (w *wconn) closeFd() {
+func (w *workerConn) closeFd() {
 	if w.fd < 0 {
 		return
 	}

@@ -14,13 +14,13 @@ import (
 	"github.com/pinned-go/pinned/internal/base/wire"
 )
 
-// lx is one request a loop serves, from its parsed head to the end of its
-// answer. Exchanges are pooled per loop. Everything runs on the loop's
-// goroutine, except a resolve or a dial, during which a goroutine of the
-// Front owns the exchange until it posts it back (RunTask).
-type lx struct {
+// loopExchange is one request a loop serves, from its parsed head to the
+// end of its answer. Exchanges are pooled per loop. Everything runs on the
+// loop's goroutine, except a resolve or a dial, during which a goroutine of
+// the Front owns the exchange until it posts it back (RunTask).
+type loopExchange struct {
 	lp *loop
-	c  *cconn
+	c  *clientConn
 
 	req  fasthttp.RequestHeader
 	resp fasthttp.ResponseHeader
@@ -42,13 +42,13 @@ type lx struct {
 	// refuse: parse refused the request with this reply (it is answered
 	// without reading further).
 	refuse *reply
-	// ws: a WebSocket handshake (fastws.go); tunnelCounted: it holds a
+	// ws: a WebSocket handshake (looptunnel.go); tunnelCounted: it holds a
 	// place in MaxTunnels, given back when x ends without a tunnel.
 	ws, tunnelCounted bool
 
 	route   Route
 	ep      *endpoint
-	wc      *wconn
+	wc      *workerConn
 	attempt int
 	reused  bool // wc served a request before this one
 	out     []byte
@@ -65,22 +65,21 @@ type lx struct {
 	need       int // buffered body: total bytes (head + body) to have
 	closeAfter bool
 
-	// Streaming state (stream.go).
+	// Streaming state (loopstream.go).
 	st streamState
 
 	timer netloop.Timer
 	tkind uint8 // what timer stands for
 
 	// An asynchronous step in flight: its kind and results.
-	pending  uint8
-	rres     Route
-	rerr     error
-	dfd      int
-	derr     error
-	moveFrom *Session
+	pending uint8
+	rres    Route
+	rerr    error
+	dfd     int
+	derr    error
 
 	// Queue links (loopPool.waiters).
-	qnext, qprev *lx
+	qnext, qprev *loopExchange
 	queued       bool
 
 	abandoned bool
@@ -98,18 +97,18 @@ const (
 const (
 	pendNone uint8 = iota
 	pendResolve
-	pendMoved
+	pendRecheck // decide's recheck: x.route's worker was unreachable
 	pendDial
 	pendDialWS
 )
 
-func (lp *loop) getExchange() *lx {
+func (lp *loop) getExchange() *loopExchange {
 	if n := len(lp.xs); n > 0 {
 		x := lp.xs[n-1]
 		lp.xs = lp.xs[:n-1]
 		return x
 	}
-	x := &lx{lp: lp, stripe: uint8(lp.p.stripes.Add(1) % histStripes)}
+	x := &loopExchange{lp: lp, stripe: uint8(lp.p.stripes.Add(1) % histStripes)}
 	x.timer.H = x
 	return x
 }
@@ -120,7 +119,7 @@ func (lp *loop) getExchange() *lx {
 // lose their contents (length 0); the parsed heads and scans (req, resp,
 // scan, rsc) are reset where they are filled, by parse and onHead, before
 // they are read. TestPooledExchangesComeBackClean holds every field to it.
-func (lp *loop) putExchange(x *lx) {
+func (lp *loop) putExchange(x *loopExchange) {
 	if x.tunnelCounted {
 		lp.p.tunnelsOpen.Add(-1)
 	}
@@ -136,7 +135,7 @@ func (lp *loop) putExchange(x *lx) {
 	x.ws, x.tunnelCounted, x.reused, x.gotBytes, x.closeAfter, x.abandoned = false, false, false, false, false, false
 	x.attempt, x.sent, x.rn, x.headLen, x.need = 0, 0, 0, 0, 0
 	x.startNs, x.recvNs, x.tkind = 0, 0, tNone
-	x.pending, x.rerr, x.derr, x.dfd, x.moveFrom = pendNone, nil, nil, -1, nil
+	x.pending, x.rerr, x.derr, x.dfd = pendNone, nil, nil, -1
 	x.qnext, x.qprev, x.queued = nil, nil, false
 	x.st = streamState{line: x.st.line[:0], trail: x.st.trail[:0]}
 	if len(lp.xs) < 1024 {
@@ -149,7 +148,7 @@ func (lp *loop) putExchange(x *lx) {
 // a Content-Length of at most ReplayBodyMax) and true, or false: the
 // connection goes to the fasthttp path, which answers whatever it is
 // (including every refusal) as it always did.
-func (x *lx) parse(head []byte) (int, bool) {
+func (x *loopExchange) parse(head []byte) (int, bool) {
 	c := x.c
 	p := x.lp.p
 	// The request line: "<method> <origin-form target> HTTP/1.1".
@@ -190,7 +189,7 @@ func (x *lx) parse(head []byte) (int, bool) {
 	}
 	cl := h.ContentLength()
 	if s.upgrades > 0 {
-		// Only a WebSocket handshake is served (fastws.go); any other
+		// Only a WebSocket handshake is served (looptunnel.go); any other
 		// upgrade the fasthttp path refuses.
 		if s.upgrades != 1 || !lowerEq(s.upgrade, "websocket") || !s.connUpgrade || !h.IsGet() || cl > 0 {
 			return 0, false
@@ -215,7 +214,7 @@ func (x *lx) parse(head []byte) (int, bool) {
 	if cl > 0 {
 		// Over the holder's limit, when the cache knows the holder:
 		// refused at once too, whether or not the body is coming.
-		if r, ok := p.resolver.Lookup(rt.name, netloop.Time(x.lp.nl.Now())); ok && r.Session != nil && overWorker(r.Session, int64(cl)) {
+		if r, ok := p.cachedRoute(rt.name, netloop.Time(x.lp.nl.Now())); ok && overWorker(r.Session, int64(cl)) {
 			x.refuse = p.bodyOverWorker(r.Session)
 			return 0, true
 		}
@@ -251,33 +250,16 @@ func plainHost(h []byte) bool {
 	return true
 }
 
-// isIdempotent reports whether a method is idempotent (RFC 9110 §9.2.2).
-func isIdempotent(m []byte) bool {
-	switch string(m) {
-	case fasthttp.MethodGet, fasthttp.MethodHead, fasthttp.MethodOptions, fasthttp.MethodTrace,
-		fasthttp.MethodPut, fasthttp.MethodDelete:
-		return true
-	}
-	return false
-}
-
 // start forwards a request the loop accepted.
-func (x *lx) start() {
+func (x *loopExchange) start() {
 	p := x.lp.p
 	p.sanitizeHeader(&x.req, &x.scan, x.c.peer.Addr(), false, x.c.trusted, x.scratch[:0])
 	x.attempt = 1
 	if x.ws {
 		x.req.Set("Connection", "Upgrade")
 		x.req.Set("Upgrade", "websocket")
-		if p.closed.Load() {
-			p.m.tunnelsRejected.Inc()
-			x.fail(&p.replies.tunnelsFull)
-			return
-		}
-		if p.tunnelsOpen.Add(1) > int64(p.cfg.MaxTunnels) {
-			p.tunnelsOpen.Add(-1)
-			p.m.tunnelsRejected.Inc()
-			x.fail(&p.replies.tunnelsFull)
+		if rp := p.admitTunnel(); rp != nil {
+			x.fail(rp)
 			return
 		}
 		x.tunnelCounted = true
@@ -287,9 +269,9 @@ func (x *lx) start() {
 
 // lookup routes the request: from the resolver's cache on the loop, or
 // through a resolve on a goroutine.
-func (x *lx) lookup() {
+func (x *loopExchange) lookup() {
 	p := x.lp.p
-	if r, ok := p.resolver.Lookup(x.name, netloop.Time(x.lp.nl.Now())); ok {
+	if r, ok := p.cachedRoute(x.name, netloop.Time(x.lp.nl.Now())); ok {
 		x.dispatch(r)
 		return
 	}
@@ -297,7 +279,7 @@ func (x *lx) lookup() {
 }
 
 // resolveAsync resolves x.name on a goroutine of the Front and posts x back.
-func (x *lx) resolveAsync(kind uint8) {
+func (x *loopExchange) resolveAsync(kind uint8) {
 	f := x.lp.f
 	x.pending = kind
 	f.wg.Go(func() {
@@ -307,33 +289,29 @@ func (x *lx) resolveAsync(kind uint8) {
 }
 
 // RunTask implements netloop.Task: an asynchronous step came back.
-func (x *lx) RunTask() {
+func (x *loopExchange) RunTask() {
 	kind := x.pending
 	x.pending = pendNone
 	switch kind {
-	case pendResolve, pendMoved:
+	case pendResolve, pendRecheck:
 		r, err := x.rres, x.rerr
 		x.rres, x.rerr = Route{}, nil
 		if x.abandoned {
 			x.lp.putExchange(x)
 			return
 		}
-		if kind == pendMoved {
-			if err != nil || r.Session == nil || r.Session == x.moveFrom {
-				from := x.moveFrom
-				x.moveFrom = nil
-				x.lp.p.m.unreachable.Inc()
-				x.fail(x.lp.p.unreachableReply(from))
+		if kind == pendRecheck {
+			next, rp := x.lp.p.afterRecheck(x.route, r, err)
+			if rp != nil {
+				x.fail(rp)
 				return
 			}
-			x.moveFrom = nil
-			x.lp.p.m.reresolves.Inc()
 			x.attempt++
-			x.dispatch(r)
+			x.dispatch(next)
 			return
 		}
 		if err != nil {
-			x.resolveFailed(err)
+			x.fail(x.lp.p.resolveReply(x.name, err))
 			return
 		}
 		x.dispatch(r)
@@ -344,12 +322,8 @@ func (x *lx) RunTask() {
 	}
 }
 
-func (x *lx) resolveFailed(err error) {
-	x.fail(x.lp.p.resolveReply(x.name, err))
-}
-
 // dispatch sends the request to the session of r.
-func (x *lx) dispatch(r Route) {
+func (x *loopExchange) dispatch(r Route) {
 	p := x.lp.p
 	if r.Session == nil {
 		x.fail(&p.replies.noWorker)
@@ -366,28 +340,21 @@ func (x *lx) dispatch(r Route) {
 		// connection: it goes on one of its own.
 		ep, err := p.endpointOf(r.Session)
 		if err != nil {
-			p.resolver.Refused(x.name, r, wire.ReasonUnreachable)
-			p.m.unreachable.Inc()
-			x.fail(&p.replies.unreachable)
+			x.fail(p.unusable(x.name, r, err))
 			return
 		}
-		if !ep.used.Load() {
-			ep.used.Store(true)
-		}
+		ep.markUsed()
 		x.route, x.ep = r, ep
 		x.dialWS()
 		return
 	}
 	ep, ok, err := p.admit(r.Session)
 	if err != nil {
-		// An advertise URL the proxy cannot use.
-		p.resolver.Refused(x.name, r, wire.ReasonUnreachable)
-		p.m.unreachable.Inc()
-		x.fail(&p.replies.unreachable)
+		x.fail(p.unusable(x.name, r, err))
 		return
 	}
 	if !ok {
-		p.m.overloaded.Inc()
+		p.countFailure(&p.replies.overloaded)
 		x.fail(&p.replies.overloaded)
 		return
 	}
@@ -400,7 +367,7 @@ func (x *lx) dispatch(r Route) {
 
 // acquire takes a worker connection of the loop's pool for x.ep: an idle
 // one, a new one (dialled on a goroutine), or a place in the queue.
-func (x *lx) acquire() {
+func (x *loopExchange) acquire() {
 	lp := x.lp
 	pool := x.ep.loopPool(lp.id)
 	if w := pool.popIdle(lp); w != nil {
@@ -418,11 +385,11 @@ func (x *lx) acquire() {
 
 // dial connects to the worker on a goroutine (the endpoint's dialer applies
 // the registry's address policy) and posts x back with the descriptor.
-func (x *lx) dial() { x.dialWith(pendDial, x.ep.dialTimeout) }
+func (x *loopExchange) dial() { x.dialWith(pendDial, x.ep.dialTimeout) }
 
 // dialWith dials x.ep on a goroutine within timeout and posts x back with the
 // result, as step kind.
-func (x *lx) dialWith(kind uint8, timeout time.Duration) {
+func (x *loopExchange) dialWith(kind uint8, timeout time.Duration) {
 	f := x.lp.f
 	ep := x.ep
 	x.pending = kind
@@ -443,15 +410,15 @@ func (x *lx) dialWith(kind uint8, timeout time.Duration) {
 }
 
 // dialed handles the dial's result on the loop.
-func (x *lx) dialed() {
+func (x *loopExchange) dialed() {
 	lp, p, ep := x.lp, x.lp.p, x.ep
 	pool := ep.loopPool(lp.id)
 	fd, err := x.dfd, x.derr
 	x.dfd, x.derr = -1, nil
-	var w *wconn
+	var w *workerConn
 	if err == nil {
 		_ = netloop.SetNoDelay(fd)
-		w, err = lp.newWconn(ep, fd)
+		w, err = lp.newWorkerConn(ep, fd)
 	}
 	if err != nil {
 		pool.open--
@@ -465,7 +432,7 @@ func (x *lx) dialed() {
 		if p.errLog.Allow() {
 			p.log.Warn("cannot reach worker", "session", ep.id, "addr", ep.addr, "err", err)
 		}
-		x.unreachable()
+		x.settle(p.decide(x.outcome(endNotSent, false), ep))
 		return
 	}
 	if x.abandoned {
@@ -478,7 +445,7 @@ func (x *lx) dialed() {
 }
 
 // send writes the request on w.
-func (x *lx) send(w *wconn, reused bool) {
+func (x *loopExchange) send(w *workerConn, reused bool) {
 	lp, p := x.lp, x.lp.p
 	x.wc, w.x = w, x
 	x.reused = reused
@@ -501,7 +468,7 @@ func (x *lx) send(w *wconn, reused bool) {
 
 // setEndpointHeaders sets what depends on the route: the proxy secret, the
 // session, the placement's epoch, and the path prefix of the advertise URL.
-func (x *lx) setEndpointHeaders() {
+func (x *loopExchange) setEndpointHeaders() {
 	h := &x.req
 	ep := x.ep
 	setRouteFields(h, ep, x.route.Epoch, !x.epHeaders, x.scratch[:0])
@@ -515,7 +482,7 @@ func (x *lx) setEndpointHeaders() {
 }
 
 // write writes the rest of the request; it continues on w's write events.
-func (x *lx) write() {
+func (x *loopExchange) write() {
 	w := x.wc
 	for x.sent < len(x.out) {
 		n, err := netloop.Write(w.fd, x.out[x.sent:])
@@ -537,85 +504,63 @@ func (x *lx) write() {
 }
 
 // sendFailed handles a write error on the worker connection.
-func (x *lx) sendFailed(err error) {
+func (x *loopExchange) sendFailed(err error) {
 	p := x.lp.p
-	sent := x.sent
+	sent, reused := x.sent, x.reused
 	x.dropConn()
 	if x.ws {
 		x.badGateway("cannot send a handshake to the worker", err)
 		return
 	}
-	if sent == 0 {
-		// Nothing left the proxy: the worker has not seen it. A reused
-		// connection was stale; a fresh one failing means the worker is
-		// going away.
-		if x.reused && x.retry() {
-			p.m.retries.Inc()
-			x.attempt++
-			x.dispatch(x.route)
-			return
+	end := endNotSent // nothing left the proxy: the worker has not seen it
+	if sent > 0 {
+		end = endNoAnswer
+		if p.errLog.Allow() {
+			p.log.Warn("cannot send to worker", "session", x.ep.id, "addr", x.ep.addr, "err", err)
 		}
-		x.unreachable()
-		return
 	}
-	if p.errLog.Allow() {
-		p.log.Warn("cannot send to worker", "session", x.ep.id, "addr", x.ep.addr, "err", err)
-	}
-	x.noAnswer()
+	x.settle(p.decide(x.outcome(end, reused), x.ep))
 }
 
-// noAnswer handles a request that may have reached the worker but got no
-// byte of an answer: an idempotent one is sent again once (a worker that
-// died is then found unreachable and the client gets 503 + Retry-After);
-// any other gets 502, since it may have been processed.
-func (x *lx) noAnswer() {
+// outcome describes the attempt that ended (end) for decide. A loop holds
+// every request's body whole: each can be sent again.
+func (x *loopExchange) outcome(end attemptEnd, reused bool) outcome {
+	o := outcome{end: end, reused: reused, idempotent: x.idempotent, replayable: true,
+		resent: x.resentOnce, attempt: x.attempt, holder: x.route.Session}
+	if end == endAnswered {
+		o.status = x.resp.StatusCode()
+		if o.status == fasthttp.StatusServiceUnavailable || o.status == fasthttp.StatusForbidden {
+			// The only answers whose reason decide reads.
+			o.reason = knownReason(x.resp.Peek(wire.HeaderReason))
+		}
+	}
+	return o
+}
+
+// settle does what decide said (a) once the attempt's worker connection is
+// released or closed: it tells the resolver and counts (enact), then sends
+// again, routes again, rechecks the placement or answers. (A relay is
+// onFinalHead's.)
+func (x *loopExchange) settle(a action) {
 	p := x.lp.p
-	if x.idempotent && !x.resentOnce && x.retry() {
-		x.resentOnce = true
-		p.m.retries.Inc()
+	p.enact(a, x.name, x.route)
+	x.resentOnce = x.resentOnce || a.resent
+	switch a.verdict {
+	case resend:
 		x.attempt++
 		x.dispatch(x.route)
-		return
+	case reresolve:
+		x.attempt++
+		x.lookup()
+	case recheck:
+		x.resolveAsync(pendRecheck)
+	case answer:
+		x.fail(a.reply)
 	}
-	if x.idempotent {
-		p.m.unreachable.Inc()
-		x.fail(p.unreachableReply(x.route.Session))
-		return
-	}
-	p.m.badGateway.Inc()
-	x.fail(&p.replies.badGateway)
-}
-
-// retry takes one retry from the endpoint's budget if attempts are left.
-func (x *lx) retry() bool {
-	p := x.lp.p
-	if x.attempt >= p.cfg.MaxAttempts {
-		return false
-	}
-	if !x.ep.spend() {
-		p.m.budgetExhausted.Inc()
-		return false
-	}
-	return true
-}
-
-// unreachable handles a worker that provably did not get the request: the
-// placement is re-checked (the resolver learns the worker failed), and the
-// request goes to the new holder if it moved.
-func (x *lx) unreachable() {
-	p := x.lp.p
-	p.resolver.Refused(x.name, x.route, wire.ReasonUnreachable)
-	if x.attempt >= p.cfg.MaxAttempts {
-		p.m.unreachable.Inc()
-		x.fail(p.unreachableReply(x.route.Session))
-		return
-	}
-	x.moveFrom = x.route.Session
-	x.resolveAsync(pendMoved)
 }
 
 // readResponse reads the worker's answer as far as it has come.
-func (x *lx) readResponse() {
+func (x *loopExchange) readResponse() {
 	w := x.wc
 	for w != nil && x.wc == w && !x.st.on {
 		if x.rn == len(x.rbuf) {
@@ -653,23 +598,18 @@ func (x *lx) readResponse() {
 
 // readFailed: the worker connection ended or failed while x waited for (or
 // read) its answer.
-func (x *lx) readFailed(err error) {
+func (x *loopExchange) readFailed(err error) {
 	p := x.lp.p
 	if !x.gotBytes && !x.ws {
 		// Nothing of an answer arrived.
 		reused := x.reused
 		x.dropConn()
-		if reused && x.idempotent && x.retry() {
-			// The worker closed a pooled connection as we sent on it.
-			p.m.retries.Inc()
-			x.attempt++
-			x.dispatch(x.route)
-			return
-		}
-		if p.errLog.Allow() {
+		a := p.decide(x.outcome(endNoAnswer, reused), x.ep)
+		if (!reused || a.verdict != resend) && p.errLog.Allow() {
+			// Not a pooled connection the worker had closed, sent again.
 			p.log.Warn("no response from worker", "session", x.ep.id, "addr", x.ep.addr, "err", errString(err))
 		}
-		x.noAnswer()
+		x.settle(a)
 		return
 	}
 	if x.need == 0 && x.headLen == 0 {
@@ -688,7 +628,7 @@ func errString(err error) string {
 
 // progress acts on what has been read. It reports whether reading should go
 // on.
-func (x *lx) progress() bool {
+func (x *loopExchange) progress() bool {
 	if x.headLen == 0 {
 		return x.onHead()
 	}
@@ -700,7 +640,7 @@ func (x *lx) progress() bool {
 }
 
 // onHead parses the response head once it is complete.
-func (x *lx) onHead() bool {
+func (x *loopExchange) onHead() bool {
 	p := x.lp.p
 	for {
 		b := x.rbuf[:x.rn]
@@ -742,7 +682,7 @@ func (x *lx) onHead() bool {
 }
 
 // onFinalHead acts on the final response head.
-func (x *lx) onFinalHead() bool {
+func (x *loopExchange) onFinalHead() bool {
 	p := x.lp.p
 	rh := &x.resp
 	p.m.upstream.observe(x.stripe, time.Duration(x.lp.nl.Now()-x.startNs))
@@ -761,47 +701,29 @@ func (x *lx) onFinalHead() bool {
 		x.openTunnel()
 		return false
 	}
-	switch rh.StatusCode() {
-	case fasthttp.StatusServiceUnavailable:
-		switch reason := knownReason(rh.Peek(wire.HeaderReason)); reason {
-		case wire.ReasonClosing, wire.ReasonDraining, wire.ReasonLease, wire.ReasonStale:
-			// The host refused the request before any application code
-			// ran: drop the placement and try the new holder.
-			p.resolver.Refused(x.name, x.route, reason)
-			if x.retry() {
-				x.discardAndReresolve()
-				return false
-			}
-		}
-	case fasthttp.StatusForbidden:
-		if string(rh.Peek(wire.HeaderReason)) == wire.ReasonForbidden {
-			// Another process at the session's address: nothing ran.
+	a := p.decide(x.outcome(endAnswered, x.reused), x.ep)
+	switch a.verdict {
+	case relay:
+		p.enact(a, x.name, x.route)
+		return x.respond()
+	case reresolve:
+		// The host's refusal is dropped; its connection is kept when the
+		// refusal's body is small and complete.
+		if cl := rh.ContentLength(); !x.closeAfter && cl >= 0 && x.rn == x.headLen+cl {
+			x.releaseConn()
+		} else {
 			x.dropConn()
-			x.unreachable()
-			return false
 		}
-	}
-	return x.respond()
-}
-
-// discardAndReresolve drops a host's 503 (keeping the connection when its
-// body is small and complete) and resolves the name again.
-func (x *lx) discardAndReresolve() {
-	p := x.lp.p
-	cl := x.resp.ContentLength()
-	if !x.closeAfter && cl >= 0 && x.rn == x.headLen+cl {
-		x.releaseConn()
-	} else {
+	default:
 		x.dropConn()
 	}
-	p.m.reresolves.Inc()
-	x.attempt++
-	x.lookup()
+	x.settle(a)
+	return false
 }
 
 // respond turns the worker's final head into the client's answer: a small
 // body is read whole first, anything else streams.
-func (x *lx) respond() bool {
+func (x *loopExchange) respond() bool {
 	p := x.lp.p
 	c := x.c
 	rh := &x.resp
@@ -841,7 +763,7 @@ func (x *lx) respond() bool {
 // shutting down), and chunked framing when rechunk (a body the worker
 // delimits by closing). Nothing is added that the worker did not send: no
 // Server, Date or Content-Type of the proxy's.
-func (x *lx) appendHead(out []byte, rechunk bool) []byte {
+func (x *loopExchange) appendHead(out []byte, rechunk bool) []byte {
 	out = x.appendHeadFields(out, x.rsc.deletes())
 	if rechunk {
 		out = append(out, "Transfer-Encoding: chunked\r\n"...)
@@ -854,7 +776,7 @@ func (x *lx) appendHead(out []byte, rechunk bool) []byte {
 
 // appendHeadFields appends the status line and the fields of the worker's
 // head but dels, without the blank line that ends the head.
-func (x *lx) appendHeadFields(out []byte, dels []fieldRef) []byte {
+func (x *loopExchange) appendHeadFields(out []byte, dels []fieldRef) []byte {
 	head := x.rbuf[:x.headLen]
 	i := bytes.IndexByte(head, '\n')
 	line := head[:i-1] // CR checked by the scan and the parse
@@ -899,7 +821,7 @@ func dropped(name []byte, dels []fieldRef) bool {
 }
 
 // finishBuffered answers with a body read whole.
-func (x *lx) finishBuffered() {
+func (x *loopExchange) finishBuffered() {
 	p := x.lp.p
 	if x.rn > x.need {
 		x.closeAfter = true // the worker sent more than it announced
@@ -915,7 +837,7 @@ func (x *lx) finishBuffered() {
 
 // record tells the Recorder about x, once its answer's head is decided:
 // status and reason of the answer, bytes of the bodies as far as known.
-func (x *lx) record(status int, reason string, bytes int64) {
+func (x *loopExchange) record(status int, reason string, bytes int64) {
 	rec := x.lp.p.cfg.Recorder
 	if rec == nil {
 		return
@@ -929,7 +851,7 @@ func (x *lx) record(status int, reason string, bytes int64) {
 }
 
 // finish hands the answer to the client connection and retires x.
-func (x *lx) finish(out []byte) {
+func (x *loopExchange) finish(out []byte) {
 	c := x.c
 	x.lp.nl.Disarm(&x.timer)
 	c.x = nil
@@ -938,7 +860,7 @@ func (x *lx) finish(out []byte) {
 }
 
 // fail answers with one of the proxy's own replies.
-func (x *lx) fail(rp *reply) {
+func (x *loopExchange) fail(rp *reply) {
 	c := x.c
 	if x.wc != nil {
 		x.dropConn()
@@ -955,7 +877,7 @@ func (x *lx) fail(rp *reply) {
 }
 
 // badGateway answers 502: the worker's answer cannot be relayed.
-func (x *lx) badGateway(what string, err error) {
+func (x *loopExchange) badGateway(what string, err error) {
 	p := x.lp.p
 	if p.errLog.Allow() {
 		if err != nil {
@@ -970,7 +892,7 @@ func (x *lx) badGateway(what string, err error) {
 
 // releaseConn returns the worker connection to the pool, or closes it when
 // the worker asked for that or left bytes after its answer.
-func (x *lx) releaseConn() {
+func (x *loopExchange) releaseConn() {
 	w := x.wc
 	if w == nil {
 		return
@@ -985,7 +907,7 @@ func (x *lx) releaseConn() {
 }
 
 // dropConn closes the worker connection.
-func (x *lx) dropConn() {
+func (x *loopExchange) dropConn() {
 	w := x.wc
 	if w == nil {
 		return
@@ -998,13 +920,13 @@ func (x *lx) dropConn() {
 }
 
 // arm sets x's timer.
-func (x *lx) arm(kind uint8, d time.Duration) {
+func (x *loopExchange) arm(kind uint8, d time.Duration) {
 	x.tkind = kind
 	x.lp.nl.ArmAfter(&x.timer, d)
 }
 
 // OnTimer implements netloop.TimerHandler.
-func (x *lx) OnTimer() {
+func (x *loopExchange) OnTimer() {
 	p := x.lp.p
 	switch x.tkind {
 	case tQueue:
@@ -1026,7 +948,7 @@ func (x *lx) OnTimer() {
 }
 
 // abandon ends x because its client connection closed.
-func (x *lx) abandon() {
+func (x *loopExchange) abandon() {
 	lp := x.lp
 	x.abandoned = true
 	lp.nl.Disarm(&x.timer)

@@ -13,8 +13,9 @@ import (
 
 // This file is the loops' client side: accepting, reading requests, deciding
 // whether a loop serves a request or hands its connection over, writing
-// answers. fastx.go is the exchange with a worker, fastpool.go the loops'
-// worker connections.
+// answers. loopexchange.go is the exchange with a worker, looppool.go the
+// loops' worker connections, loopstream.go relayed bodies, looptunnel.go
+// WebSocket tunnels.
 
 // loop is one event loop of a Front and everything it owns. Every field is
 // touched only on the loop's goroutine.
@@ -30,11 +31,11 @@ type loop struct {
 	bufSize  int
 	rbufs    [][]byte // free worker-answer buffers of rbufSize
 	rbufSize int
-	outs     [][]byte // free answer buffers
-	xs       []*lx    // free exchanges
+	outs     [][]byte        // free answer buffers
+	xs       []*loopExchange // free exchanges
 
-	conns   map[*cconn]struct{}
-	workers map[*wconn]struct{}
+	conns   map[*clientConn]struct{}
+	workers map[*workerConn]struct{}
 
 	// The acceptor's state (loop 0 only).
 	lfd  int
@@ -59,8 +60,8 @@ func newLoop(f *Front, id int, nl *netloop.Loop) *loop {
 		scratch:  make([]byte, max(size, 64<<10)),
 		bufSize:  size,
 		rbufSize: max(p.cfg.MaxResponseHeaderBytes+max(p.cfg.BufferedResponseMax, 0), p.cfg.StreamBufferSize),
-		conns:    make(map[*cconn]struct{}),
-		workers:  make(map[*wconn]struct{}),
+		conns:    make(map[*clientConn]struct{}),
+		workers:  make(map[*workerConn]struct{}),
 		lfd:      -1,
 	}
 }
@@ -147,7 +148,7 @@ func (lp *loop) adopt(fd int, peer netip.AddrPort) {
 		lp.f.connDone()
 		return
 	}
-	c := &cconn{lp: lp, fd: fd, peer: peer, trusted: lp.p.trustedAddr(peer.Addr()), rready: true}
+	c := &clientConn{lp: lp, fd: fd, peer: peer, trusted: lp.p.trustedAddr(peer.Addr()), rready: true}
 	c.timer.H = c
 	tok, err := lp.nl.Add(fd, c)
 	if err != nil {
@@ -163,7 +164,7 @@ func (lp *loop) adopt(fd int, peer netip.AddrPort) {
 }
 
 // forget drops c from the loop's books (it is being closed or handed over).
-func (lp *loop) forget(c *cconn) {
+func (lp *loop) forget(c *clientConn) {
 	delete(lp.conns, c)
 	lp.nl.Disarm(&c.timer)
 	if c.buf != nil {
@@ -214,13 +215,13 @@ const (
 	stHead                // part of a request received
 	stBusy                // an exchange is in progress
 	stWrite               // the answer is being written
-	stTunnel              // a WebSocket tunnel (fastws.go)
+	stTunnel              // a WebSocket tunnel (looptunnel.go)
 	stLinger              // refused and shut down for writing: discarding input until the client closes
 	stDone                // closed or handed over
 )
 
-// cconn is a client connection on a loop.
-type cconn struct {
+// clientConn is a client connection on a loop.
+type clientConn struct {
 	lp      *loop
 	fd      int
 	tok     netloop.Token
@@ -242,16 +243,16 @@ type cconn struct {
 	wpos  int
 	owned bool
 
-	x          *lx   // the exchange in progress
-	tun        *ltun // the tunnel the connection became
-	closeAfter bool  // close once the current answer is written
-	linger     bool  // the answer is a refusal: linger after it (startLinger)
-	streaming  bool  // x is relaying a body: writes continue it
-	reading    bool  // readRequests is running (a nested call returns at once)
+	x          *loopExchange // the exchange in progress
+	tun        *loopTunnel   // the tunnel the connection became
+	closeAfter bool          // close once the current answer is written
+	linger     bool          // the answer is a refusal: linger after it (startLinger)
+	streaming  bool          // x is relaying a body: writes continue it
+	reading    bool          // readRequests is running (a nested call returns at once)
 }
 
 // OnEvent implements netloop.Handler.
-func (c *cconn) OnEvent(ev uint32) {
+func (c *clientConn) OnEvent(ev uint32) {
 	if ev&(netloop.EventRead|netloop.EventHangup|netloop.EventError) != 0 {
 		c.rready = true
 	}
@@ -275,7 +276,7 @@ func (c *cconn) OnEvent(ev uint32) {
 }
 
 // OnTimer implements netloop.TimerHandler: the head, idle or write timeout.
-func (c *cconn) OnTimer() {
+func (c *clientConn) OnTimer() {
 	switch c.state {
 	case stHead:
 		// A request head, or the small body a loop reads with it, did not
@@ -304,7 +305,7 @@ func (c *cconn) OnTimer() {
 // loop makes at once), and the answer's end calls readRequests again: that
 // nested call returns at once, and this loop goes on with the bytes that
 // follow, which it took off the buffer before starting the request.
-func (c *cconn) readRequests() {
+func (c *clientConn) readRequests() {
 	if c.reading {
 		return
 	}
@@ -313,7 +314,7 @@ func (c *cconn) readRequests() {
 	c.reading = false
 }
 
-func (c *cconn) readLoop() {
+func (c *clientConn) readLoop() {
 	lp := c.lp
 	for (c.state == stIdle || c.state == stHead) && c.fd >= 0 {
 		if c.n > 0 {
@@ -395,7 +396,7 @@ func (c *cconn) readLoop() {
 // which the caller drops from its buffer before it starts x (x holds copies
 // of all it needs); 0 when more bytes are needed; or -1 when the
 // connection was handed over, or refused and answered.
-func (c *cconn) takeRequest(b []byte) (*lx, int) {
+func (c *clientConn) takeRequest(b []byte) (*loopExchange, int) {
 	lp := c.lp
 	p := lp.p
 	headLen, ok := headEnd(b)
@@ -480,7 +481,7 @@ func headEnd(b []byte) (n int, ok bool) {
 // answerOwned starts writing out, a buffer from the loop's pool that goes
 // back once written, as the connection's answer (or the next piece of a
 // streamed one).
-func (c *cconn) answerOwned(out []byte) {
+func (c *clientConn) answerOwned(out []byte) {
 	c.pend, c.wpos, c.owned = out, 0, true
 	c.state = stWrite
 	c.flush()
@@ -488,7 +489,7 @@ func (c *cconn) answerOwned(out []byte) {
 
 // answerBorrowed is answerOwned for bytes the connection does not own (a
 // prebuilt reply, or a streamed piece in the exchange's read buffer).
-func (c *cconn) answerBorrowed(out []byte) {
+func (c *clientConn) answerBorrowed(out []byte) {
 	c.pend, c.wpos, c.owned = out, 0, false
 	c.state = stWrite
 	c.flush()
@@ -496,7 +497,7 @@ func (c *cconn) answerBorrowed(out []byte) {
 
 // flush writes what is pending; when all of it is written it ends the answer
 // (or lets a streaming exchange continue).
-func (c *cconn) flush() {
+func (c *clientConn) flush() {
 	lp := c.lp
 	for c.wpos < len(c.pend) {
 		m, err := netloop.Write(c.fd, c.pend[c.wpos:])
@@ -525,7 +526,7 @@ func (c *cconn) flush() {
 }
 
 // releasePend forgets the bytes written, returning an owned buffer.
-func (c *cconn) releasePend() {
+func (c *clientConn) releasePend() {
 	if c.owned {
 		c.lp.putOut(c.pend)
 	}
@@ -533,7 +534,7 @@ func (c *cconn) releasePend() {
 }
 
 // answerDone goes on after an answer: close, or wait for the next request.
-func (c *cconn) answerDone() {
+func (c *clientConn) answerDone() {
 	lp := c.lp
 	if c.fd < 0 {
 		return
@@ -558,7 +559,7 @@ func (c *cconn) answerDone() {
 	c.readRequests()
 }
 
-func (c *cconn) writeTimeout() time.Duration {
+func (c *clientConn) writeTimeout() time.Duration {
 	if c.streaming {
 		return c.lp.p.cfg.StreamIdleTimeout
 	}
@@ -566,7 +567,7 @@ func (c *cconn) writeTimeout() time.Duration {
 }
 
 // replyAndClose answers with one of the proxy's replies and closes.
-func (c *cconn) replyAndClose(rp *reply) {
+func (c *clientConn) replyAndClose(rp *reply) {
 	c.closeAfter = true
 	c.lp.p.countResponse(rp.status)
 	c.answerReply(rp)
@@ -576,7 +577,7 @@ func (c *cconn) replyAndClose(rp *reply) {
 // origin of a response with a clock sends Date, RFC 9110 §6.6.1).
 // The connection closes after it when the reply says so or closeAfter is
 // set already (the client asked to close): then it says Connection: close.
-func (c *cconn) answerReply(rp *reply) {
+func (c *clientConn) answerReply(rp *reply) {
 	lp := c.lp
 	if rp.close {
 		c.closeAfter = true
@@ -611,7 +612,7 @@ func (lp *loop) date() []byte {
 // sending side is shut down (the client reads the refusal, then end of
 // stream) and input is discarded until the client closes or LingerTimeout
 // passes.
-func (c *cconn) startLinger() {
+func (c *clientConn) startLinger() {
 	lp := c.lp
 	if err := netloop.ShutdownWrite(c.fd); err != nil {
 		c.close()
@@ -628,7 +629,7 @@ func (c *cconn) startLinger() {
 
 // discard reads and drops what a lingering connection receives; it closes
 // the connection at end of stream.
-func (c *cconn) discard() {
+func (c *clientConn) discard() {
 	for c.rready && c.fd >= 0 {
 		m, err := netloop.Read(c.fd, c.lp.scratch)
 		switch {
@@ -644,7 +645,7 @@ func (c *cconn) discard() {
 }
 
 // close closes the connection and ends its exchange, if any.
-func (c *cconn) close() {
+func (c *clientConn) close() {
 	if c.fd < 0 {
 		return
 	}

@@ -58,7 +58,7 @@ const maxChunkLine = 4096
 
 // startStream sends the head and what has arrived of the body, then relays
 // the rest.
-func (x *lx) startStream(cl int) {
+func (x *loopExchange) startStream(cl int) {
 	lp, p, c := x.lp, x.lp.p, x.c
 	rh := &x.resp
 	st := &x.st
@@ -97,7 +97,7 @@ func (x *lx) startStream(cl int) {
 
 // frame appends the client's framing of body bytes from the worker to out.
 // It reports false when the worker's framing is broken.
-func (x *lx) frame(out, b []byte) ([]byte, bool) {
+func (x *loopExchange) frame(out, b []byte) ([]byte, bool) {
 	st := &x.st
 	switch st.mode {
 	case smLength:
@@ -129,7 +129,7 @@ func appendChunk(out, b []byte) []byte {
 }
 
 // dechunk decodes chunked bytes from the worker and appends them re-chunked.
-func (x *lx) dechunk(out, b []byte) ([]byte, bool) {
+func (x *loopExchange) dechunk(out, b []byte) ([]byte, bool) {
 	st := &x.st
 	for len(b) > 0 {
 		switch st.cs {
@@ -198,7 +198,7 @@ func (x *lx) dechunk(out, b []byte) ([]byte, bool) {
 
 // sizeLine parses a chunk-size line (hex digits, optional extensions,
 // CRLF); a zero size starts the trailer section.
-func (x *lx) sizeLine(out, line []byte) ([]byte, bool) {
+func (x *loopExchange) sizeLine(out, line []byte) ([]byte, bool) {
 	st := &x.st
 	if len(line) < 3 || line[len(line)-2] != '\r' {
 		return out, false
@@ -239,7 +239,7 @@ func (x *lx) sizeLine(out, line []byte) ([]byte, bool) {
 
 // trailerLine takes one line of the trailer section; the empty line ends the
 // body.
-func (x *lx) trailerLine(out, line []byte) ([]byte, bool) {
+func (x *loopExchange) trailerLine(out, line []byte) ([]byte, bool) {
 	st := &x.st
 	if len(line) < 2 || line[len(line)-2] != '\r' {
 		return out, false
@@ -263,7 +263,7 @@ func (x *lx) trailerLine(out, line []byte) ([]byte, bool) {
 
 // clientDrained: everything relayed so far is written; go on reading the
 // worker (or end the stream).
-func (x *lx) clientDrained() {
+func (x *loopExchange) clientDrained() {
 	c := x.c
 	c.releasePend()
 	if x.st.done {
@@ -278,14 +278,14 @@ func (x *lx) clientDrained() {
 
 // workerReadable: the worker connection has bytes (or ended) while x
 // streams; read them if the client has taken the last ones.
-func (x *lx) workerReadable() {
+func (x *loopExchange) workerReadable() {
 	if x.c.wpos >= len(x.c.pend) {
 		x.pump()
 	}
 }
 
 // pump reads what the worker has sent and writes it on.
-func (x *lx) pump() {
+func (x *loopExchange) pump() {
 	lp, p := x.lp, x.lp.p
 	w := x.wc
 	for {
@@ -339,7 +339,7 @@ func (x *lx) pump() {
 }
 
 // endStream ends a relayed answer that the client has whole.
-func (x *lx) endStream() {
+func (x *loopExchange) endStream() {
 	c := x.c
 	x.st.on = false
 	c.streaming = false
@@ -352,7 +352,7 @@ func (x *lx) endStream() {
 
 // streamBroken ends a stream the worker broke: the client connection closes,
 // since its head has gone out already.
-func (x *lx) streamBroken() {
+func (x *loopExchange) streamBroken() {
 	p := x.lp.p
 	p.m.badGateway.Inc()
 	if p.errLog.Allow() {
@@ -362,12 +362,12 @@ func (x *lx) streamBroken() {
 }
 
 // streamTimeout ends a stream that made no progress for StreamIdleTimeout.
-func (x *lx) streamTimeout() {
+func (x *loopExchange) streamTimeout() {
 	x.lp.p.m.timeouts.Inc()
 	x.abortStream()
 }
 
-func (x *lx) abortStream() {
+func (x *loopExchange) abortStream() {
 	c := x.c
 	x.st.on = false
 	c.streaming = false
