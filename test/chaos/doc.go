@@ -71,10 +71,12 @@
 //     ten (at least one allowed), and the report lists the skipped rounds.
 //   - Recovery (recovery_test.go): for every round that killed workers, the
 //     test's log and the report give the time from each kill to the first
-//     2xx from another instance of each id the killed process held (p50,
-//     p99, max over those ids, and how many were never served again), from
-//     the histories: the instances live on the process at the kill, and
-//     the client's requests with the instance that answered them.
+//     2xx from another instance of each id the killed process held and the
+//     client asked for again (p50, p99, max over those ids, and how many
+//     were never served again; the ids never asked for again, a storm's
+//     fresh ones, counted apart), from the histories: the instances live on
+//     the process at the kill, and the client's requests with the instance
+//     that answered them.
 //   - Linearizability: a quarter of the ids (id000, id004, ...) get only
 //     GET / and POST /incr, no background effect, so that the checker can
 //     check their histories for linearizability against one counter per

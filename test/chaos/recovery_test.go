@@ -12,16 +12,17 @@ import (
 
 // recovery is how fast the ids of the workers a round killed were served
 // again, as the client saw it: for every id a killed process held at the
-// kill, the time from the kill to the end of the first request answered
-// 2xx by another instance (it includes the time until the client next
-// asked the id: the closed loop asks each of the 200 ids about every few
-// hundred ms).
+// kill and the client asked for after it, the time from the kill to the
+// end of the first request answered 2xx by another instance (it includes
+// the time until the client next asked the id: the closed loop asks each
+// of the 200 ids about every few hundred ms).
 type recovery struct {
 	round   int    // 1-based
 	kind    string // the nemesis
 	workers string // the killed processes
-	ids     int    // ids the killed processes held
-	left    int    // of them, never answered 2xx by another instance before the run ended
+	ids     int    // ids the killed processes held that the client asked for after the kill
+	unasked int    // ids they held that it never asked for again (a storm's fresh ids)
+	left    int    // of ids, never answered 2xx by another instance before the run ended
 	p50     time.Duration
 	p99     time.Duration
 	max     time.Duration
@@ -32,6 +33,9 @@ func (r recovery) String() string {
 		r.p50.Round(time.Millisecond), r.p99.Round(time.Millisecond), r.max.Round(time.Millisecond))
 	if r.left > 0 {
 		s += fmt.Sprintf(", %d never served again", r.left)
+	}
+	if r.unasked > 0 {
+		s += fmt.Sprintf(" (%d more held, never asked for again)", r.unasked)
 	}
 	return s
 }
@@ -64,11 +68,12 @@ func recoveries(rounds []round, events []history.Event) []recovery {
 
 // killRecovery measures the recovery of the ids that the killed processes
 // held, each from its own kill: an id is held when an instance of it was
-// activated there before the kill and not torn down before it. An id
-// recovers with the first request for it that ends after the kill answered
-// 2xx by another instance: one whose instance the answer names and is not
-// the killed process's, or, for an answer that names none (a task or an
-// alarm request), one sent after the killed process was known dead.
+// activated there before the kill and not torn down before it, and it is
+// measured when the client asked for it after the kill. An id recovers
+// with the first request for it that ends after the kill answered 2xx by
+// another instance: one whose instance the answer names and is not the
+// killed process's, or, for an answer that names none (a task or an alarm
+// request), one sent after the killed process was known dead.
 func killRecovery(events []history.Event, kills []kill) recovery {
 	at := map[string]int64{} // killed process → its kill
 	for _, k := range kills {
@@ -100,9 +105,16 @@ func killRecovery(events []history.Event, kills []kill) recovery {
 		}
 	}
 	first := map[string]int64{} // id → from its kill to its first 2xx from another instance
+	asked := map[string]bool{}  // held ids asked for after the kill
 	for _, e := range events {
 		proc, ok := held[e.ID]
-		if e.Kind != history.KindRequest || !ok || e.Status/100 != 2 || e.End <= at[proc] {
+		if e.Kind != history.KindRequest || !ok {
+			continue
+		}
+		if e.T > at[proc] {
+			asked[e.ID] = true
+		}
+		if e.Status/100 != 2 || e.End <= at[proc] {
 			continue
 		}
 		if e.Inst != "" && victim[e.Inst] || e.Inst == "" && (dead[proc] == 0 || e.T <= dead[proc]) {
@@ -117,7 +129,7 @@ func killRecovery(events []history.Event, kills []kill) recovery {
 		ds = append(ds, time.Duration(d))
 	}
 	slices.Sort(ds)
-	rec := recovery{ids: len(held), left: len(held) - len(ds)}
+	rec := recovery{ids: len(asked), unasked: len(held) - len(asked), left: len(asked) - len(ds)}
 	if n := len(ds); n > 0 {
 		rank := func(q float64) time.Duration { return ds[max(0, int(q*float64(n)+0.999999)-1)] }
 		rec.p50, rec.p99, rec.max = rank(0.50), rank(0.99), ds[n-1]
@@ -130,7 +142,7 @@ func killRecovery(events []history.Event, kills []kill) recovery {
 // another instance; an answer from the killed process's own instance (in
 // flight at the kill) does not count, nor one that names no instance and
 // was sent before the process was known dead; an id never served again
-// is counted apart.
+// is counted apart, and one never asked for again is left out.
 func TestKillRecovery(t *testing.T) {
 	const ms = int64(time.Millisecond)
 	killAt := 1000 * ms
@@ -138,6 +150,8 @@ func TestKillRecovery(t *testing.T) {
 		{Kind: history.KindActivate, Proc: "w1.1", ID: "a", Inst: "a1", T: 100 * ms},
 		{Kind: history.KindActivate, Proc: "w1.1", ID: "b", Inst: "b1", T: 100 * ms},
 		{Kind: history.KindActivate, Proc: "w1.1", ID: "c", Inst: "c1", T: 100 * ms},
+		{Kind: history.KindActivate, Proc: "w1.1", ID: "idle", Inst: "i1", T: 100 * ms}, // never asked for after the kill
+		{Kind: history.KindRequest, ID: "idle", Status: 200, Inst: "i1", T: 200 * ms, End: 210 * ms},
 		{Kind: history.KindActivate, Proc: "w1.1", ID: "gone", Inst: "g1", T: 100 * ms},
 		{Kind: history.KindTeardown, Proc: "w1.1", ID: "gone", Inst: "g1", T: 500 * ms},
 		{Kind: history.KindActivate, Proc: "w2.1", ID: "other", Inst: "o1", T: 100 * ms},
@@ -158,7 +172,7 @@ func TestKillRecovery(t *testing.T) {
 		{Kind: history.KindRequest, ID: "c", Status: 503, T: 1100 * ms, End: 1200 * ms},
 	}
 	got := killRecovery(ev, []kill{{"w1.1", killAt}})
-	want := recovery{ids: 3, left: 1, p50: 300 * time.Millisecond, p99: 600 * time.Millisecond, max: 600 * time.Millisecond}
+	want := recovery{ids: 3, unasked: 1, left: 1, p50: 300 * time.Millisecond, p99: 600 * time.Millisecond, max: 600 * time.Millisecond}
 	if got != want {
 		t.Fatalf("killRecovery = %+v; want %+v", got, want)
 	}
@@ -166,7 +180,7 @@ func TestKillRecovery(t *testing.T) {
 	if len(rs) != 1 || rs[0].round != 2 || rs[0].workers != "w1.1" || rs[0].p99 != want.p99 {
 		t.Fatalf("recoveries = %+v; want round 2's alone", rs)
 	}
-	if row := "| 2 | kill-worker | w1.1 | 3 | 300ms | 600ms | 600ms | 1 |"; !strings.Contains(recoveryTable(rs), row) {
+	if row := "| 2 | kill-worker | w1.1 | 3 | 300ms | 600ms | 600ms | 1 | 1 |"; !strings.Contains(recoveryTable(rs), row) {
 		t.Fatalf("recoveryTable:\n%s\nwant the row %s", recoveryTable(rs), row)
 	}
 
@@ -178,7 +192,7 @@ func TestKillRecovery(t *testing.T) {
 		history.Event{Kind: history.KindRequest, ID: "d", Status: 200, Inst: "d2", T: 2050 * ms, End: 2100 * ms},
 	)
 	got = killRecovery(ev, []kill{{"w1.1", killAt}, {"w3.1", 2000 * ms}})
-	want = recovery{ids: 4, left: 1, p50: 300 * time.Millisecond, p99: 600 * time.Millisecond, max: 600 * time.Millisecond}
+	want = recovery{ids: 4, unasked: 1, left: 1, p50: 300 * time.Millisecond, p99: 600 * time.Millisecond, max: 600 * time.Millisecond}
 	if got != want {
 		t.Fatalf("killRecovery of two kills = %+v; want %+v (d: 100 ms after its own kill)", got, want)
 	}
