@@ -59,10 +59,11 @@ type scenario struct {
 }
 
 type result struct {
-	report  *chaoscheck.Report
-	rounds  []round
-	elapsed time.Duration
-	seed    uint64
+	report     *chaoscheck.Report
+	rounds     []round
+	recoveries []recovery // of the rounds that killed workers
+	elapsed    time.Duration
+	seed       uint64
 }
 
 // labels are the rounds' labels, in order.
@@ -131,8 +132,9 @@ func run(t *testing.T, sc scenario) result {
 		cfg.VisualizeDir = filepath.Join(*keepDir, strings.ReplaceAll(t.Name(), "/", "_"))
 		c.keep(cfg.VisualizeDir)
 	}
-	rep := chaoscheck.Check(cfg, c.events())
-	return result{report: rep, rounds: rounds, elapsed: time.Since(start), seed: sc.seed}
+	events := c.events()
+	rep := chaoscheck.Check(cfg, events)
+	return result{report: rep, rounds: rounds, recoveries: recoveries(rounds, events), elapsed: time.Since(start), seed: sc.seed}
 }
 
 // waitReady polls a worker's /healthz (another process's state) until it
@@ -171,6 +173,9 @@ func TestChaos(t *testing.T) {
 	}
 	res := run(t, sc)
 	t.Logf("seed %d, %d rounds in %v\n%s", res.seed, len(res.rounds), res.elapsed.Round(time.Second), res.report)
+	for _, r := range res.recoveries {
+		t.Logf("recovery after kill -9, %s", r)
+	}
 	if *reportPath != "" {
 		writeReport(t, *reportPath, res)
 	}

@@ -204,20 +204,24 @@ func (c *cluster) exited(w *workerProc) {
 }
 
 // killWorker kills worker n with SIGKILL and starts its next incarnation
-// on the same address.
-func (c *cluster) killWorker(n int) {
-	c.restartWorker(n, c.killOnly(n))
+// on the same address. It returns the kill.
+func (c *cluster) killWorker(n int) kill {
+	old, at := c.killOnly(n)
+	c.restartWorker(n, old)
+	return kill{proc: old.proc, at: at}
 }
 
-// killOnly kills worker n with SIGKILL and returns the dead process; the
-// worker stays down until restartWorker.
-func (c *cluster) killOnly(n int) *workerProc {
+// killOnly kills worker n with SIGKILL and returns the dead process and
+// when (the shared clock) SIGKILL was sent; the worker stays down until
+// restartWorker.
+func (c *cluster) killOnly(n int) (*workerProc, int64) {
 	c.mu.Lock()
 	old := c.ws[n-1]
 	c.mu.Unlock()
+	at := history.Now()
 	old.Kill()
 	c.exited(old)
-	return old
+	return old, at
 }
 
 // restartWorker starts the next incarnation of the dead worker old on its

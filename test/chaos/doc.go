@@ -39,8 +39,9 @@
 //     pinboard or both for 8 s; one pinboard cut off from Redis for 8 s
 //     while the other keeps working; and the two store races, replies
 //     delayed by 100–300 ms on both pinboards while two workers are killed
-//     (restarted at once: their ids move when their sessions expire) or one
-//     is drained (it releases its ids and deregisters), with bursts of
+//     (restarted at once: their ids move as soon as a death probe finds the
+//     new process at the address, which does not know the old session's
+//     secret, else when their sessions expire) or one is drained (it releases its ids and deregisters), with bursts of
 //     requests for every id and for new ids through both pinboards at once
 //     (storm), so that both pinboards re-place and place the same ids at
 //     the same moment. And the stale routes (stale_test.go): one
@@ -68,6 +69,14 @@
 //     recorded as skipped too (it proved nothing). TestChaos fails when a
 //     nemesis other than a drain was skipped, or more than one round in
 //     ten (at least one allowed), and the report lists the skipped rounds.
+//   - Recovery (recovery_test.go): for every round that killed workers, the
+//     test's log and the report give the time from each kill to the first
+//     2xx from another instance of each id the killed process held and the
+//     client asked for again (p50, p99, max over those ids, and how many
+//     were never served again; the ids never asked for again, a storm's
+//     fresh ones, counted apart), from the histories: the instances live on
+//     the process at the kill, and the client's requests with the instance
+//     that answered them.
 //   - Linearizability: a quarter of the ids (id000, id004, ...) get only
 //     GET / and POST /incr, no background effect, so that the checker can
 //     check their histories for linearizability against one counter per

@@ -61,6 +61,7 @@ type round struct {
 	kind    string
 	label   string // the kind, with its parameters and outcome
 	skipped string // why nothing was done ("" when the fault happened)
+	kills   []kill // the worker processes it killed -9 (recovery_test.go)
 }
 
 // storeFault is how long the store-path faults last.
@@ -82,11 +83,12 @@ var pauses = []time.Duration{2 * time.Second, 4 * time.Second, 6 * time.Second, 
 func (c *cluster) nemesis(kind string, rng *rand.Rand, maxPause time.Duration) round {
 	t := c.t
 	e := history.Event{Kind: history.KindNemesis, Nemesis: kind, T: history.Now()}
+	var kills []kill
 	switch kind {
 	case nemKillWorker:
 		n := 1 + rng.IntN(3)
 		e.Target = c.worker(n).proc
-		c.killWorker(n)
+		kills = append(kills, c.killWorker(n))
 	case nemPause:
 		n := 1 + rng.IntN(3)
 		var d time.Duration
@@ -138,9 +140,10 @@ func (c *cluster) nemesis(kind string, rng *rand.Rand, maxPause time.Duration) r
 		// (storm), so that both re-place the same ids at the same moment:
 		// kill two workers (restarted at once: two fresh sessions with the
 		// same room, so the pinboards' choices for an id differ as often
-		// as not) whose sessions then expire, or drain one (it releases its
-		// ids, then deregisters). The latency and the bursts last past the
-		// dead sessions' lease.
+		// as not) whose sessions a death probe ends (the new process at the
+		// address does not know the old secret) or, failing that, expire;
+		// or drain one (it releases its ids, then deregisters). The latency
+		// and the bursts last past the dead sessions' lease.
 		d := 100*time.Millisecond + time.Duration(rng.Int64N(int64(200*time.Millisecond)+1)).Round(time.Millisecond)
 		c.storeDelay([]int{1, 2}, d)
 		start := time.Now()
@@ -148,8 +151,7 @@ func (c *cluster) nemesis(kind string, rng *rand.Rand, maxPause time.Duration) r
 			a := 1 + rng.IntN(3)
 			b := 1 + (a+rng.IntN(2))%3 // another one
 			e.Target, e.Cause = c.worker(a).proc+"+"+c.worker(b).proc, d.String()
-			c.killWorker(a)
-			c.killWorker(b)
+			kills = append(kills, c.killWorker(a), c.killWorker(b))
 		} else {
 			n := 1 + rng.IntN(3)
 			e.Target, e.Cause = c.worker(n).proc, d.String()
@@ -186,7 +188,7 @@ func (c *cluster) nemesis(kind string, rng *rand.Rand, maxPause time.Duration) r
 	}
 	e.End = history.Now()
 	c.hist.Write(e)
-	r := round{kind: kind, label: kind}
+	r := round{kind: kind, label: kind, kills: kills}
 	if e.Cause != "" {
 		r.label += " " + e.Cause
 	}

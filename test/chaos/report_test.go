@@ -108,6 +108,7 @@ func writeReport(t *testing.T, path string, res result) {
 			fmt.Fprintf(&b, "  - %s: %s\n", v.Kind, v.Detail)
 		}
 	}
+	b.WriteString(recoveryTable(res.recoveries))
 	fmt.Fprintf(&b, "\nNemesis schedule: %s\n", strings.Join(res.labels(), ", "))
 	path, err := proctest.FromModuleRoot(path)
 	if err != nil {
@@ -116,4 +117,21 @@ func writeReport(t *testing.T, path string, res result) {
 	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// recoveryTable is the report's section on the rounds that killed workers:
+// for each, how long after the kill the killed workers' ids were served
+// again (recovery_test.go).
+func recoveryTable(rs []recovery) string {
+	var b strings.Builder
+	b.WriteString("\nRecovery after kill -9: for each round that killed workers, the time from each kill to the first 2xx from another instance of each id the killed process held and the client asked for again, as the client saw it (so it includes the time until the client next asked the id), over those ids; the ids held but never asked for again (a storm's fresh ids) are left out and counted:\n\n")
+	b.WriteString("| round | nemesis | killed | ids | p50 | p99 | max | never served again | held, not asked again |\n|---|---|---|---|---|---|---|---|---|\n")
+	if len(rs) == 0 {
+		b.WriteString("| none | | | | | | | | |\n")
+	}
+	for _, r := range rs {
+		ms := func(d time.Duration) time.Duration { return d.Round(time.Millisecond) }
+		fmt.Fprintf(&b, "| %d | %s | %s | %d | %v | %v | %v | %d | %d |\n", r.round, r.kind, r.workers, r.ids, ms(r.p50), ms(r.p99), ms(r.max), r.left, r.unasked)
+	}
+	return b.String()
 }

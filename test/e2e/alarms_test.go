@@ -116,8 +116,9 @@ func TestAlarmsFireOnceWithinASecond(t *testing.T) {
 }
 
 // The worker holding an id is killed -9 before the id's alarm is due: the
-// alarm fires on another worker after the failover (the dead session's
-// lease, 10 s, runs out), on a fresh instance.
+// alarm fires on another worker after the failover (at once with fast
+// failover: the delivery finds the worker gone; at the latest when the dead
+// session's lease, 10 s, runs out), on a fresh instance.
 func TestAlarmFiresOnAnotherWorkerAfterKill9(t *testing.T) {
 	rs := redistest.Start(t)
 	pb := startPinboard(t, rs.URL)

@@ -1,7 +1,8 @@
 // Package e2e runs pinned's real binaries as processes on 127.0.0.1: a
 // redis-server started by the test, the pinboard, and counter workers in
 // fleet mode. These tests prove that the pieces agree on the protocol and
-// that fencing holds across real processes and signals.
+// that fencing holds across real processes and signals, and measure
+// failover after a worker's death or freeze (failover_test.go).
 package e2e
 
 import (

@@ -96,30 +96,9 @@ func (a answer) ackedIncr() bool { return a.ok() && a.method == "POST" }
 var staleClient = &fasthttp.Client{MaxIdemponentCallAttempts: 1, ReadTimeout: 20 * time.Second, WriteTimeout: 5 * time.Second}
 
 // ask sends one request for id through the pinboard at addr (named via):
-// GET / or POST /incr.
+// GET / or POST /incr (askWithin, failover_test.go).
 func ask(via, addr, method, id string) answer {
-	req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
-	defer fasthttp.ReleaseRequest(req)
-	defer fasthttp.ReleaseResponse(resp)
-	path := "/"
-	if method == "POST" {
-		path = "/incr"
-	}
-	req.SetRequestURI("http://" + addr + "/counter/" + id + path)
-	req.Header.SetMethod(method)
-	a := answer{via: via, method: method}
-	if a.err = staleClient.DoTimeout(req, resp, 20*time.Second); a.err != nil {
-		return a
-	}
-	a.status = resp.StatusCode()
-	a.reason = string(resp.Header.Peek(wire.HeaderReason))
-	a.retryAfter = len(resp.Header.Peek(wire.HeaderRetryAfter)) > 0
-	if a.status/100 == 2 {
-		if err := json.Unmarshal(resp.Body(), &a.state); err != nil || a.state.Instance == "" {
-			a.err = fmt.Errorf("2xx body %q is not the counter's state: %v", resp.Body(), err)
-		}
-	}
-	return a
+	return askWithin(staleClient, 20*time.Second, via, addr, method, id)
 }
 
 // placementOf reads the placement of /counter/id from pb's registry; ok
