@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"sync"
@@ -12,7 +13,8 @@ import (
 )
 
 // The suites' own HTTP calls, where loadgen does not fit: many requests
-// of one kind at a bounded concurrency (alarms set).
+// of one kind at a bounded concurrency (alarms set, ids placed), the
+// registry's JSON.
 
 // parallel runs fn(0) … fn(n-1), conc at a time, and returns their errors
 // joined; once one failed, the rest are not started.
@@ -81,4 +83,33 @@ func doExpect(ctx context.Context, c doer, req *fasthttp.Request, resp *fasthttp
 		}
 	}
 	return err
+}
+
+// getOK asks GET u through c until it is answered 200 (doExpect).
+func getOK(ctx context.Context, c doer, u string) error {
+	req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
+	defer fasthttp.ReleaseRequest(req)
+	defer fasthttp.ReleaseResponse(resp)
+	req.SetRequestURI(u)
+	return doExpect(ctx, c, req, resp, fasthttp.StatusOK)
+}
+
+// registryGet decodes the JSON answer of GET path on the pinboard's
+// registry (with the deployment token) into out.
+func registryGet(pinboardAddr, path string, out any) error {
+	req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
+	defer fasthttp.ReleaseRequest(req)
+	defer fasthttp.ReleaseResponse(resp)
+	req.SetRequestURI("http://" + pinboardAddr + path)
+	req.Header.Set("Authorization", "Bearer "+token)
+	if err := httpClient.DoTimeout(req, resp, 10*time.Second); err != nil {
+		return fmt.Errorf("GET %s: %w", path, err)
+	}
+	if resp.StatusCode() != 200 {
+		return fmt.Errorf("GET %s: %d %s", path, resp.StatusCode(), resp.Body())
+	}
+	if err := json.Unmarshal(resp.Body(), out); err != nil {
+		return fmt.Errorf("GET %s: %w", path, err)
+	}
+	return nil
 }
