@@ -3,14 +3,12 @@ package bench
 import (
 	"bufio"
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -221,56 +219,26 @@ func (s *session) alarmsSuite(ctx context.Context) error {
 // i mod ids named <prefix><i / ids>, due at due(i), conc at a time, in
 // order. It returns how many were answered after their due time.
 func setAlarms(ctx context.Context, client *fasthttp.Client, base string, n, ids, conc int, prefix string, due func(int) time.Time) (int, error) {
-	var next, late atomic.Int64
-	errs := make(chan error, conc)
-	var wg sync.WaitGroup
-	for range conc {
-		wg.Go(func() {
-			req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
-			defer fasthttp.ReleaseRequest(req)
-			defer fasthttp.ReleaseResponse(resp)
-			for ctx.Err() == nil {
-				i := int(next.Add(1) - 1)
-				if i >= n {
-					return
-				}
-				at := due(i)
-				req.Reset()
-				req.Header.SetMethod(fasthttp.MethodPost)
-				req.SetRequestURI(fmt.Sprintf("%s/counter/id%d/alarm?at=%d&name=%s%d", base, i%ids, at.UnixMilli(), prefix, i/ids))
-				var err error
-				for attempt := 0; attempt < 5; attempt++ { // a 503 + Retry-After (a placement in progress) is retried
-					if err = client.DoTimeout(req, resp, 30*time.Second); err == nil && resp.StatusCode() == 202 {
-						break
-					}
-					if err == nil {
-						err = fmt.Errorf("POST %s = %d %s", req.URI(), resp.StatusCode(), resp.Body())
-						if resp.StatusCode() != 503 {
-							break
-						}
-					}
-					time.Sleep(100 * time.Millisecond) // the answer's Retry-After is whole seconds; a short wait suffices here
-				}
-				if err != nil {
-					errs <- err
-					return
-				}
-				if time.Now().After(at) {
-					late.Add(1)
-				}
-			}
-		})
-	}
-	wg.Wait()
-	close(errs)
-	var all []error
-	for e := range errs {
-		all = append(all, e)
-	}
-	if err := errors.Join(all...); err != nil {
+	var late atomic.Int64
+	err := parallel(ctx, n, conc, func(i int) error {
+		req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
+		defer fasthttp.ReleaseRequest(req)
+		defer fasthttp.ReleaseResponse(resp)
+		at := due(i)
+		req.Header.SetMethod(fasthttp.MethodPost)
+		req.SetRequestURI(fmt.Sprintf("%s/counter/id%d/alarm?at=%d&name=%s%d", base, i%ids, at.UnixMilli(), prefix, i/ids))
+		if err := doExpect(ctx, client, req, resp, fasthttp.StatusAccepted); err != nil { // a 503 + Retry-After (a placement in progress) is retried
+			return err
+		}
+		if time.Now().After(at) {
+			late.Add(1)
+		}
+		return nil
+	})
+	if err != nil {
 		return 0, err
 	}
-	return int(late.Load()), ctx.Err()
+	return int(late.Load()), nil
 }
 
 // waitFired polls the pinboard's /metrics (another process) until its

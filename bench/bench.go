@@ -19,7 +19,7 @@ import (
 )
 
 // Suite names, in the order "all" runs them.
-var Suites = []string{"proxy", "activation", "streaming", "websocket", "redis", "memory", "alarms", "loadgen"}
+var Suites = []string{"proxy", "activation", "streaming", "websocket", "redis", "memory", "alarms", "failover", "loadgen"}
 
 // Options configure Run. The zero value of a field means its default
 // (full mode) or its smoke default when Smoke is set.
@@ -67,6 +67,8 @@ type Options struct {
 	// Workloads, when set, restricts the proxy suite to these workloads
 	// (closed-64, closed-256, open-12k, cost-5k).
 	Workloads []string
+	// Failover sizes the failover suite.
+	Failover FailoverOptions
 	// ProfileDir receives the profile suite's .pb.gz files (default
 	// "profiles").
 	ProfileDir string
@@ -111,6 +113,7 @@ func (o *Options) defaults() {
 	if o.Log == nil {
 		o.Log = io.Discard
 	}
+	o.Failover.defaults(o.Smoke)
 	if len(o.Suites) == 0 || slices.Contains(o.Suites, "all") {
 		o.Suites = Suites
 	}
@@ -161,6 +164,9 @@ type SuiteResult struct {
 	Markdown string `json:"-"`
 	// Notes are skipped parts and caveats, also in Markdown.
 	Notes []string `json:"notes,omitempty"`
+	// Failover holds the failover suite's kills, one per size,
+	// configuration and round.
+	Failover []FailoverRun `json:"failover,omitempty"`
 }
 
 // Results is everything one Run measured.
@@ -194,6 +200,9 @@ func CheckSuites(names []string) error {
 func Run(ctx context.Context, o Options) (*Results, error) {
 	o.defaults()
 	if err := CheckSuites(o.Suites); err != nil {
+		return nil, err
+	}
+	if err := o.Failover.Check(); err != nil {
 		return nil, err
 	}
 	logf := func(format string, args ...any) {
@@ -264,6 +273,8 @@ func Run(ctx context.Context, o Options) (*Results, error) {
 			err = s.memorySuite(ctx)
 		case "alarms":
 			err = s.alarmsSuite(ctx)
+		case "failover":
+			err = s.failoverSuite(ctx)
 		case "loadgen":
 			err = s.loadgenSuite(ctx)
 		case "profile":

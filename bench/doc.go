@@ -3,14 +3,18 @@
 // pinboard vs nginx vs HAProxy), activation, streaming, websocket, Redis
 // commands per request, memory per idle instance, durable alarms (lateness
 // healthy and after an outage of every worker, Redis commands per alarm),
-// loadgen itself against wrk (and wrk2 when present), and the profile capture behind profiles/.
+// failover (a worker holding N ids killed under load: each id's recovery,
+// the answers meanwhile and the Redis commands, with fast failover and
+// lease-only), loadgen itself against wrk (and wrk2 when present), and the
+// profile capture behind profiles/.
 // cmd/bench is its command line; bench/README.md says how
 // to run and read it.
 //
 // Invariants: every process a suite starts (redis-server, pinboard, counter
 // workers, nginx, HAProxy, loadgen, wrk, perf) is owned by that suite and killed
 // before it returns; every load run is bounded by loadgen's duration and
-// request count; targets alternate in rounds (A B C … A B C …) and reported
+// request count (the failover suite's own client: by its slots and its bound
+// after the kill); targets alternate in rounds (A B C … A B C …) and reported
 // figures are medians over rounds, ratios medians of per-round ratios; a
 // full run refuses a loaded machine (Options.MaxBusy) unless forced, and the
 // report states the load seen, the pinning and the versions. PINBOARD_*

@@ -140,11 +140,17 @@ func (r *rig) startRedis() (*proc, error) {
 // any suite: PINBOARD_CACHE_REFRESH_AHEAD=off go run ./cmd/bench ...),
 // except those the rig sets itself.
 func (r *rig) startPinboard(name, bin, redisAddr string) (*proc, error) {
-	env := []string{
+	return r.startPinboardEnv(name, bin, redisAddr)
+}
+
+// startPinboardEnv is startPinboard with more settings (the failover
+// suite's PINBOARD_FAST_FAILOVER), which win over the bench's environment.
+func (r *rig) startPinboardEnv(name, bin, redisAddr string, extra ...string) (*proc, error) {
+	env := append([]string{
 		"PINBOARD_LISTEN=127.0.0.1:0", "PINBOARD_ADMIN_LISTEN=127.0.0.1:0",
 		"PINBOARD_REDIS_URL=redis://" + redisAddr + "/0", "PINBOARD_TOKEN=" + token,
 		"PINBOARD_RESTART_FENCE=0s", // the rig's Redis has just started; nothing to fence
-	}
+	}, extra...)
 	env = append(env, passThrough(os.Environ(), "PINBOARD_", env)...)
 	p, err := r.start(name, r.o.PinProxy, procrun.Spec{
 		Bin:   bin,

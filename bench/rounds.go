@@ -162,17 +162,22 @@ func (s *session) rounds(ctx context.Context, r *rig, ws []workload, ts []target
 
 // pick returns the samples of one workload and target, by round.
 func (s *session) pick(w, t string) map[int]Sample {
-	out := map[int]Sample{}
-	for _, x := range s.res.Samples {
-		if x.Workload == w && x.Target == t {
-			out[x.Round] = x
+	return byRound(s.res.Samples, func(x Sample) (int, bool) { return x.Round, x.Workload == w && x.Target == t })
+}
+
+// byRound returns the xs that keep accepts, by the round it names.
+func byRound[T any](xs []T, keep func(T) (round int, ok bool)) map[int]T {
+	out := map[int]T{}
+	for _, x := range xs {
+		if round, ok := keep(x); ok {
+			out[round] = x
 		}
 	}
 	return out
 }
 
-// medianOf returns the median over rounds of f.
-func medianOf(m map[int]Sample, f func(Sample) float64) float64 {
+// medianOf returns the median over rounds of f (NaN values skipped).
+func medianOf[T any](m map[int]T, f func(T) float64) float64 {
 	var xs []float64
 	for _, x := range m {
 		if v := f(x); !math.IsNaN(v) {
@@ -183,7 +188,7 @@ func medianOf(m map[int]Sample, f func(Sample) float64) float64 {
 }
 
 // maxOf returns the largest f over rounds (NaN values skipped).
-func maxOf(m map[int]Sample, f func(Sample) float64) float64 {
+func maxOf[T any](m map[int]T, f func(T) float64) float64 {
 	out := math.NaN()
 	for _, x := range m {
 		if v := f(x); !math.IsNaN(v) && (math.IsNaN(out) || v > out) {
@@ -193,11 +198,12 @@ func maxOf(m map[int]Sample, f func(Sample) float64) float64 {
 	return out
 }
 
-// ratio is the median of per-round ratios f(num)/f(den).
-func ratio(num, den map[int]Sample, f func(Sample) float64) float64 {
+// ratio is the median of per-round ratios f(num)/f(den), rounds where
+// either has no value (NaN) left out.
+func ratio[T any](num, den map[int]T, f func(T) float64) float64 {
 	var xs []float64
 	for round, n := range num {
-		if d, ok := den[round]; ok && f(d) > 0 {
+		if d, ok := den[round]; ok && f(d) > 0 && !math.IsNaN(f(n)) {
 			xs = append(xs, f(n)/f(d))
 		}
 	}

@@ -15,13 +15,14 @@ import (
 // measurement, one round) against real processes on 127.0.0.1 and checks
 // that the report is written and its numbers are sane: traffic flowed, no
 // request failed, steady-state Redis traffic is (about) zero while
-// activations do cost Redis commands, memory per instance is plausible, and
+// activations do cost Redis commands, memory per instance is plausible, a
+// killed worker's ids move sooner with fast failover than without, and
 // profiles were captured. nginx, HAProxy and wrk rows are checked when those
 // binaries are installed and must be noted as skipped otherwise; in CI
 // (internal/testkit/ci), which installs them, a missing one fails the test.
 func TestSmoke(t *testing.T) {
 	if testing.Short() {
-		t.Skip("-short: the smoke run starts real processes for ~30 s")
+		t.Skip("-short: the smoke run starts real processes for about a minute")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -43,7 +44,7 @@ func TestSmoke(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"## proxy", "## activation", "## streaming", "## websocket", "## redis", "## memory", "## alarms", "## loadgen", "## profile", "| kernel |", "Pinning:"} {
+	for _, want := range []string{"## proxy", "## activation", "## streaming", "## websocket", "## redis", "## memory", "## alarms", "## failover", "## loadgen", "## profile", "| kernel |", "Pinning:"} {
 		if !strings.Contains(string(md), want) {
 			t.Errorf("report lacks %q", want)
 		}
@@ -115,6 +116,7 @@ func TestSmoke(t *testing.T) {
 		}
 	}
 	checkAlarmsSmoke(t, suite["alarms"])
+	checkFailoverSmoke(t, suite["failover"])
 	positive("loadgen", "closed-64 loadgen rate")
 	positive("loadgen", "closed-64 loadgen cpu us/req")
 	positive("loadgen", "open-2k loadgen cpu us/req")

@@ -5,6 +5,7 @@
 //
 //	go run ./cmd/bench -suite proxy              # direct vs pinboard vs nginx vs HAProxy
 //	go run ./cmd/bench -suite loadgen -install   # loadgen vs wrk: rate, CPU per request, open-loop lag
+//	go run ./cmd/bench -suite failover           # a worker killed under load: fast failover vs lease-only
 //	go run ./cmd/bench -suite all -install       # every suite; installs nginx/HAProxy if missing
 //	go run ./cmd/bench -suite proxy -pinboard-b /tmp/pinboard-old   # before/after
 //	go run ./cmd/bench -suite profile            # profiles/ *.pb.gz under load
@@ -23,6 +24,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 
@@ -41,7 +43,7 @@ func main() {
 // to stderr. It returns the exit status.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	var o bench.Options
-	var suites, workloads string
+	var suites, workloads, failoverIDs string
 	set := cmdline.New("bench", "", `pinned's benchmark suites against real processes on 127.0.0.1; run from the
 module root. Exit status: 0 done, 1 a suite failed, 2 bad flags, 3 the machine
 is loaded. The rig's redis-server is PINNED_REDIS_SERVER, or redis-server on
@@ -64,6 +66,12 @@ PATH. See bench/README.md.`)
 	set.Int(&o.Workers, "workers", "", 0, "fleet workers in the activation and alarms suites (0: 2)")
 	set.String(&o.PinboardB, "pinboard-b", "", "path", "", "a second pinboard binary alternated with the built one (before/after)")
 	set.String(&workloads, "workloads", "", "list", "", "proxy suite: comma-separated workloads to run (closed-64, closed-256, open-12k, cpu-5k, cost-5k, overload; empty: all)")
+	set.String(&failoverIDs, "failover-ids", "", "list", "", "failover suite: comma-separated numbers of ids the killed worker holds (empty: 100,10000; smoke 20)")
+	set.Duration(&o.Failover.Interval, "failover-interval", "", 0, "failover suite: how often each id is asked (0: 100ms), unless -failover-rate needs longer")
+	set.Int(&o.Failover.Rate, "failover-rate", "", 0, "failover suite: cap on requests per second over all victim ids (0: 5000)")
+	set.Duration(&o.Failover.Within, "failover-within", "", 0, "failover suite: bound on one recovery from the kill; must exceed the lease (0: 1m)")
+	set.Int(&o.Failover.InFlight, "failover-in-flight", "", 0, "failover suite: the measuring client's requests in flight (0: 1024)")
+	set.Duration(&o.Failover.Timeout, "failover-timeout", "", 0, "failover suite: bound on one request (0: 10s)")
 	if err := set.Parse(args, nil, stdout); err != nil {
 		return cmdline.Exit(stderr, "bench", err)
 	}
@@ -79,6 +87,19 @@ PATH. See bench/README.md.`)
 		if w = strings.TrimSpace(w); w != "" {
 			o.Workloads = append(o.Workloads, w)
 		}
+	}
+	for _, x := range strings.Split(failoverIDs, ",") {
+		if x = strings.TrimSpace(x); x == "" {
+			continue
+		}
+		n, err := strconv.Atoi(x)
+		if err != nil || n < 1 {
+			return cmdline.Exit(stderr, "bench", cmdline.Usagef("-failover-ids: %q is not a positive number of ids", x))
+		}
+		o.Failover.IDs = append(o.Failover.IDs, n)
+	}
+	if err := o.Failover.Check(); err != nil {
+		return cmdline.Exit(stderr, "bench", cmdline.Usage(err))
 	}
 	o.Log = stderr
 	o.Command = "go run ./cmd/bench " + strings.Join(args, " ")

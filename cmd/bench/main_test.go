@@ -32,6 +32,20 @@ func TestFlags(t *testing.T) {
 	if !strings.Contains(errs.String(), `bench: -suite: unknown suite "nope"`) {
 		t.Errorf("unknown suite: %q; want the suite named", errs.String())
 	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-failover-ids", "100,ten"}, `bench: -failover-ids: "ten" is not a positive number of ids`},
+		{[]string{"-failover-ids", "0"}, `bench: -failover-ids: "0" is not a positive number of ids`},
+		{[]string{"-failover-rate", "-5"}, "bench: failover rate -5: want a positive number (0: the default)"},
+	} {
+		out.Reset()
+		errs.Reset()
+		if code := run(context.Background(), c.args, &out, &errs); code != 2 || out.Len() != 0 || !strings.Contains(errs.String(), c.want) {
+			t.Errorf("bench %q: exit %d, stdout %q, stderr %q; want 2 and %q", c.args, code, out.String(), errs.String(), c.want)
+		}
+	}
 	out.Reset()
 	errs.Reset()
 	if code := run(context.Background(), []string{"-h"}, &out, &errs); code != 0 || errs.Len() != 0 {
@@ -43,6 +57,7 @@ func TestFlags(t *testing.T) {
 		"-max-busy float (no variable, default 0)",
 		"-smoke bool (no variable, default false)",
 		`-pinboard-b path (no variable, default "")`,
+		`-failover-ids list (no variable, default "")`,
 		"-version bool (no variable, default false)",
 	} {
 		if !strings.Contains(out.String(), want) {
