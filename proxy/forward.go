@@ -194,6 +194,9 @@ func (x *exchange) forward() bool {
 			return x.respond()
 		case resend:
 			next = rt
+			if a.free {
+				attempt-- // the loop's attempt++ gives the same number again
+			}
 		case reresolve:
 		case recheck:
 			r, err := p.resolver.Resolve(ctx, x.name)

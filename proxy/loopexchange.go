@@ -547,7 +547,9 @@ func (x *loopExchange) settle(a action) {
 	x.resentOnce = x.resentOnce || a.resent
 	switch a.verdict {
 	case resend:
-		x.attempt++
+		if !a.free {
+			x.attempt++
+		}
 		x.dispatch(x.route)
 	case reresolve:
 		x.attempt++

@@ -83,13 +83,21 @@ type action struct {
 	reply *reply
 	// resent: mark the request as sent once more after no answer.
 	resent bool
+	// free: the resend does not count as an attempt (MaxAttempts): the
+	// request provably reached no one, on a pooled connection the worker had
+	// closed. Pooled connections bound how many such resends there can be
+	// (the budget still pays for each); the next fresh dial counts.
+	free bool
 }
 
 // decide turns how an attempt ended into what happens next. A retry of
 // either kind (resend, reresolve) needs an attempt left (MaxAttempts) and
-// takes one from the retry budget of ep, the endpoint the attempt went to;
-// a recheck needs an attempt left but no budget (the request provably did
-// not reach anyone, or reached a worker that is gone).
+// takes one from the retry budget of ep, the endpoint the attempt went to,
+// except a re-resolve after a lease refusal (the refusing session is over:
+// the request goes elsewhere); a recheck needs an attempt left but no
+// budget (the request provably did not reach anyone, or reached a worker
+// that is gone); a resend after a pooled connection the worker had closed
+// uses up no attempt (action.free).
 //
 //   - Not sent: on a pooled connection the worker had closed, a request
 //     that can be sent again is (resend); otherwise the worker is
@@ -112,7 +120,10 @@ func (p *Proxy) decide(o outcome, ep *endpoint) action {
 	switch o.end {
 	case endNotSent:
 		if o.reused && o.replayable && p.retry(ep, o.attempt) {
-			return action{verdict: resend}
+			// When a worker dies, every connection in its pool is dead: each
+			// fails at once, and none may use up the request's attempts
+			// before the dial that finds the worker unreachable.
+			return action{verdict: resend, free: true}
 		}
 		return p.unreachable(o)
 	case endNoAnswer:
@@ -126,7 +137,12 @@ func (p *Proxy) decide(o outcome, ep *endpoint) action {
 	}
 	switch {
 	case o.status == fasthttp.StatusServiceUnavailable && hostRefusal(o.reason):
-		if o.replayable && p.retry(ep, o.attempt) {
+		if o.replayable && (o.reason == wire.ReasonLease && o.attempt < p.cfg.MaxAttempts || p.retry(ep, o.attempt)) {
+			// A lease refusal costs the refusing worker no budget: its
+			// session is over there, so the request goes elsewhere (a frozen
+			// worker that wakes past its lease refuses everything queued to
+			// it at once, and every one of those requests must reach the new
+			// holder).
 			return action{verdict: reresolve, refused: o.reason}
 		}
 		return action{verdict: relay, refused: o.reason}

@@ -90,6 +90,10 @@ func TestDecide(t *testing.T) {
 		{"503 stale", answered(get, 503, wire.ReasonStale), true, reresolve, wire.ReasonStale, nil, false},
 		{"503 closing, a POST", with(answered(get, 503, wire.ReasonClosing), func(o *outcome) { o.idempotent = false }), true, reresolve, wire.ReasonClosing, nil, false},
 		{"503 closing, budget spent", answered(get, 503, wire.ReasonClosing), false, relay, wire.ReasonClosing, nil, false},
+		// A lease refusal: the refusing session is over there, the request
+		// goes elsewhere; the refusing worker's budget is not asked.
+		{"503 lease, budget spent", answered(get, 503, wire.ReasonLease), false, reresolve, wire.ReasonLease, nil, false},
+		{"503 lease, last attempt", with(answered(get, 503, wire.ReasonLease), func(o *outcome) { o.attempt = 3 }), false, relay, wire.ReasonLease, nil, false},
 		{"503 closing, last attempt", with(answered(get, 503, wire.ReasonClosing), func(o *outcome) { o.attempt = 3 }), true, relay, wire.ReasonClosing, nil, false},
 		{"503 closing, body streamed", with(answered(get, 503, wire.ReasonClosing), func(o *outcome) { o.replayable = false }), true, relay, wire.ReasonClosing, nil, false},
 		{"500 closing", answered(get, 500, wire.ReasonClosing), true, relay, "", nil, false},
@@ -104,6 +108,12 @@ func TestDecide(t *testing.T) {
 			a := p.decide(tc.o, ep)
 			if a.verdict != tc.verdict || a.refused != tc.refused || a.reply != tc.reply || a.resent != tc.resent {
 				t.Errorf("decide = %+v; want verdict %d, refused %q, reply %p, resent %v", a, tc.verdict, tc.refused, tc.reply, tc.resent)
+			}
+			// A resend uses up an attempt, but the one after a pooled
+			// connection the worker had closed: when a worker dies, every
+			// connection of its pool fails at once.
+			if wantFree := a.verdict == resend && tc.o.end == endNotSent; a.free != wantFree {
+				t.Errorf("decide = %+v: free %v; want %v", a, a.free, wantFree)
 			}
 		})
 	}

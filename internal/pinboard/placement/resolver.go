@@ -531,6 +531,13 @@ func (r *Resolver) freshUntil() time.Time {
 // holderSession returns the holder's session, or gone when the store no
 // longer has it.
 func (r *Resolver) holderSession(ctx context.Context, key, holder string, live []store.Session) (sess *proxy.Session, gone bool, err error) {
+	r.mu.Lock()
+	_, dead := r.dead[holder]
+	r.mu.Unlock()
+	if dead {
+		// A death probe ended it; a read that began before may still list it.
+		return nil, true, nil
+	}
 	for i := range live {
 		if live[i].ID == holder {
 			sess, err := r.sessionFor(&live[i])
