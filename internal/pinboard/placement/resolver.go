@@ -597,9 +597,7 @@ func (r *Resolver) sessionFor(s *store.Session) (*proxy.Session, error) {
 		return nil, fmt.Errorf("worker session %s: %w (its process is gone)", s.ID, proxy.ErrNoWorker)
 	}
 	if e := r.sessions[s.ID]; e != nil {
-		if s.ExpiresAt > 0 {
-			e.s.SetLeaseEnd(time.UnixMilli(s.ExpiresAt))
-		}
+		r.noteLeaseEnd(e.s, s)
 		return e.s, nil
 	}
 	if _, _, err := wire.ParseAdvertiseURL(s.AdvertiseURL); err != nil {
@@ -610,11 +608,33 @@ func (r *Resolver) sessionFor(s *store.Session) (*proxy.Session, error) {
 		return nil, fmt.Errorf("worker session %s: %w (%w)", s.ID, proxy.ErrNoWorker, err)
 	}
 	ps := &proxy.Session{ID: s.ID, Secret: s.Secret, AdvertiseURL: s.AdvertiseURL, MaxBodyBytes: s.MaxBodyBytes}
-	if s.ExpiresAt > 0 {
-		ps.SetLeaseEnd(time.UnixMilli(s.ExpiresAt))
-	}
+	r.noteLeaseEnd(ps, s)
 	r.sessions[s.ID] = &session{s: ps, hb: s.LastHeartbeat}
 	return ps, nil
+}
+
+// minLeaseAhead is the least a live session's lease is taken to have left
+// when the store has just called it live (noteLeaseEnd).
+const minLeaseAhead = 500 * time.Millisecond
+
+// noteLeaseEnd records on ps when the lease of s, which the store has just
+// reported live, ends: its expiry as the store says, but no sooner than
+// minLeaseAhead from now. The expiry was computed on the clock of the
+// pinboard that took its last heartbeat; on a pinboard whose clock runs
+// ahead it may look past while the store still holds the session, and the
+// floor keeps such a pinboard from asking the store again on every request
+// (at most twice a second per session). A lease that did end is noticed at
+// most that much later: the request then asks the store, which no longer
+// holds the session.
+func (r *Resolver) noteLeaseEnd(ps *proxy.Session, s *store.Session) {
+	if s.ExpiresAt <= 0 {
+		return
+	}
+	end := time.UnixMilli(s.ExpiresAt)
+	if floor := r.clock.Now().Wall().Add(minLeaseAhead); end.Before(floor) {
+		end = floor
+	}
+	ps.SetLeaseEnd(end)
 }
 
 // placed counts a placement this resolver made on sid.

@@ -718,3 +718,49 @@ func TestUnservedNamespaces(t *testing.T) {
 		t.Fatalf("Resolve a NamespaceMemory after the last live session = %v; want ErrUnknownNamespace", err)
 	}
 }
+
+// skewedStore reports every session's expiry a minute earlier: what a
+// pinboard whose clock runs a minute ahead of the one that took the
+// heartbeats sees.
+type skewedStore struct{ store.Store }
+
+func (s skewedStore) NamespaceSessions(ctx context.Context, ns string) ([]store.Session, error) {
+	ss, err := s.Store.NamespaceSessions(ctx, ns)
+	for i := range ss {
+		ss[i].ExpiresAt -= time.Minute.Milliseconds()
+	}
+	return ss, err
+}
+
+// A cached route is not served past its session's lease end as the store
+// said (the store is asked again), but a session the store has just called
+// live is taken to have at least half a second left whatever its expiry
+// says: a pinboard whose clock runs ahead asks the store at most twice a
+// second per session, not on every request.
+func TestLeaseEndOfASkewedClock(t *testing.T) {
+	e := newEnv(t, "memory")
+	e.register(startHost(t, "a", e.fl), 100)
+	cs := &countingStore{}
+	pb := e.pinboard(nil, func(s store.Store) store.Store { cs.Store = skewedStore{s}; return cs })
+	name := []byte(ns + "/x")
+	for range 2 { // the claim's own invalidation refuses the first Put (memstore)
+		if _, err := pb.res.Resolve(context.Background(), name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lookups := func(n int) (hits int) {
+		for range n {
+			if _, ok := pb.res.Lookup(name, time.Time{}); ok {
+				hits++
+			}
+		}
+		return hits
+	}
+	if hits := lookups(100); hits != 100 {
+		t.Fatalf("%d of 100 lookups right after the resolve hit; want all (the session was just called live)", hits)
+	}
+	e.fake.Advance(600 * time.Millisecond)
+	if hits := lookups(1); hits != 0 {
+		t.Fatal("a lookup past the floor hit; want a miss: the store is asked again")
+	}
+}
