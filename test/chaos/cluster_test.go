@@ -37,6 +37,10 @@ type clusterConfig struct {
 	sentinel bool
 	// lease is PINBOARD_LEASE ("": the pinboard's default, 10 s).
 	lease string
+	// leaseOnly turns the pinboards' fast failover off
+	// (PINBOARD_FAST_FAILOVER=off): a dead worker's ids move when its lease
+	// ends, on every pinboard at once.
+	leaseOnly bool
 	// idle is the workers' PINNED_IDLE_TIMEOUT (0: the counter's default,
 	// 5 min). The stale-route nemeses need shortIdle, so that the ids the
 	// client leaves alone go idle and move within the fault.
@@ -151,6 +155,9 @@ func (c *cluster) startPinboard(n int, addr string) *pinboardProc {
 		"PINBOARD_RESTART_FENCE=10s",
 		"PINBOARD_REGISTER_IP_RATE=off", "PINBOARD_REGISTER_TOKEN_RATE=off",
 		"PINBOARD_AUTH_FAILURE_RATE=off", "PINBOARD_MAX_SESSIONS_PER_TOKEN=off",
+	}
+	if c.cfg.leaseOnly {
+		env = append(env, "PINBOARD_FAST_FAILOVER=off")
 	}
 	if c.cfg.lease != "" {
 		env = append(env, "PINBOARD_LEASE="+c.cfg.lease)
