@@ -22,15 +22,22 @@ func TestMain(m *testing.M) {
 // measured; -h lists every flag on stdout.
 func TestFlags(t *testing.T) {
 	var out, errs strings.Builder
-	for _, args := range [][]string{{"-nope"}, {"extra"}, {"-suite", "nope"}, {"-suite", "proxy,nope"}} {
+	for _, c := range []struct {
+		args []string
+		want string // on stderr
+	}{
+		{[]string{"-nope"}, "-nope"},
+		{[]string{"extra"}, "extra"},
+		{[]string{"-suite", "nope"}, `bench: -suite: unknown suite "nope"`},
+		{[]string{"-suite", "proxy,nope"}, `bench: -suite: unknown suite "nope"`},
+		{[]string{"-suite", "scale", "-scale-rows", "S1,S9"}, `bench: -scale-rows, -scale-max: unknown scale row "S9"`},
+		{[]string{"-suite", "scale", "-scale-max", "50"}, "bench: -scale-rows, -scale-max: scale max 50; want 1, 10, 100 or 1000"},
+	} {
 		out.Reset()
 		errs.Reset()
-		if code := run(context.Background(), args, &out, &errs); code != 2 || out.Len() != 0 {
-			t.Errorf("bench %q: exit %d, stdout %q; want 2 and nothing on stdout", args, code, out.String())
+		if code := run(context.Background(), c.args, &out, &errs); code != 2 || out.Len() != 0 || !strings.Contains(errs.String(), c.want) {
+			t.Errorf("bench %q: exit %d, stdout %q, stderr %q; want 2, nothing on stdout, %q", c.args, code, out.String(), errs.String(), c.want)
 		}
-	}
-	if !strings.Contains(errs.String(), `bench: -suite: unknown suite "nope"`) {
-		t.Errorf("unknown suite: %q; want the suite named", errs.String())
 	}
 	out.Reset()
 	errs.Reset()
@@ -43,6 +50,8 @@ func TestFlags(t *testing.T) {
 		"-max-busy float (no variable, default 0)",
 		"-smoke bool (no variable, default false)",
 		`-pinboard-b path (no variable, default "")`,
+		`-scale-rows list (no variable, default "")`,
+		"-scale-max int (no variable, default 0)",
 		"-version bool (no variable, default false)",
 	} {
 		if !strings.Contains(out.String(), want) {
