@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strconv"
-	"time"
 )
 
 // Probe rates of S1 and S2 (open loop, per second): lookups of placed ids,
@@ -13,6 +12,7 @@ const (
 	lookupProbeRate     = 2000
 	activationProbeRate = 500
 	hotIDs              = 1000 // the ids the cached-lookup probe keeps hot
+	warmIDs             = 2000 // placed before the baseline (a tenth in smoke mode)
 )
 
 // scaleFillRows runs S1 and S2: at each point n new ids are placed through
@@ -29,14 +29,15 @@ func (s *session) scaleFillRows(ctx context.Context, s1, s2 bool) ([]scaleReport
 	if s1 {
 		out = append(out, scaleReport{row: "S1", pts: pts,
 			about: fmt.Sprintf("One redis-server, one pinboard, one counter worker (`-max-instances 2000000`, idle timeout 1 h). At each point n new ids "+
-				"are activated through the pinboard (loadgen `-dist new`, closed loop, 64 connections); then a GC is forced in the pinboard "+
+				"are activated through the pinboard (loadgen `-dist new`, closed loop, 64 connections), after a warm-up fill of %d others "+
+				"done the same way (so that what a fill sets up once is in the baseline); then a GC is forced in the pinboard "+
 				"(`/debug/pprof/heap?gc=1`) and its RSS (VmRSS) and HeapInuse are read: the growth over the same figures before the fill, "+
 				"÷ the ids placed, is the cost of a cached id (the placement cache, the resolver's and rueidis's share). The cache keeps an "+
 				"entry at most one lease after Redis confirmed it, but expired entries stay until evicted, so every id placed is in memory. "+
 				"*hot lookup*: open loop at %d req/s over %d of the placed ids, requested beforehand so that they are cached (the cache lookup "+
 				"with n entries beside it); *lookup, all ids*: the same rate uniform over all n placed ids (most of them expired from the "+
 				"cache at large n: the re-read from Redis); hit ratios from the pinboard's `pinned_placecache_*` counters over the probe.",
-				lookup, hotIDs),
+				s.warmIDs(), lookup, hotIDs),
 			cols: []scaleColumn{{"placed", "placed", 0}, {"pinboard rss MB", "pinboard RSS MB", 1}, {"pinboard rss B/id", "pinboard RSS B/id", 0},
 				{"pinboard heap B/id", "pinboard heap B/id", 0}, {"cache entries", "cache entries", 0},
 				{"hot lookup p99 ms", "hot lookup p99 ms", 2}, {"hot lookup lag p99 ms", "lag p99 ms", 2}, {"hot lookup hit ratio", "hit ratio", 3},
@@ -77,6 +78,14 @@ func (s *session) scaleFillRows(ctx context.Context, s1, s2 bool) ([]scaleReport
 	return out, nil
 }
 
+// warmIDs is warmIDs, or a tenth in smoke mode.
+func (s *session) warmIDs() int {
+	if s.o.Smoke {
+		return warmIDs / 10
+	}
+	return warmIDs
+}
+
 // probeRate is rate, or a quarter of it in smoke mode.
 func (s *session) probeRate(rate int) int {
 	if s.o.Smoke {
@@ -97,8 +106,12 @@ func (s *session) scaleFill(ctx context.Context, n int, s1, s2 bool) (scalePoint
 	if err != nil {
 		return p, err
 	}
-	if code, body := httpGet("http://"+sr.pb().addr+"/counter/warm/", 10*time.Second); code != 200 {
-		return p, fmt.Errorf("warm-up request through the pinboard = %d %s", code, body)
+	// A warm-up fill first, so that what every fill sets up once (the 64
+	// connections, their buffers, the pools) is in the baseline, not in
+	// the cost per id.
+	warm := s.warmIDs()
+	if wf, err := sr.fill(ctx, sr.pb().addr, "w", "arm", warm); err != nil || wf.errors > 0 {
+		return p, fmt.Errorf("warm-up fill of %d ids: %v %+v", warm, err, wf)
 	}
 	before, err := memoryOf(sr, w)
 	if err != nil {

@@ -65,7 +65,8 @@ func (s *session) fleetReport(id string, pts []scalePoint) scaleReport {
 		about: fmt.Sprintf("One pinboard on Redis with n simulated workers (test/app/simworkers: real workers and hosts in one process, each on "+
 			"its own listener, registered and heartbeating). *cold placement*: open loop at %d new ids/s through the pinboard "+
 			"(every request places an id: power of two choices among the n workers, one claim in Redis, then the worker activates it), "+
-			"%d runs of %v. *Redis commands per activation* are the `INFO commandstats` delta over the probe minus the idle window's rate "+
+			"%d runs of %v. *Redis commands per activation* are the `INFO commandstats` delta over the probe (every command, those a "+
+			"script calls included) minus the idle window's rate "+
 			"(heartbeats) over the same time, ÷ successful activations (*raw*: without subtracting). *pinboard CPU per heartbeat* is from "+
 			"the idle window (S4).", s.probeRate(placementProbeRate), s.o.Rounds, s.o.Duration),
 		cols: []scaleColumn{{"cold placement p99 ms", "cold placement p99 ms", 2}, {"cold placement p50 ms", "p50 ms", 2},
