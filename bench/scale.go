@@ -284,6 +284,8 @@ func capacity(b *strings.Builder, reports []scaleReport) {
 	add("S5", leaseOnly, "time to 99% s", "seconds until 99 % of a killed worker's ids are served again, lease-only", same, 2)
 	add("S5", fastFailover, "time to 99% s", "… with fast failover", same, 2)
 	add("S8", "", "replaceable s", "seconds until a SIGTERMed worker's ids are re-placeable", same, 2)
+	add("S7", cluster3, "cold placement p99 ms ratio", "cluster ÷ one node: cold placement p99", same, 2)
+	add("S7", cluster3, "time to 99% s ratio", "cluster ÷ one node: time until 99 % of a killed worker's ids are served again", same, 2)
 	if len(rows) == 0 {
 		return
 	}

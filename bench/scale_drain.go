@@ -33,7 +33,8 @@ func (s *session) scaleDrainRow(ctx context.Context) ([]scaleReport, error) {
 			"when A's session left Redis (deregistered, or expired); *re-placeable* is the earlier of the two (after it every id of A "+
 			"is placed anew on its next request). Then up to %d of A's ids are requested again (all must be served, by B). "+
 			"*release calls/instance* is the registry's `pinned_registry_requests_total{endpoint=\"release\"}` ÷ n (1 = one round trip "+
-			"each); Redis commands are `INFO commandstats` from the SIGTERM to the end. One run per point.", counterShutdownTimeout, replaceSample),
+			"each); Redis commands are `INFO commandstats` from the SIGTERM to the end (B's heartbeats and the bench's polls "+
+			"included). One run per point.", counterShutdownTimeout, replaceSample),
 		cols: []scaleColumn{{"placed", "instances on A", 0}, {"exit s", "A exited after s", 2}, {"exit code", "exit status", 0},
 			{"released", "released", 0}, {"all released s", "all released s", 2}, {"gone s", "session gone s", 2},
 			{"replaceable s", "re-placeable s", 2}, {"deregistered", "deregistered", 0}, {"release calls/instance", "release calls/instance", 2},
