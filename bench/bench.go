@@ -72,6 +72,11 @@ type Options struct {
 	// ProfileDir receives the profile suite's .pb.gz files (default
 	// "profiles").
 	ProfileDir string
+	// ScaleRows selects the rows of the scale suite (S1 … S8, ScaleRows);
+	// empty means all. ScaleMax bounds its points: the largest multiple of
+	// a row's first point it runs (1, 10, 100 or 1000; 0 means 1000).
+	ScaleRows []string
+	ScaleMax  int
 	// Log receives progress lines; nil means io.Discard.
 	Log io.Writer
 	// Command is the command line recorded in the report.
@@ -184,11 +189,11 @@ type Results struct {
 var ErrLoaded = errors.New("machine is loaded")
 
 // CheckSuites returns an error naming the first of names that is not a
-// suite: one of Suites, "profile" or "all".
+// suite: one of Suites, "profile", "scale" or "all".
 func CheckSuites(names []string) error {
 	for _, s := range names {
-		if !slices.Contains(Suites, s) && s != "profile" && s != "all" {
-			return fmt.Errorf("unknown suite %q; want one of %v, profile or all", s, Suites)
+		if !slices.Contains(Suites, s) && s != "profile" && s != "scale" && s != "all" {
+			return fmt.Errorf("unknown suite %q; want one of %v, profile, scale or all", s, Suites)
 		}
 	}
 	return nil
@@ -244,6 +249,7 @@ func Run(ctx context.Context, o Options) (*Results, error) {
 		{&bins.pinboard, "github.com/pinned-go/pinned/cmd/pinboard"},
 		{&bins.counter, "github.com/pinned-go/pinned/test/app/counter"}, // the demo with GET /blob and PINNED_HISTORY
 		{&bins.loadgen, "github.com/pinned-go/pinned/cmd/loadgen"},
+		{&bins.simworkers, "github.com/pinned-go/pinned/test/app/simworkers"}, // the scale suite's simulated workers
 	} {
 		if *x.dst, err = b.Build(x.pkg); err != nil {
 			return nil, err
@@ -256,7 +262,7 @@ func Run(ctx context.Context, o Options) (*Results, error) {
 			return res, err
 		}
 		logf("suite %s", name)
-		s := &session{o: &o, bins: bins, logf: logf, res: &SuiteResult{Name: name, Values: map[string]float64{}}}
+		s := &session{o: &o, bins: bins, logf: logf, started: res.Started, res: &SuiteResult{Name: name, Values: map[string]float64{}}}
 		var err error
 		switch name {
 		case "proxy":
@@ -279,6 +285,8 @@ func Run(ctx context.Context, o Options) (*Results, error) {
 			err = s.loadgenSuite(ctx)
 		case "profile":
 			err = s.profileSuite(ctx)
+		case "scale":
+			err = s.scaleSuite(ctx)
 		}
 		if err != nil {
 			return res, fmt.Errorf("suite %s: %w", name, err)
@@ -294,11 +302,12 @@ func Run(ctx context.Context, o Options) (*Results, error) {
 
 // session runs one suite.
 type session struct {
-	o    *Options
-	bins binaries
-	logf func(string, ...any)
-	res  *SuiteResult
-	md   strings.Builder
+	o       *Options
+	bins    binaries
+	logf    func(string, ...any)
+	started time.Time // the run's start: the report's name (its plots sit beside it)
+	res     *SuiteResult
+	md      strings.Builder
 }
 
 func (s *session) note(format string, args ...any) {

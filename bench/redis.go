@@ -15,32 +15,53 @@ import (
 // redis-server at addr (one short connection; its own INFO is excluded by
 // the callers' deltas).
 func redisCommandStats(addr string) (map[string]int64, error) {
-	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	body, err := redisInfo(addr, "commandstats")
 	if err != nil {
 		return nil, err
 	}
+	return parseCommandStats(body), nil
+}
+
+// redisInfo returns the text of INFO section ("all" for every section) of
+// the redis-server at addr, over one short connection.
+func redisInfo(addr, section string) (string, error) {
+	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	if err != nil {
+		return "", err
+	}
 	defer c.Close()
 	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
-	if _, err := io.WriteString(c, "*2\r\n$4\r\nINFO\r\n$12\r\ncommandstats\r\n"); err != nil {
-		return nil, err
+	if _, err := fmt.Fprintf(c, "*2\r\n$4\r\nINFO\r\n$%d\r\n%s\r\n", len(section), section); err != nil {
+		return "", err
 	}
 	br := bufio.NewReader(c)
 	head, err := br.ReadString('\n')
 	if err != nil {
-		return nil, err
+		return "", err
 	}
 	if !strings.HasPrefix(head, "$") {
-		return nil, fmt.Errorf("INFO commandstats: unexpected reply %q", head)
+		return "", fmt.Errorf("INFO %s: unexpected reply %q", section, head)
 	}
 	n, err := strconv.Atoi(strings.TrimSpace(head[1:]))
 	if err != nil || n < 0 || n > 1<<20 {
-		return nil, fmt.Errorf("INFO commandstats: bad length %q", head)
+		return "", fmt.Errorf("INFO %s: bad length %q", section, head)
 	}
 	body := make([]byte, n)
 	if _, err := io.ReadFull(br, body); err != nil {
-		return nil, err
+		return "", err
 	}
-	return parseCommandStats(string(body)), nil
+	return string(body), nil
+}
+
+// parseInfo reads the "field:value" lines of an INFO reply.
+func parseInfo(s string) map[string]string {
+	out := map[string]string{}
+	for _, l := range strings.Split(s, "\n") {
+		if k, v, ok := strings.Cut(strings.TrimSpace(l), ":"); ok && !strings.HasPrefix(k, "#") {
+			out[k] = v
+		}
+	}
+	return out
 }
 
 // parseCommandStats reads lines "cmdstat_get:calls=3,usec=…".

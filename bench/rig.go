@@ -31,7 +31,7 @@ var (
 
 // binaries are the executables a rig runs.
 type binaries struct {
-	pinboard, pinboardB, counter, loadgen string
+	pinboard, pinboardB, counter, loadgen, simworkers string
 }
 
 // proc is a started process and the addresses it serves.
@@ -110,7 +110,12 @@ func freeAddr() (string, error) {
 	return ln.Addr().String(), nil
 }
 
-func (r *rig) startRedis() (*proc, error) {
+func (r *rig) startRedis() (*proc, error) { return r.startRedisNode("redis", false) }
+
+// startRedisNode starts a redis-server named name; a cluster node
+// (cluster-enabled, its own nodes file) when cluster is set, to be joined
+// by redistest.FormCluster.
+func (r *rig) startRedisNode(name string, cluster bool) (*proc, error) {
 	bin := os.Getenv("PINNED_REDIS_SERVER")
 	if bin == "" {
 		var err error
@@ -123,9 +128,13 @@ func (r *rig) startRedis() (*proc, error) {
 		return nil, err
 	}
 	_, port, _ := net.SplitHostPort(addr)
-	p, err := r.start("redis", r.o.PinBackend, procrun.Spec{
+	args := []string{"--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", r.dir, "--logfile", ""}
+	if cluster {
+		args = append(args, "--cluster-enabled", "yes", "--cluster-node-timeout", "2000", "--cluster-config-file", "nodes-"+port+".conf")
+	}
+	p, err := r.start(name, r.o.PinBackend, procrun.Spec{
 		Bin:   bin,
-		Args:  []string{"--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", r.dir, "--logfile", ""},
+		Args:  args,
 		Ready: redisReady,
 	})
 	if err != nil {
@@ -140,17 +149,24 @@ func (r *rig) startRedis() (*proc, error) {
 // any suite: PINBOARD_CACHE_REFRESH_AHEAD=off go run ./cmd/bench ...),
 // except those the rig sets itself.
 func (r *rig) startPinboard(name, bin, redisAddr string) (*proc, error) {
-	return r.startPinboardEnv(name, bin, redisAddr)
+	return r.startPinboardURL(name, bin, "redis://"+redisAddr+"/0")
 }
 
 // startPinboardEnv is startPinboard with more settings (the failover
 // suite's PINBOARD_FAST_FAILOVER), which win over the bench's environment.
 func (r *rig) startPinboardEnv(name, bin, redisAddr string, extra ...string) (*proc, error) {
-	env := append([]string{
+	return r.startPinboardURL(name, bin, "redis://"+redisAddr+"/0", extra...)
+}
+
+// startPinboardURL is startPinboard on the Redis at redisURL (a cluster's
+// seeds), with more settings in env, which win over the bench's own
+// environment like the rig's.
+func (r *rig) startPinboardURL(name, bin, redisURL string, env ...string) (*proc, error) {
+	env = append([]string{
 		"PINBOARD_LISTEN=127.0.0.1:0", "PINBOARD_ADMIN_LISTEN=127.0.0.1:0",
-		"PINBOARD_REDIS_URL=redis://" + redisAddr + "/0", "PINBOARD_TOKEN=" + token,
+		"PINBOARD_REDIS_URL=" + redisURL, "PINBOARD_TOKEN=" + token,
 		"PINBOARD_RESTART_FENCE=0s", // the rig's Redis has just started; nothing to fence
-	}, extra...)
+	}, env...)
 	env = append(env, passThrough(os.Environ(), "PINBOARD_", env)...)
 	p, err := r.start(name, r.o.PinProxy, procrun.Spec{
 		Bin:   bin,

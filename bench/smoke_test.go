@@ -16,20 +16,21 @@ import (
 // that the report is written and its numbers are sane: traffic flowed, no
 // request failed, steady-state Redis traffic is (about) zero while
 // activations do cost Redis commands, memory per instance is plausible, a
-// killed worker's ids move sooner with fast failover than without, and
-// profiles were captured. nginx, HAProxy and wrk rows are checked when those
+// killed worker's ids move sooner with fast failover than without,
+// profiles were captured, and the scale suite's rows ran their smallest
+// points (checkScaleSmoke). nginx, HAProxy and wrk rows are checked when those
 // binaries are installed and must be noted as skipped otherwise; in CI
 // (internal/testkit/ci), which installs them, a missing one fails the test.
 func TestSmoke(t *testing.T) {
 	if testing.Short() {
-		t.Skip("-short: the smoke run starts real processes for about a minute")
+		t.Skip("-short: the smoke run starts real processes for ~90 s")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
 	out, prof := t.TempDir(), t.TempDir()
 	var log strings.Builder
 	res, err := Run(ctx, Options{
-		Suites:     append(append([]string(nil), Suites...), "profile"),
+		Suites:     append(append([]string(nil), Suites...), "profile", "scale"),
 		Smoke:      true,
 		ModuleDir:  "..",
 		OutDir:     out,
@@ -44,7 +45,7 @@ func TestSmoke(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"## proxy", "## activation", "## streaming", "## websocket", "## redis", "## memory", "## alarms", "## failover", "## loadgen", "## profile", "| kernel |", "Pinning:"} {
+	for _, want := range []string{"## proxy", "## activation", "## streaming", "## websocket", "## redis", "## memory", "## alarms", "## failover", "## loadgen", "## profile", "## scale", "| kernel |", "Pinning:"} {
 		if !strings.Contains(string(md), want) {
 			t.Errorf("report lacks %q", want)
 		}
@@ -117,6 +118,7 @@ func TestSmoke(t *testing.T) {
 	}
 	checkAlarmsSmoke(t, suite["alarms"])
 	checkFailoverSmoke(t, suite["failover"])
+	checkScaleSmoke(t, suite["scale"], out)
 	positive("loadgen", "closed-64 loadgen rate")
 	positive("loadgen", "closed-64 loadgen cpu us/req")
 	positive("loadgen", "open-2k loadgen cpu us/req")
@@ -161,12 +163,7 @@ func checkAlarmsSmoke(t *testing.T, r *SuiteResult) {
 		t.Error("no alarms suite result")
 		return
 	}
-	v := r.Values
-	for _, c := range []struct {
-		key    string
-		ok     func(float64) bool
-		expect string
-	}{
+	checkValues(t, "alarms", r.Values, []valueCheck{
 		{"alarms fired", func(x float64) bool { return x == 2000 }, "2000"},
 		{"alarms duplicates", func(x float64) bool { return x == 0 }, "0"},
 		{"alarms healthy p50 ms", func(x float64) bool { return x >= 0 && x < 1000 }, "in [0, 1000)"},
@@ -175,9 +172,23 @@ func checkAlarmsSmoke(t *testing.T, r *SuiteResult) {
 		{"alarms outage max ms", func(x float64) bool { return x > 1000 }, "> 1000 (the outage)"},
 		{"redis commands/set alarm", func(x float64) bool { return x > 0 }, "> 0"},
 		{"redis commands/fired alarm", func(x float64) bool { return x > 0 }, "> 0"},
-	} {
+	})
+}
+
+// valueCheck is one figure of a suite's Values and what it must be.
+type valueCheck struct {
+	key    string
+	ok     func(float64) bool
+	expect string
+}
+
+// checkValues fails the test for every check whose figure is missing or
+// not ok.
+func checkValues(t *testing.T, suite string, v map[string]float64, checks []valueCheck) {
+	t.Helper()
+	for _, c := range checks {
 		if x, ok := v[c.key]; !ok || !c.ok(x) {
-			t.Errorf("alarms: %q = %v (present %v); want %s", c.key, x, ok, c.expect)
+			t.Errorf("%s: %q = %v (present %v); want %s", suite, c.key, x, ok, c.expect)
 		}
 	}
 }

@@ -9,6 +9,7 @@
 //	go run ./cmd/bench -suite all -install       # every suite; installs nginx/HAProxy if missing
 //	go run ./cmd/bench -suite proxy -pinboard-b /tmp/pinboard-old   # before/after
 //	go run ./cmd/bench -suite profile            # profiles/ *.pb.gz under load
+//	go run ./cmd/bench -suite scale -scale-rows S1,S3 -scale-max 10   # how costs grow (docs/scale.md)
 //	go run ./cmd/bench -smoke                    # every suite for seconds (what CI runs)
 //
 // It refuses to run while the machine is busy (-max-busy, -force). Exit
@@ -43,12 +44,12 @@ func main() {
 // to stderr. It returns the exit status.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	var o bench.Options
-	var suites, workloads, failoverIDs string
+	var suites, workloads, failoverIDs, scaleRows string
 	set := cmdline.New("bench", "", `pinned's benchmark suites against real processes on 127.0.0.1; run from the
 module root. Exit status: 0 done, 1 a suite failed, 2 bad flags, 3 the machine
 is loaded. The rig's redis-server is PINNED_REDIS_SERVER, or redis-server on
 PATH. See bench/README.md.`)
-	set.String(&suites, "suite", "", "list", "all", "comma-separated suites: "+strings.Join(bench.Suites, ", ")+", profile, or all")
+	set.String(&suites, "suite", "", "list", "all", "comma-separated suites: "+strings.Join(bench.Suites, ", ")+", profile, scale, or all")
 	set.String(&o.OutDir, "out", "", "path", "", "report directory (empty: bench/results)")
 	set.String(&o.ProfileDir, "profile-dir", "", "path", "", "profile suite output directory (empty: profiles)")
 	set.Bool(&o.Smoke, "smoke", "", "smoke mode: about a second per measurement, one round, no load check")
@@ -72,6 +73,8 @@ PATH. See bench/README.md.`)
 	set.Duration(&o.Failover.Within, "failover-within", "", 0, "failover suite: bound on one recovery from the kill; must exceed the lease (0: 1m)")
 	set.Int(&o.Failover.InFlight, "failover-in-flight", "", 0, "failover suite: the measuring client's requests in flight (0: 1024)")
 	set.Duration(&o.Failover.Timeout, "failover-timeout", "", 0, "failover suite: bound on one request (0: 10s)")
+	set.String(&scaleRows, "scale-rows", "", "list", "", "scale suite: comma-separated rows to run ("+strings.Join(bench.ScaleRowIDs(), ", ")+"; empty: all)")
+	set.Int(&o.ScaleMax, "scale-max", "", 0, "scale suite: the largest point of each row, as a multiple of its first (1, 10, 100 or 1000; 0: 1000)")
 	if err := set.Parse(args, nil, stdout); err != nil {
 		return cmdline.Exit(stderr, "bench", err)
 	}
@@ -82,6 +85,14 @@ PATH. See bench/README.md.`)
 	}
 	if err := bench.CheckSuites(o.Suites); err != nil {
 		return cmdline.Exit(stderr, "bench", cmdline.Usagef("-suite: %w", err))
+	}
+	for _, r := range strings.Split(scaleRows, ",") {
+		if r = strings.TrimSpace(r); r != "" {
+			o.ScaleRows = append(o.ScaleRows, r)
+		}
+	}
+	if err := bench.CheckScale(o.ScaleRows, o.ScaleMax); err != nil {
+		return cmdline.Exit(stderr, "bench", cmdline.Usagef("-scale-rows, -scale-max: %w", err))
 	}
 	for _, w := range strings.Split(workloads, ",") {
 		if w = strings.TrimSpace(w); w != "" {

@@ -22,20 +22,16 @@ func TestMain(m *testing.M) {
 // measured; -h lists every flag on stdout.
 func TestFlags(t *testing.T) {
 	var out, errs strings.Builder
-	for _, args := range [][]string{{"-nope"}, {"extra"}, {"-suite", "nope"}, {"-suite", "proxy,nope"}} {
-		out.Reset()
-		errs.Reset()
-		if code := run(context.Background(), args, &out, &errs); code != 2 || out.Len() != 0 {
-			t.Errorf("bench %q: exit %d, stdout %q; want 2 and nothing on stdout", args, code, out.String())
-		}
-	}
-	if !strings.Contains(errs.String(), `bench: -suite: unknown suite "nope"`) {
-		t.Errorf("unknown suite: %q; want the suite named", errs.String())
-	}
 	for _, c := range []struct {
 		args []string
-		want string
+		want string // on stderr
 	}{
+		{[]string{"-nope"}, "-nope"},
+		{[]string{"extra"}, "extra"},
+		{[]string{"-suite", "nope"}, `bench: -suite: unknown suite "nope"`},
+		{[]string{"-suite", "proxy,nope"}, `bench: -suite: unknown suite "nope"`},
+		{[]string{"-suite", "scale", "-scale-rows", "S1,S9"}, `bench: -scale-rows, -scale-max: unknown scale row "S9"`},
+		{[]string{"-suite", "scale", "-scale-max", "50"}, "bench: -scale-rows, -scale-max: scale max 50; want 1, 10, 100 or 1000"},
 		{[]string{"-failover-ids", "100,ten"}, `bench: -failover-ids: "ten" is not a positive number of ids`},
 		{[]string{"-failover-ids", "0"}, `bench: -failover-ids: "0" is not a positive number of ids`},
 		{[]string{"-failover-rate", "-5"}, "bench: failover rate -5: want a positive number (0: the default)"},
@@ -43,7 +39,7 @@ func TestFlags(t *testing.T) {
 		out.Reset()
 		errs.Reset()
 		if code := run(context.Background(), c.args, &out, &errs); code != 2 || out.Len() != 0 || !strings.Contains(errs.String(), c.want) {
-			t.Errorf("bench %q: exit %d, stdout %q, stderr %q; want 2 and %q", c.args, code, out.String(), errs.String(), c.want)
+			t.Errorf("bench %q: exit %d, stdout %q, stderr %q; want 2, nothing on stdout, %q", c.args, code, out.String(), errs.String(), c.want)
 		}
 	}
 	out.Reset()
@@ -58,6 +54,8 @@ func TestFlags(t *testing.T) {
 		"-smoke bool (no variable, default false)",
 		`-pinboard-b path (no variable, default "")`,
 		`-failover-ids list (no variable, default "")`,
+		`-scale-rows list (no variable, default "")`,
+		"-scale-max int (no variable, default 0)",
 		"-version bool (no variable, default false)",
 	} {
 		if !strings.Contains(out.String(), want) {

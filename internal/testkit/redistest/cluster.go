@@ -1,6 +1,7 @@
 package redistest
 
 import (
+	"fmt"
 	"net"
 	"strconv"
 	"strings"
@@ -29,51 +30,81 @@ type Cluster struct {
 }
 
 // StartCluster starts a three-master cluster (redis-server
-// --cluster-enabled yes; slots assigned with CLUSTER ADDSLOTS, nodes joined
-// with CLUSTER MEET, no redis-cli needed) and returns once every node
-// reports cluster_state:ok with all slots assigned and every node known:
-// about two seconds, the delay a master waits after its start before it
-// takes writes (CLUSTER_WRITABLE_DELAY in Redis). The nodes are killed when
-// the test ends.
+// --cluster-enabled yes, joined by FormCluster, no redis-cli needed) and
+// returns once every node reports cluster_state:ok with all slots assigned
+// and every node known: about two seconds, the delay a master waits after
+// its start before it takes writes (CLUSTER_WRITABLE_DELAY in Redis). The
+// nodes are killed when the test ends.
 func StartCluster(tb testing.TB) *Cluster {
 	tb.Helper()
 	const n = 3
 	c := &Cluster{}
+	var addrs []string
 	for range n {
-		c.Nodes = append(c.Nodes, Start(tb, "--cluster-enabled", "yes", "--cluster-node-timeout", "2000"))
+		s := Start(tb, "--cluster-enabled", "yes", "--cluster-node-timeout", "2000")
+		c.Nodes = append(c.Nodes, s)
+		addrs = append(addrs, s.Addr)
 	}
-	c.URL = "redis://" + c.Nodes[0].Addr + "?addr=" + c.Nodes[1].Addr + "&addr=" + c.Nodes[2].Addr
-	for i, s := range c.Nodes {
+	c.URL = ClusterURL(addrs)
+	if err := FormCluster(addrs); err != nil {
+		tb.Fatal(err)
+	}
+	return c
+}
+
+// ClusterURL names every node of a cluster as a seed, in the form
+// rueidis.ParseURL reads: redis://<node1>?addr=<node2>&addr=<node3>.
+func ClusterURL(addrs []string) string {
+	u := "redis://" + addrs[0]
+	for i, a := range addrs[1:] {
+		sep := "&"
+		if i == 0 {
+			sep = "?"
+		}
+		u += sep + "addr=" + a
+	}
+	return u
+}
+
+// FormCluster makes one cluster of the empty cluster-enabled redis-servers
+// at addrs (started with --cluster-enabled yes, by a test or by bench):
+// each node serves an equal share of the slots (CLUSTER ADDSLOTS), the
+// first meets the others (CLUSTER MEET), and it returns once every node
+// reports cluster_state:ok with all slots assigned and every node known, or
+// an error after clusterReadyTimeout.
+func FormCluster(addrs []string) error {
+	n := len(addrs)
+	for i, a := range addrs {
 		args := []string{"CLUSTER", "ADDSLOTS"}
 		for slot := i * clusterSlots / n; slot < (i+1)*clusterSlots/n; slot++ {
 			args = append(args, strconv.Itoa(slot))
 		}
-		if _, err := s.Command(args...); err != nil {
-			tb.Fatalf("cluster node %s: %v", s.Addr, err)
+		if _, err := Command(a, args...); err != nil {
+			return fmt.Errorf("cluster node %s: %w", a, err)
 		}
 	}
-	for _, s := range c.Nodes[1:] {
-		host, port, _ := net.SplitHostPort(s.Addr)
-		if _, err := c.Nodes[0].Command("CLUSTER", "MEET", host, port); err != nil {
-			tb.Fatalf("cluster meet %s: %v", s.Addr, err)
+	for _, a := range addrs[1:] {
+		host, port, _ := net.SplitHostPort(a)
+		if _, err := Command(addrs[0], "CLUSTER", "MEET", host, port); err != nil {
+			return fmt.Errorf("cluster meet %s: %w", a, err)
 		}
 	}
 	deadline := time.Now().Add(clusterReadyTimeout)
-	for _, s := range c.Nodes {
+	for _, a := range addrs {
 		for {
-			info, err := s.Command("CLUSTER", "INFO")
+			info, err := Command(a, "CLUSTER", "INFO")
 			if err == nil && strings.Contains(info, "cluster_state:ok") &&
 				strings.Contains(info, "cluster_slots_assigned:"+strconv.Itoa(clusterSlots)) &&
 				strings.Contains(info, "cluster_known_nodes:"+strconv.Itoa(n)) {
 				break
 			}
 			if time.Now().After(deadline) {
-				tb.Fatalf("redis cluster not ready after %v: node %s: %q, %v", clusterReadyTimeout, s.Addr, info, err)
+				return fmt.Errorf("redis cluster not ready after %v: node %s: %q, %v", clusterReadyTimeout, a, info, err)
 			}
 			time.Sleep(20 * time.Millisecond) // gossip has no event to wait on
 		}
 	}
-	return c
+	return nil
 }
 
 // Each runs one command on every node (FLUSHALL, CLIENT KILL ...) and fails

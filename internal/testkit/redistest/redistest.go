@@ -1,6 +1,7 @@
 // Package redistest starts a real redis-server for tests: a fresh process on
 // a free 127.0.0.1 port with persistence off, stopped when the test ends;
-// or a local three-master Redis Cluster of such processes (StartCluster).
+// or a local three-master Redis Cluster of such processes (StartCluster;
+// FormCluster joins cluster-enabled servers that bench started itself).
 // Tests never use a Redis they did not start. A Tap (NewTap) is a TCP proxy
 // in front of one that records what a client sends as round trips, for
 // tests that pin how many a path costs.

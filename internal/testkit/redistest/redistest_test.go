@@ -94,7 +94,7 @@ func TestCluster(t *testing.T) {
 			t.Fatalf("DBSIZE on %s after FLUSHALL = %q, %v", s.Addr, n, err)
 		}
 	}
-	if !strings.HasPrefix(c.URL, "redis://"+c.Nodes[0].Addr+"?addr=") {
-		t.Fatalf("URL = %q", c.URL)
+	if want := "redis://" + c.Nodes[0].Addr + "?addr=" + c.Nodes[1].Addr + "&addr=" + c.Nodes[2].Addr; c.URL != want {
+		t.Fatalf("URL = %q; want %q", c.URL, want)
 	}
 }

@@ -1,0 +1,130 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"strconv"
+	"syscall"
+	"time"
+)
+
+// counterShutdownTimeout is the counter's default -shutdown-timeout, which
+// S8's workers run with.
+const counterShutdownTimeout = 10 * time.Second
+
+// replaceSample bounds how many of a drained worker's ids S8 asks for
+// again to check that they are re-placed.
+const replaceSample = 1000
+
+// scaleDrainRow runs S8: at each point n ids are placed on one counter
+// worker, a second one registers, and the first gets SIGTERM.
+func (s *session) scaleDrainRow(ctx context.Context) ([]scaleReport, error) {
+	pts, err := s.measurePoints("S8", "S8", []string{""}, func(n int, _ string) (scalePoint, error) { return s.scaleDrain(ctx, n) })
+	if err != nil {
+		return nil, err
+	}
+	r := scaleReport{row: "S8", pts: pts,
+		about: fmt.Sprintf("One pinboard on Redis; worker A (a counter with its default `-shutdown-timeout` of %v) takes n new ids, worker B "+
+			"registers, then A gets SIGTERM: it winds down (new ids 503 `draining`, idle instances close, each releases its id with "+
+			"`POST /registry/release`, then the final heartbeat and the deregistration; at the deadline what is left is aborted and the "+
+			"session ends with its lease). The bench polls the pinboard (`GET /registry/workers` and its `/metrics`) every 20 ms. "+
+			"*released* counts `pinned_registry_releases_total{result=\"released\"}`; *all released* is when it reached n; *session gone* "+
+			"when A's session left Redis (deregistered, or expired); *re-placeable* is the earlier of the two (after it every id of A "+
+			"is placed anew on its next request). Then up to %d of A's ids are requested again (all must be served, by B). "+
+			"*release calls/instance* is the registry's `pinned_registry_requests_total{endpoint=\"release\"}` ÷ n (1 = one round trip "+
+			"each); Redis commands are `INFO commandstats` from the SIGTERM to the end (B's heartbeats and the bench's polls "+
+			"included). One run per point.", counterShutdownTimeout, replaceSample),
+		cols: []scaleColumn{{"placed", "instances on A", 0}, {"exit s", "A exited after s", 2}, {"exit code", "exit status", 0},
+			{"released", "released", 0}, {"all released s", "all released s", 2}, {"gone s", "session gone s", 2},
+			{"replaceable s", "re-placeable s", 2}, {"deregistered", "deregistered", 0}, {"release calls/instance", "release calls/instance", 2},
+			{"redis cmds/instance", "Redis commands/instance", 2}, {"replace errors", "ids not served again", 0}},
+		plots: []scalePlot{
+			{name: "time", title: "time until every id is re-placeable", yLabel: "seconds", keys: []string{"replaceable s", "exit s"}},
+			{name: "calls", title: "release calls and Redis commands per instance", yLabel: "per instance", keys: []string{"release calls/instance", "redis cmds/instance"}},
+		},
+	}
+	r.verdicts = append(r.verdicts, verdictAtMost(pts, "", "replaceable s", fmt.Sprintf("every id re-placeable within the shutdown timeout (%v) at 1 M (s)", counterShutdownTimeout),
+		counterShutdownTimeout.Seconds(), 1_000_000))
+	if p, ok := largest(pts, "", "release calls/instance"); ok {
+		verdict := "**holds**: releases are batched"
+		if p.get("release calls/instance") >= 0.5 {
+			verdict = "**missed**: about one round trip per instance"
+		}
+		r.verdicts = append(r.verdicts, fmt.Sprintf("releases batched: %s release calls per instance at %d — %s", fmtNum(p.get("release calls/instance"), 2), p.x, verdict))
+	}
+	return []scaleReport{r}, nil
+}
+
+// scaleDrain measures one point of S8.
+func (s *session) scaleDrain(ctx context.Context, n int) (scalePoint, error) {
+	p := scalePoint{x: n, v: map[string]float64{}}
+	const idPrefix, runID = "d", "rain"
+	sr, a, _, f, err := s.handover(ctx, "S8", n, false, idPrefix, runID)
+	if err != nil {
+		return p, err
+	}
+	defer sr.close()
+	pb := sr.pb()
+	const (
+		released = `pinned_registry_releases_total{result="released"}`
+		calls    = `pinned_registry_requests_total{endpoint="release",code="200"}`
+		dereg    = `pinned_registry_deregistrations_total{result="deregistered"}`
+	)
+	s0, err := sr.snap()
+	if err != nil {
+		return p, err
+	}
+	placed := float64(f.placed)
+	v := p.v
+	v["placed"] = placed
+	for _, k := range []string{"exit s", "all released s", "gone s"} {
+		v[k] = math.NaN()
+	}
+	start := time.Now()
+	if err := a.Signal(syscall.SIGTERM); err != nil {
+		return p, err
+	}
+	// A's shutdown is bounded by its timeout and its session by the lease
+	// after that: both are over long before this bound.
+	bound := counterShutdownTimeout + 2*10*time.Second + time.Minute
+	err = poll(bound, "worker A exited and its session left Redis", func() bool {
+		now := time.Since(start).Seconds()
+		if math.IsNaN(v["exit s"]) && exited(a) {
+			v["exit s"], v["exit code"] = now, float64(a.ExitCode())
+		}
+		if body, err := metrics(pb.admin); err == nil && math.IsNaN(v["all released s"]) && metricValue(body, released)-metricValue(s0.metrics, released) >= placed {
+			v["all released s"] = now
+		}
+		if _, ok, err := sessionAt(pb.addr, a.addr); err == nil && !ok && math.IsNaN(v["gone s"]) {
+			v["gone s"] = now
+		}
+		return !math.IsNaN(v["exit s"]) && !math.IsNaN(v["gone s"])
+	})
+	if err != nil {
+		return p, err
+	}
+	s1, err := sr.snap()
+	if err != nil {
+		return p, err
+	}
+	v["released"] = s0.diff(s1, released)
+	v["deregistered"] = s0.diff(s1, dereg)
+	v["release calls/instance"] = perOrNaN(s0.diff(s1, calls), placed)
+	v["redis cmds/instance"] = perOrNaN(float64(s0.redis.to(s1.redis).commands), placed)
+	v["replaceable s"] = math.Min(v["gone s"], v["all released s"])
+	if math.IsNaN(v["all released s"]) {
+		v["replaceable s"] = v["gone s"]
+	}
+	// Every id of A is placed anew on its next request.
+	sample := min(n, replaceSample)
+	rep, _, err := sr.runLoadgen(ctx, "replace", "-url", "http://"+pb.addr, "-path", "/counter/{id}/", "-dist", "uniform",
+		"-id-prefix", fillIDs(idPrefix, runID), "-keys", strconv.Itoa(n), "-c", "16", "-requests", strconv.Itoa(sample), "-duration", "1m")
+	if err != nil {
+		return p, err
+	}
+	v["replace errors"] = float64(rep.Requests.Errors + rep.Requests.Unsent)
+	s.logf("  %d instances: A exited after %.2f s (status %.0f), %.0f released, re-placeable after %.2f s, %.2f release calls/instance",
+		n, v["exit s"], v["exit code"], v["released"], v["replaceable s"], v["release calls/instance"])
+	return p, nil
+}
