@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"os"
 	"syscall"
 	"time"
 
@@ -16,11 +17,16 @@ import (
 
 // The death probe of fast failover (placement.Config.ConfirmDeath).
 const (
-	// probeAttempts dials the probe makes; every one must find the process
+	// probeAttempts is how many attempts in a row must find the process
 	// gone.
 	probeAttempts = 3
-	// probeSpacing separates them, so that a transient refusal (a listener
-	// being replaced within the same process) is not taken for a death.
+	// probeMaxAttempts bounds the attempts of one probe: a process that is
+	// still exiting accepts a connection and resets it, which proves
+	// nothing either way, and the probe tries again.
+	probeMaxAttempts = 8
+	// probeSpacing separates the attempts, so that a transient refusal (a
+	// listener being replaced within the same process) is not taken for a
+	// death.
 	probeSpacing = 50 * time.Millisecond
 	// probeTimeout bounds each dial and each answer.
 	probeTimeout = 250 * time.Millisecond
@@ -30,10 +36,11 @@ const (
 type probeOutcome uint8
 
 const (
-	probeUndecided probeOutcome = iota // timeout, unreachable network, an answer that proves nothing
+	probeUndecided probeOutcome = iota // a timeout, an unreachable network: the lease stands
 	probeRefused                       // the kernel refused the connection: nothing listens there
 	probeStranger                      // a process answered that does not know the session's secret (403 forbidden)
 	probeAlive                         // the session's process answered (it knows the secret)
+	probeDropped                       // connected, then closed or reset before any answer: try again
 )
 
 // deathProbe decides whether a session's process is gone, on evidence only
@@ -43,16 +50,20 @@ type deathProbe struct {
 	dial func(addr string, timeout time.Duration) (net.Conn, error)
 }
 
-// confirm implements placement.Config.ConfirmDeath: dead when every one of
-// probeAttempts attempts, probeSpacing apart, finds the address refusing
+// confirm implements placement.Config.ConfirmDeath: dead when probeAttempts
+// attempts in a row, probeSpacing apart, find the address refusing
 // connections or answered by a process that does not know the session's
-// secret. A timeout or any other answer keeps the lease (false).
+// secret. A timeout or an answer of the session's own process ends the probe:
+// the lease stands (false). A connection accepted and then dropped without
+// an answer (a process still exiting) proves nothing and breaks the row;
+// after probeMaxAttempts attempts without a row the lease stands too.
 func (d deathProbe) confirm(ctx context.Context, s *proxy.Session) (bool, error) {
 	addr, prefix, err := wire.ParseAdvertiseURL(s.AdvertiseURL)
 	if err != nil {
 		return false, err
 	}
-	for i := range probeAttempts {
+	row := 0
+	for i := range probeMaxAttempts {
 		if i > 0 {
 			t := time.NewTimer(probeSpacing)
 			select {
@@ -64,11 +75,16 @@ func (d deathProbe) confirm(ctx context.Context, s *proxy.Session) (bool, error)
 		}
 		switch d.once(addr, prefix, s.Secret) {
 		case probeRefused, probeStranger:
+			if row++; row == probeAttempts {
+				return true, nil
+			}
+		case probeDropped:
+			row = 0
 		default:
 			return false, nil
 		}
 	}
-	return true, nil
+	return false, nil
 }
 
 // once makes one attempt: a connection, and when it is accepted, a
@@ -92,14 +108,24 @@ func (d deathProbe) once(addr, prefix, secret string) probeOutcome {
 	req.Header.Set(wire.HeaderProxySecret, secret)
 	req.SetConnectionClose()
 	bw := bufio.NewWriter(c)
-	if err := req.Write(bw); err != nil || bw.Flush() != nil {
-		return probeUndecided
+	err = req.Write(bw)
+	if err == nil {
+		err = bw.Flush()
+	}
+	if err != nil {
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			return probeUndecided // nobody takes the bytes: a frozen process
+		}
+		return probeDropped // reset while the request went out
 	}
 	resp := fasthttp.AcquireResponse()
 	defer fasthttp.ReleaseResponse(resp)
 	resp.SkipBody = true
 	if err := resp.Read(bufio.NewReader(c)); err != nil {
-		return probeUndecided
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			return probeUndecided // accepted, no answer: a frozen process
+		}
+		return probeDropped
 	}
 	if resp.StatusCode() == fasthttp.StatusForbidden && string(resp.Header.Peek(wire.HeaderReason)) == wire.ReasonForbidden {
 		return probeStranger

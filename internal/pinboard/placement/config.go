@@ -51,7 +51,7 @@ const (
 	// maxNamespaces bounds the namespaces remembered for NamespaceMemory.
 	maxNamespaces = 4096
 	// DefaultDeathProbeInterval is Config.DeathProbeInterval.
-	DefaultDeathProbeInterval = 500 * time.Millisecond
+	DefaultDeathProbeInterval = 200 * time.Millisecond
 	// DefaultDeathProbers is Config.DeathProbers.
 	DefaultDeathProbers = 2
 	// maxProbesQueued bounds the sessions waiting for a death probe.
