@@ -362,7 +362,7 @@ func (s *session) loadgenReport(openName string, rate int, withWrk, withWrk2 boo
 	if x, ok := v[openName+" wrk2 cpu us/req"]; ok {
 		wrk2Text = fmtNum(x, 1) + " µs"
 	}
-	fmt.Fprintf(b, "#### against the targets of issue 13\n\n")
+	fmt.Fprintf(b, "#### against the loadgen targets\n\n")
 	table(b, []string{"figure", "target", "measured"}, [][]string{
 		{fmt.Sprintf("loadgen open-loop CPU per request at %d req/s", rate), "≤ " + wrkText, fmtNum(v[openName+" loadgen cpu us/req"], 1) + " µs"},
 		{"… with -coalesce 250us", "", fmtNum(v[openName+"-coalesce loadgen cpu us/req"], 1) + " µs"},
