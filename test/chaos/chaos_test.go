@@ -31,23 +31,30 @@ var builder proctest.Builder
 
 func TestMain(m *testing.M) {
 	flag.Parse()
-	// The package's short mode (thirteen rounds, the planted bugs and a
-	// Sentinel failover) takes about ten minutes on 2 cores: more than go
-	// test's default timeout, which would kill it midway under a plain
-	// `go test ./...`. An explicit -timeout still wins.
-	if f := flag.Lookup("test.timeout"); f != nil && f.Value.String() == (10*time.Minute).String() && !timeoutSet() {
-		_ = f.Value.Set((30 * time.Minute).String())
-	}
+	warnShortTimeout()
 	code := m.Run()
 	builder.Cleanup()
 	os.Exit(code)
 }
 
-// timeoutSet reports whether -test.timeout was given on the command line.
-func timeoutSet() bool {
-	set := false
-	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "test.timeout" })
-	return set
+// packageTime is about what the package's short mode (thirteen rounds of
+// TestChaos, the planted bugs, a Sentinel failover and the kill-recovery
+// runs) takes with -race on a busy 2-core machine.
+const packageTime = 15 * time.Minute
+
+// warnShortTimeout says, before anything runs, when the whole package runs
+// under a deadline it may not finish within: go test passes its default
+// -timeout of 10 minutes to every test binary, and a run killed midway
+// reports only a goroutine dump. The README's test command sets 30m.
+func warnShortTimeout() {
+	f := flag.Lookup("test.timeout")
+	run := flag.Lookup("test.run")
+	if f == nil || run == nil || run.Value.String() != "" {
+		return
+	}
+	if d, err := time.ParseDuration(f.Value.String()); err == nil && d > 0 && d < packageTime {
+		fmt.Fprintf(os.Stderr, "test/chaos: the whole package takes up to %v with -race on 2 cores; -timeout %v may kill it midway (the README's test command uses -timeout 30m)\n", packageTime, d)
+	}
 }
 
 const (

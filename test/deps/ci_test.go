@@ -22,7 +22,7 @@ var raceFreeVar = regexp.MustCompile(`(?m)^race_free_tests='([^'/]+)'$`)
 // raceFreeStep is how .ci/run must use it: every package, no -race.
 const raceFreeStep = `go test -run "$race_free_tests" ./...`
 
-// CI runs `go test -race ./...`, in which the zero-allocation tests do not
+// CI runs `go test -race -timeout 30m ./...`, in which the zero-allocation tests do not
 // run (their files are built !race) or skip themselves (the race detector
 // allocates). .ci/run therefore has a step without -race whose -run pattern
 // must select every such test, or the allocation-free paths the docs
@@ -196,5 +196,35 @@ func TestRaceFreeTestsCatches(t *testing.T) {
 		if err != nil || !slices.Equal(got, tc.want) {
 			t.Errorf("raceFreeTests(%q) = %v, %v; want %v", tc.src, got, err, tc.want)
 		}
+	}
+}
+
+// readmeTestCommand is the README quick start's test line: `go test ...`
+// followed by its comment.
+var readmeTestCommand = regexp.MustCompile(`(?m)^(go test [^#\n]*?)\s+# the test suite`)
+
+// CI must run the README's test command as written: a flag the README
+// gives newcomers (the -timeout test/chaos needs) that CI dropped, or the
+// other way round, would let one of them fail where the other passes.
+func TestCIRunsTheREADMETestCommand(t *testing.T) {
+	root := moduleRoot(t)
+	readme, err := os.ReadFile(filepath.Join(root, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	script, err := os.ReadFile(filepath.Join(root, ".ci", "run"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := readmeTestCommand.FindSubmatch(readme)
+	if m == nil {
+		t.Fatal("README.md has no line `go test ...  # the test suite`")
+	}
+	cmd := string(m[1])
+	if !slices.Contains(strings.Split(string(script), "\n"), cmd) {
+		t.Fatalf(".ci/run has no line %q (the README's test command)", cmd)
+	}
+	if !strings.Contains(cmd, "-timeout") {
+		t.Errorf("the README's test command %q sets no -timeout: test/chaos outlasts go test's default 10 minutes", cmd)
 	}
 }
