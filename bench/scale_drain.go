@@ -32,8 +32,8 @@ func (s *session) scaleDrainRow(ctx context.Context) ([]scaleReport, error) {
 			"*released* counts `pinned_registry_releases_total{result=\"released\"}`; *all released* is when it reached n; *session gone* "+
 			"when A's session left Redis (deregistered, or expired); *re-placeable* is the earlier of the two (after it every id of A "+
 			"is placed anew on its next request). Then up to %d of A's ids are requested again (all must be served, by B). "+
-			"*release calls/instance* is the registry's `pinned_registry_requests_total{endpoint=\"release\"}` ÷ n (1 = one round trip "+
-			"each); Redis commands are `INFO commandstats` from the SIGTERM to the end (B's heartbeats and the bench's polls "+
+			"*release calls/instance* is the registry's `pinned_registry_requests_total` of the endpoints `release` and `releases` (a batch) ÷ n "+
+			"(1 = one round trip each); Redis commands are `INFO commandstats` from the SIGTERM to the end (B's heartbeats and the bench's polls "+
 			"included). One run per point.", counterShutdownTimeout, replaceSample),
 		cols: []scaleColumn{{"placed", "instances on A", 0}, {"exit s", "A exited after s", 2}, {"exit code", "exit status", 0},
 			{"released", "released", 0}, {"all released s", "all released s", 2}, {"gone s", "session gone s", 2},
@@ -69,6 +69,7 @@ func (s *session) scaleDrain(ctx context.Context, n int) (scalePoint, error) {
 	const (
 		released = `pinned_registry_releases_total{result="released"}`
 		calls    = `pinned_registry_requests_total{endpoint="release",code="200"}`
+		batches  = `pinned_registry_requests_total{endpoint="releases",code="200"}`
 		dereg    = `pinned_registry_deregistrations_total{result="deregistered"}`
 	)
 	s0, err := sr.snap()
@@ -110,7 +111,7 @@ func (s *session) scaleDrain(ctx context.Context, n int) (scalePoint, error) {
 	}
 	v["released"] = s0.diff(s1, released)
 	v["deregistered"] = s0.diff(s1, dereg)
-	v["release calls/instance"] = perOrNaN(s0.diff(s1, calls), placed)
+	v["release calls/instance"] = perOrNaN(s0.diff(s1, calls)+s0.diff(s1, batches), placed)
 	v["redis cmds/instance"] = perOrNaN(float64(s0.redis.to(s1.redis).commands), placed)
 	v["replaceable s"] = math.Min(v["gone s"], v["all released s"])
 	if math.IsNaN(v["all released s"]) {

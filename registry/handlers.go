@@ -349,43 +349,56 @@ func (r *Registry) release(ctx *fasthttp.RequestCtx, _ string) int {
 	}
 	sctx, cancel := r.storeContext()
 	defer cancel()
-	target := req.SessionID
-	if target != "" {
-		// The caller names the session the instance ran under: it must be
-		// one of its own. An ended one frees nothing (the janitor or the
-		// proxy takes care of its placements).
-		sess, err := r.st.Session(sctx, target)
-		switch {
-		case errors.Is(err, store.ErrUnknownSession):
-			target = ""
-		case err != nil:
-			return r.storeFailed(ctx, "session", err)
-		case sess.ClientID != req.ClientID:
-			r.m.releaseRefused.Inc()
-			r.log.Warn("release refused: the session belongs to another client", "session", req.SessionID, "client", req.ClientID, "namespace", req.Namespace, "instance", req.ID)
-			return writeError(ctx, fasthttp.StatusForbidden, "sessionId belongs to another clientId", "sessionId")
-		}
-	} else {
-		cur, err := r.st.CurrentSession(sctx, req.ClientID)
-		if err != nil {
-			return r.storeFailed(ctx, "current session", err)
-		}
-		target = cur
+	target, code, err := r.releaseTarget(sctx, req.ClientID, req.SessionID, req.Namespace, req.ID)
+	switch {
+	case code == fasthttp.StatusForbidden:
+		return writeError(ctx, code, "sessionId belongs to another clientId", "sessionId")
+	case err != nil:
+		return r.storeFailed(ctx, "session", err)
 	}
 	released := false
 	if target != "" {
-		var err error
 		if released, err = r.st.Release(sctx, req.Namespace, req.ID, target, req.Epoch); err != nil {
 			return r.storeFailed(ctx, "release", err)
 		}
 	}
+	r.countRelease(released)
+	r.log.Debug("release", "namespace", req.Namespace, "instance", req.ID, "session", target, "epoch", req.Epoch, "client", req.ClientID, "released", released)
+	return writeJSON(ctx, fasthttp.StatusOK, wire.ReleaseResponse{Released: released})
+}
+
+// releaseTarget is the session a release of clientID's compares against:
+// sessionID when it is live and the client's (403 when it belongs to
+// another client; "" when it ended: an ended session frees nothing, the
+// janitor or the proxy takes care of its placements), else, without
+// sessionID, the client's current session. ns and id name the first
+// instance, for the log. A store failure is returned as err (code 0).
+func (r *Registry) releaseTarget(sctx context.Context, clientID, sessionID, ns, id string) (target string, code int, err error) {
+	if sessionID == "" {
+		cur, err := r.st.CurrentSession(sctx, clientID)
+		return cur, 0, err
+	}
+	sess, err := r.st.Session(sctx, sessionID)
+	switch {
+	case errors.Is(err, store.ErrUnknownSession):
+		return "", 0, nil
+	case err != nil:
+		return "", 0, err
+	case sess.ClientID != clientID:
+		r.m.releaseRefused.Inc()
+		r.log.Warn("release refused: the session belongs to another client", "session", sessionID, "client", clientID, "namespace", ns, "instance", id)
+		return "", fasthttp.StatusForbidden, nil
+	}
+	return sessionID, 0, nil
+}
+
+// countRelease counts one release's outcome.
+func (r *Registry) countRelease(released bool) {
 	if released {
 		r.m.released.Inc()
 	} else {
 		r.m.releaseNoop.Inc()
 	}
-	r.log.Debug("release", "namespace", req.Namespace, "instance", req.ID, "session", target, "epoch", req.Epoch, "client", req.ClientID, "released", released)
-	return writeJSON(ctx, fasthttp.StatusOK, wire.ReleaseResponse{Released: released})
 }
 
 func (r *Registry) deregister(ctx *fasthttp.RequestCtx, _ string) int {

@@ -19,6 +19,7 @@ const (
 	epRegister   = "register"
 	epHeartbeat  = "heartbeat"
 	epRelease    = "release"
+	epReleases   = "releases"
 	epDeregister = "deregister"
 	epPush       = "push"
 	epWorkers    = "workers"
@@ -31,7 +32,7 @@ const (
 	epTraffic    = "traffic"
 )
 
-var endpoints = []string{epRegister, epHeartbeat, epRelease, epDeregister, epPush, epWorkers, epOverview, epHealthz,
+var endpoints = []string{epRegister, epHeartbeat, epRelease, epReleases, epDeregister, epPush, epWorkers, epOverview, epHealthz,
 	epPlacement, epEvict, epInstances, epHot, epTraffic,
 	epAlarmSet, epAlarmDelete, epAlarmList, epAlarmsDead}
 

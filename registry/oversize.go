@@ -19,6 +19,7 @@ func OversizeHead(h *fasthttp.RequestHeader) bool {
 // pathEndpoints maps the registry's paths to their endpoint label.
 var pathEndpoints = map[string]string{
 	wire.PathRegister: epRegister, wire.PathHeartbeat: epHeartbeat, wire.PathRelease: epRelease,
+	wire.PathReleases:   epReleases,
 	wire.PathDeregister: epDeregister, wire.PathPush: epPush, wire.PathWorkers: epWorkers,
 	wire.PathOverview: epOverview, wire.PathHealthz: epHealthz,
 }

@@ -298,6 +298,7 @@ func (r *Registry) Routes(rt *router.Router) {
 	rt.POST(wire.PathRegister, r.endpoint(epRegister, true, r.register))
 	rt.POST(wire.PathHeartbeat, r.endpoint(epHeartbeat, true, r.heartbeat))
 	rt.POST(wire.PathRelease, r.endpoint(epRelease, true, r.release))
+	rt.POST(wire.PathReleases, r.endpoint(epReleases, true, r.releases))
 	rt.POST(wire.PathDeregister, r.endpoint(epDeregister, true, r.deregister))
 	rt.POST(wire.PathPush, r.endpoint(epPush, true, r.push))
 	rt.GET(wire.PathWorkers, r.endpoint(epWorkers, true, r.workers))

@@ -42,6 +42,9 @@ const (
 	// DefaultReleaseBackoff is Config.ReleaseBackoff: the wait after the
 	// first failed release call, doubled after each further failure.
 	DefaultReleaseBackoff = 200 * time.Millisecond
+	// DefaultReleaseBatch is Config.ReleaseBatch: the most the pinboard
+	// takes in one call.
+	DefaultReleaseBatch = wire.MaxReleaseBatch
 	// DefaultShutdownPollInterval is Config.ShutdownPollInterval: how often
 	// Shutdown closes idle instances and checks whether the hosts are empty.
 	DefaultShutdownPollInterval = 100 * time.Millisecond
@@ -120,6 +123,13 @@ type Config struct {
 	// ReleaseBackoff is the wait between release attempts (doubled each
 	// time). Default DefaultReleaseBackoff.
 	ReleaseBackoff time.Duration
+	// ReleaseBatch bounds the releases one POST /registry/releases carries:
+	// the releases waiting at the same time (instances closing together in
+	// a drain, a shutdown or an idle sweep) go in one call per (namespace,
+	// session) instead of one call each. 1 sends every release alone (POST
+	// /registry/release). At most wire.MaxReleaseBatch (1024), which the
+	// pinboard enforces. Default DefaultReleaseBatch.
+	ReleaseBatch int
 	// ShutdownPollInterval is the cadence at which Shutdown closes idle
 	// instances and checks whether the hosts are empty. Default
 	// DefaultShutdownPollInterval.
@@ -157,6 +167,9 @@ func (c Config) withDefaults() Config {
 	def(&c.ShutdownPollInterval, DefaultShutdownPollInterval)
 	if c.ReleaseAttempts == 0 {
 		c.ReleaseAttempts = DefaultReleaseAttempts
+	}
+	if c.ReleaseBatch == 0 {
+		c.ReleaseBatch = DefaultReleaseBatch
 	}
 	if c.TokenSource == "" {
 		c.TokenSource = "Config.Token"
@@ -210,6 +223,9 @@ func (c Config) validate() (pinboard, advertise *url.URL, err error) {
 	}
 	if c.ReleaseAttempts < 0 {
 		return nil, nil, bad("ReleaseAttempts is negative (%d): use at least 1, or 0 for the default", c.ReleaseAttempts)
+	}
+	if c.ReleaseBatch < 0 || c.ReleaseBatch > wire.MaxReleaseBatch {
+		return nil, nil, bad("ReleaseBatch is %d: use 1 to %d (the pinboard's limit per call), or 0 for the default", c.ReleaseBatch, wire.MaxReleaseBatch)
 	}
 	if c.MaxConns < 0 {
 		return nil, nil, bad("MaxConns is negative (%d): use at least 1, or 0 for the default", c.MaxConns)

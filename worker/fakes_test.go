@@ -193,6 +193,13 @@ type fakePinboard struct {
 	onRegister   func(n int) action
 	onHeartbeat  func(n int, req wire.HeartbeatRequest) action
 	onRelease    func(n int) action
+	// The batch call: noBatch answers it 404 (a pinboard that predates
+	// it); itemStatus scripts one release's own result (0: released);
+	// batches are the sizes of the batch calls received.
+	noBatch    bool
+	itemStatus func(id string) int
+	batches    []int
+	bodySizes  []int
 	onDeregister func(n int) action
 }
 
@@ -353,6 +360,48 @@ func (p *fakePinboard) handle(ctx *fasthttp.RequestCtx) {
 			return
 		}
 		p.reply(ctx, 200, wire.ReleaseResponse{Released: true})
+	case wire.PathReleases:
+		var req wire.ReleasesRequest
+		if err := json.Unmarshal(ctx.PostBody(), &req); err != nil {
+			p.reply(ctx, 400, wire.Error{Error: err.Error()})
+			return
+		}
+		p.mu.Lock()
+		if p.noBatch {
+			p.mu.Unlock()
+			p.reply(ctx, 404, wire.Error{Error: "not found"})
+			return
+		}
+		for _, it := range req.Releases {
+			p.releases = append(p.releases, wire.ReleaseRequest{ClientID: req.ClientID, Namespace: req.Namespace, ID: it.ID, SessionID: req.SessionID, Epoch: it.Epoch})
+		}
+		p.batches = append(p.batches, len(req.Releases))
+		p.bodySizes = append(p.bodySizes, len(ctx.PostBody()))
+		n := len(p.releases)
+		a := action{}
+		if p.onRelease != nil {
+			a = p.onRelease(n)
+		}
+		itemStatus := p.itemStatus
+		p.mu.Unlock()
+		if !p.await(a) {
+			p.reply(ctx, fasthttp.StatusServiceUnavailable, wire.Error{Error: "pinboard stopping"})
+			return
+		}
+		if a.status != 0 {
+			p.reply(ctx, a.status, wire.Error{Error: "scripted failure"})
+			return
+		}
+		out := wire.ReleasesResponse{Results: make([]wire.ReleaseResult, len(req.Releases))}
+		for i, it := range req.Releases {
+			out.Results[i].Released = true
+			if itemStatus != nil {
+				if st := itemStatus(it.ID); st != 0 {
+					out.Results[i] = wire.ReleaseResult{Status: st, Error: "scripted item failure", Field: "id"}
+				}
+			}
+		}
+		p.reply(ctx, 200, out)
 	case wire.PathDeregister:
 		var req wire.DeregisterRequest
 		if err := json.Unmarshal(ctx.PostBody(), &req); err != nil {
@@ -458,6 +507,11 @@ func (p *fakePinboard) releaseList() []wire.ReleaseRequest {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return append([]wire.ReleaseRequest(nil), p.releases...)
+}
+func (p *fakePinboard) batchList() []int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]int(nil), p.batches...)
 }
 func (p *fakePinboard) deregisterList() []wire.DeregisterRequest {
 	p.mu.Lock()

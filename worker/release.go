@@ -20,7 +20,9 @@ import (
 var ErrReleaseRefused = errors.New("the pinboard refused the release")
 
 // Release implements host.Worker: POST /registry/release {clientId,
-// namespace, id, sessionId, epoch}, telling the pinboard that the instance
+// namespace, id, sessionId, epoch} (or, for releases that wait at the same
+// time, one POST /registry/releases for up to Config.ReleaseBatch of them:
+// see releaseBatcher), telling the pinboard that the instance
 // activated under epoch closed so the id can be placed again; the pinboard
 // deletes the placement only while it still has that epoch (0: any), so a
 // late release never deletes a newer placement of the id on the same
@@ -62,8 +64,14 @@ func (w *Worker) Release(ctx context.Context, namespace, id string, epoch uint64
 		if d, ok := ctx.Deadline(); ok {
 			deadline = d
 		}
-		last = w.pinboard.post(wire.PathRelease, body, w.callDeadline(deadline))
+		last = w.releases.release(ctx, body, w.callDeadline(deadline))
+		if errors.Is(last.err, errBatchUnsupported) {
+			last = w.pinboard.post(wire.PathRelease, body, w.callDeadline(deadline))
+		}
 		made++
+		if err := ctx.Err(); err != nil && last.err != nil {
+			return fmt.Errorf("cannot release %s: %w", wire.PlacementName(namespace, id), context.Cause(ctx))
+		}
 		switch {
 		case last.err == nil && last.status == fasthttp.StatusOK:
 			w.m.releases[resultOK].Inc()

@@ -49,6 +49,7 @@ type Worker struct {
 
 	challenges challengeSet
 	giveUps    giveUpLog // aggregated "release gave up" warnings
+	releases   *releaseBatcher
 
 	drain drainState
 	// shutdownBy is the deadline of the latest Shutdown (unix ns; 0: none):
@@ -96,6 +97,7 @@ func New(cfg Config) (*Worker, error) {
 		runDone:  make(chan struct{}),
 		jitter:   mrand.Int64N,
 	}
+	w.releases = newReleaseBatcher(w.pinboard, w.clientID, cfg.ReleaseBatch)
 	w.log = cfg.Logger.With("logger", "pinned.worker", "client", w.clientID)
 	w.m = newWorkerMetrics(cfg.Metrics, w)
 	return w, nil

@@ -81,6 +81,43 @@ type ReleaseResponse struct {
 	Released bool `json:"released"`
 }
 
+// ReleasesRequest is the body of POST /registry/releases: the placements of
+// instances that closed, all activated under SessionID (optional, as in
+// [ReleaseRequest]) in Namespace, at most [MaxReleaseBatch] of them. Each
+// is freed as one [ReleaseRequest] would free it; the call saves a round
+// trip per instance when many close at once (a drain, a shutdown).
+type ReleasesRequest struct {
+	ClientID  string         `json:"clientId"`
+	Namespace string         `json:"namespace"`
+	SessionID string         `json:"sessionId,omitempty"`
+	Releases  []ReleasedItem `json:"releases"`
+}
+
+// ReleasedItem is one instance of a [ReleasesRequest]: its id and the
+// epoch it was activated under (0: any).
+type ReleasedItem struct {
+	ID    string `json:"id"`
+	Epoch uint64 `json:"epoch,omitempty"`
+}
+
+// ReleasesResponse is the 200 answer to POST /registry/releases: one
+// result per release, in the request's order.
+type ReleasesResponse struct {
+	Results []ReleaseResult `json:"results"`
+}
+
+// ReleaseResult is the outcome of one release of a batch. Status is 0 when
+// it was done (Released as in [ReleaseResponse]); otherwise the status a
+// [ReleaseRequest] of that item alone would have been answered (400 for a
+// malformed id, 503 when the store failed: retry), with Error and Field as
+// in [Error].
+type ReleaseResult struct {
+	Released bool   `json:"released,omitempty"`
+	Status   int    `json:"status,omitempty"`
+	Error    string `json:"error,omitempty"`
+	Field    string `json:"field,omitempty"`
+}
+
 // DeregisterRequest is the body of POST /registry/deregister: the worker
 // ends its own session at once (the last step of a graceful shutdown).
 type DeregisterRequest struct {

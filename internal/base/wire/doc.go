@@ -81,6 +81,11 @@
 //     placement its holder refused as stale (compare-and-set on session
 //     and epoch, same session). A version-5 worker activates such routes,
 //     so the guarantee under stale routes needs version 6 on every worker.
+//     Revised the same day, additive (no bump): POST /registry/releases
+//     ([PathReleases], [ReleasesRequest] -> [ReleasesResponse]) frees up to
+//     [MaxReleaseBatch] placements of one session in one call, each exactly
+//     as a release of its own would; an old pinboard answers it 404 and a
+//     new worker then releases one call per instance, as before.
 //
 // # Alarms
 //

@@ -8,6 +8,10 @@ const (
 	PathRegister  = "/registry/register"
 	PathHeartbeat = "/registry/heartbeat"
 	PathRelease   = "/registry/release"
+	// PathReleases frees many placements of one session in one call
+	// (added 2026-12-05, a revision of version 6; see the protocol history
+	// in the package doc).
+	PathReleases = "/registry/releases"
 	// PathDeregister ends a session at once (added 2026-12-02, second revision; see the
 	// protocol history in the package doc).
 	PathDeregister = "/registry/deregister"
@@ -115,6 +119,9 @@ const (
 	MaxChallengeResponseBytes = 4 << 10
 	// DefaultLeaseMs is the pinboard's default lease (expiresInMs).
 	DefaultLeaseMs = 10_000
+	// MaxReleaseBatch bounds the releases of one POST /registry/releases
+	// (400 beyond); the body's MaxBodyBytes bounds it too.
+	MaxReleaseBatch = 1024
 	// MinChallengeLen is the shortest challenge the pinboard accepts: 22
 	// bytes, which is what 128 random bits take in base64url (the worker
 	// sends 26 base32 characters, 130 bits). It cannot prove entropy; it
