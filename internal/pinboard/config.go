@@ -61,6 +61,7 @@ const (
 	EnvNoHotIDs          = "PINBOARD_NO_HOT_IDS"             // -no-hot-ids
 	EnvRefreshAhead      = "PINBOARD_CACHE_REFRESH_AHEAD"    // -cache-refresh-ahead
 	EnvNamespaceMemory   = "PINBOARD_NAMESPACE_MEMORY"       // -namespace-memory
+	EnvSessionsReuse     = "PINBOARD_SESSIONS_REUSE"         // -sessions-reuse
 	EnvFastFailover      = "PINBOARD_FAST_FAILOVER"          // -fast-failover
 	EnvEpochTTL          = "PINBOARD_EPOCH_TTL"              // -epoch-ttl
 	EnvStoreProbe        = "PINBOARD_STORE_PROBE"            // -store-probe
@@ -126,6 +127,11 @@ type Settings struct {
 	// with none live, is 503 no_worker rather than 404 unknown_namespace.
 	// Zero: placement's default; negative: off (Redis's memory only).
 	NamespaceMemory time.Duration
+	// SessionsReuse is placement.Config.SessionsReuse: how long a
+	// namespace's live sessions, decoded once, serve every cold placement.
+	// Zero: off (every cold placement decodes them: cost linear in the
+	// workers); the command's default is placement.DefaultSessionsReuse.
+	SessionsReuse time.Duration
 	// Loops is the number of event loops serving the public port
 	// (proxy.Front); 0 serves it with fasthttp's goroutine per connection
 	// alone. ParseSettings defaults it to the number of CPUs.
@@ -328,6 +334,24 @@ Exit status: 0 after a clean shutdown, 1 when a listener fails,
 	}}, "namespace-memory", EnvNamespaceMemory, "duration|off",
 		"a namespace with no live worker is answered 503 no_worker (retry) for this long after the pinboard last saw\n"+
 			"one live, else 404 unknown_namespace; Redis also remembers it until its last session is collected")
+	s.SessionsReuse = placement.DefaultSessionsReuse
+	set.Var(cmdline.Parsed[time.Duration]{P: &s.SessionsReuse, Parse: func(v string) (time.Duration, error) {
+		if v == "off" {
+			return 0, nil
+		}
+		d, err := time.ParseDuration(v)
+		if err != nil || d <= 0 || d > time.Second {
+			return 0, errors.New("want a duration up to 1s, or off")
+		}
+		return d, nil
+	}, Format: func(d time.Duration) string {
+		if d <= 0 {
+			return "off"
+		}
+		return d.String()
+	}}, "sessions-reuse", EnvSessionsReuse, "duration|off",
+		"how long a namespace's live workers, listed once, serve every new placement (off: listed per placement,\n"+
+			"a cost linear in the workers); a registration, drain or headroom change shows that much later")
 	s.Loops = proxy.DefaultLoops()
 	set.Var(cmdline.Parsed[int]{P: &s.Loops, Parse: func(v string) (int, error) {
 		n, err := strconv.Atoi(v)

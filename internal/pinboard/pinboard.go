@@ -164,7 +164,7 @@ func New(cfg Config) (*Pinboard, error) {
 		if !cfg.NoHotIDs {
 			pc.Recorder = p.hot // every routed request feeds the console's hot ids
 		}
-		rc := placement.Config{Lease: reg.Lease(), RefreshAhead: cfg.RefreshAhead, NamespaceMemory: cfg.NamespaceMemory}
+		rc := placement.Config{Lease: reg.Lease(), RefreshAhead: cfg.RefreshAhead, NamespaceMemory: cfg.NamespaceMemory, SessionsReuse: cfg.SessionsReuse}
 		dp, err := newDataPlane(p.st, rc, !cfg.NoFastFailover, root, p.dpSet, p.clock, control, pc)
 		if err != nil {
 			p.st.Close()

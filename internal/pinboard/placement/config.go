@@ -44,6 +44,10 @@ const (
 	// dropped (and counted): that entry expires, and its next request
 	// misses, as without refreshing.
 	DefaultMaxRefreshes = 4 << 10
+	// DefaultSessionsReuse is the pinboard's Config.SessionsReuse: ten
+	// decodes of a namespace's sessions a second at most, whatever the rate
+	// of cold placements.
+	DefaultSessionsReuse = 100 * time.Millisecond
 	// DefaultNamespaceMemory is how long after the resolver last saw a live
 	// session serving a namespace it answers a request for it, when none is
 	// live, with ErrNoWorker (503) rather than ErrUnknownNamespace (404).
@@ -111,6 +115,17 @@ type Config struct {
 	// which covers a resolver that just started. Default
 	// DefaultNamespaceMemory; negative: only the store's memory.
 	NamespaceMemory time.Duration
+	// SessionsReuse is how long the resolver decodes a namespace's live
+	// sessions once and reuses the list for every miss (0: every miss reads
+	// them). The list comes from the store's client-side cache, but turning
+	// it into sessions costs one decode per worker, on every miss: with a
+	// thousand workers that, not Redis, bounds cold placements. Reusing it
+	// lags registrations, drains and headroom by at most this much; a
+	// holder missing from the list is still read on its own, a death probe's
+	// verdict still applies at once, and a miss that finds no candidate in
+	// a reused list reads the sessions again. The pinboard sets
+	// DefaultSessionsReuse.
+	SessionsReuse time.Duration
 	// OnMoved, when set, is called by Run after it read the holder of a
 	// watched placement name (Watch) that was invalidated or just watched:
 	// holder is the session holding name now ("" for nobody), and the

@@ -77,7 +77,7 @@ func (r *Resolver) refresh(ctx context.Context, key string) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.ResolveTimeout)
 	defer cancel()
-	live, err := r.st.NamespaceSessions(ctx, ns)
+	live, _, err := r.namespaceSessions(ctx, ns, false)
 	var (
 		pl    store.Placement
 		until time.Time

@@ -65,6 +65,50 @@ type Resolver struct {
 	probeQ chan *proxy.Session
 	probes map[string]*probeState
 	dead   map[string]clock.Instant // sessions whose death a probe confirmed, for a lease (guarded by mu)
+
+	// The namespaces' live sessions as last decoded (SessionsReuse).
+	liveMu sync.Mutex
+	live   map[string]liveList
+}
+
+// liveList is a namespace's live sessions as the store listed them at.
+// The slice is shared by every miss that reuses it: read only.
+type liveList struct {
+	at       clock.Instant
+	sessions []store.Session
+}
+
+// maxLiveLists bounds the namespaces whose session lists are kept.
+const maxLiveLists = 1024
+
+// namespaceSessions is the store's NamespaceSessions, reused for up to
+// SessionsReuse (reused reports that it was); fresh reads it from the
+// store in any case.
+func (r *Resolver) namespaceSessions(ctx context.Context, ns string, fresh bool) (live []store.Session, reused bool, err error) {
+	reuse := r.cfg.SessionsReuse
+	if reuse <= 0 {
+		live, err = r.st.NamespaceSessions(ctx, ns)
+		return live, false, err
+	}
+	now := r.clock.Now()
+	if !fresh {
+		r.liveMu.Lock()
+		l, ok := r.live[ns]
+		r.liveMu.Unlock()
+		if ok && now.Sub(l.at) < reuse {
+			return l.sessions, true, nil
+		}
+	}
+	if live, err = r.st.NamespaceSessions(ctx, ns); err != nil {
+		return nil, false, err
+	}
+	r.liveMu.Lock()
+	if r.live == nil || len(r.live) >= maxLiveLists {
+		r.live = make(map[string]liveList)
+	}
+	r.live[ns] = liveList{at: now, sessions: live}
+	r.liveMu.Unlock()
+	return live, false, nil
 }
 
 // session is what the resolver keeps per worker session.
@@ -383,7 +427,10 @@ func (r *Resolver) load(key string, name []byte) (proxy.Route, error) {
 	// The token is taken before any store read: an invalidation processed
 	// after it refuses the Put below (the second-level-cache race).
 	tok := r.cache.Begin(name)
-	live, err := r.st.NamespaceSessions(ctx, ns)
+	live, reused, err := r.namespaceSessions(ctx, ns, false)
+	if err == nil && reused && len(live) == 0 {
+		live, reused, err = r.namespaceSessions(ctx, ns, true) // a worker may have registered since
+	}
 	if err != nil {
 		return proxy.Route{}, r.storeErr(key, "cannot list the namespace's sessions", err)
 	}
@@ -404,6 +451,17 @@ func (r *Resolver) load(key string, name []byte) (proxy.Route, error) {
 	rf, rechecking := r.recheck(key)
 	if !rechecking {
 		c, sess, claim = r.candidate(live)
+		if !claim && reused {
+			// No session of the reused list may take a new id: a worker
+			// may have registered, or come back from full, since.
+			if live, _, err = r.namespaceSessions(ctx, ns, true); err != nil {
+				return proxy.Route{}, r.storeErr(key, "cannot list the namespace's sessions", err)
+			}
+			if len(live) == 0 {
+				return proxy.Route{}, r.unserved(ctx, key, ns)
+			}
+			c, sess, claim = r.candidate(live)
+		}
 	}
 	if claim {
 		// The session a new placement would go to is chosen before the
