@@ -76,14 +76,17 @@ type Resolver struct {
 type liveList struct {
 	at       clock.Instant
 	sessions []store.Session
+	// listing: a miss is listing the sessions again; the others reuse
+	// this list meanwhile, however old, instead of all listing at once.
+	listing bool
 }
 
 // maxLiveLists bounds the namespaces whose session lists are kept.
 const maxLiveLists = 1024
 
 // namespaceSessions is the store's NamespaceSessions, reused for up to
-// SessionsReuse (reused reports that it was); fresh reads it from the
-// store in any case.
+// SessionsReuse, or while another miss lists them again (reused reports
+// that it was); fresh reads it from the store in any case.
 func (r *Resolver) namespaceSessions(ctx context.Context, ns string, fresh bool) (live []store.Session, reused bool, err error) {
 	reuse := r.cfg.SessionsReuse
 	if reuse <= 0 {
@@ -91,23 +94,31 @@ func (r *Resolver) namespaceSessions(ctx context.Context, ns string, fresh bool)
 		return live, false, err
 	}
 	now := r.clock.Now()
-	if !fresh {
-		r.liveMu.Lock()
-		l, ok := r.live[ns]
+	r.liveMu.Lock()
+	l, ok := r.live[ns]
+	if !fresh && ok && (now.Sub(l.at) < reuse || l.listing) {
 		r.liveMu.Unlock()
-		if ok && now.Sub(l.at) < reuse {
-			return l.sessions, true, nil
-		}
+		return l.sessions, true, nil
 	}
-	if live, err = r.st.NamespaceSessions(ctx, ns); err != nil {
+	if ok {
+		l.listing = true
+		r.live[ns] = l
+	}
+	r.liveMu.Unlock()
+	live, err = r.st.NamespaceSessions(ctx, ns)
+	r.liveMu.Lock()
+	defer r.liveMu.Unlock()
+	if err != nil {
+		if l, ok := r.live[ns]; ok {
+			l.listing = false
+			r.live[ns] = l
+		}
 		return nil, false, err
 	}
-	r.liveMu.Lock()
 	if r.live == nil || len(r.live) >= maxLiveLists {
 		r.live = make(map[string]liveList)
 	}
 	r.live[ns] = liveList{at: now, sessions: live}
-	r.liveMu.Unlock()
 	return live, false, nil
 }
 
