@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime/debug"
+	"sync"
 )
 
 // sweepLoop closes idle instances every SweepInterval until stop is closed.
@@ -82,7 +83,7 @@ func (h *Host) beginCloseLocked(sh *shard, inst *Instance, reason string, abort 
 				ws.goAway()
 			}
 		}
-		go h.closeInstance(inst)
+		h.scheduleClose(inst)
 	case stateClosing:
 		if abort && !inst.x.aborted {
 			h.abortLocked(inst)
@@ -105,6 +106,62 @@ func (h *Host) abortLocked(inst *Instance) {
 		ws.kick()
 	}
 	h.logDebug("instance aborted", "instance", inst.id, "epoch", inst.epoch, "reason", x.reason)
+}
+
+// maxClosers bounds the goroutines closing idle instances at once. A worker
+// that shuts down with a million idle instances would otherwise start a
+// million goroutines at once (gigabytes of stacks, and a collector that
+// leaves no time for the releases); a few thousand keep enough releases
+// waiting together to fill the worker's release batches.
+const maxClosers = 4096
+
+// closeQueue holds the idle instances waiting for a closer (scheduleClose).
+type closeQueue struct {
+	mu      sync.Mutex
+	q       []*Instance
+	running int // closer goroutines
+}
+
+// scheduleClose runs closeInstance for inst: on a goroutine of its own when
+// the instance has activity to wait for (a request, stream, websocket or
+// task: a closer must not wait on it), else on one of at most maxClosers
+// closers, each closing queued instances until none is left. Every queued
+// instance holds its count in h.wg, so Close waits for the closers too.
+// Called with the shard's mutex held.
+func (h *Host) scheduleClose(inst *Instance) {
+	if inst.activity > 0 {
+		go h.closeInstance(inst)
+		return
+	}
+	cq := &h.closers
+	cq.mu.Lock()
+	if cq.running >= maxClosers {
+		cq.q = append(cq.q, inst)
+		cq.mu.Unlock()
+		return
+	}
+	cq.running++
+	cq.mu.Unlock()
+	go h.closer(inst)
+}
+
+// closer closes inst, then queued instances until the queue is empty.
+func (h *Host) closer(inst *Instance) {
+	cq := &h.closers
+	for {
+		h.closeInstance(inst)
+		cq.mu.Lock()
+		if len(cq.q) == 0 {
+			cq.running--
+			cq.q = nil // the backing array of a large burst goes with it
+			cq.mu.Unlock()
+			return
+		}
+		inst = cq.q[0]
+		cq.q[0] = nil
+		cq.q = cq.q[1:]
+		cq.mu.Unlock()
+	}
 }
 
 // closeInstance finishes closing inst: it waits until no handler, stream,

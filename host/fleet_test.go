@@ -25,6 +25,7 @@ type fakeWorker struct {
 	session string
 
 	releaseGate chan struct{} // when set, Release waits for it (or ctx)
+	gated       atomic.Int64  // Release calls waiting at releaseGate
 	releaseMu   sync.Mutex
 	released    map[string]int
 	releasedIn  map[string]string // name → session value the Release ctx carried
@@ -108,6 +109,8 @@ func (w *fakeWorker) LeaseLength() time.Duration { return time.Duration(w.leaseL
 
 func (w *fakeWorker) Release(ctx context.Context, ns, id string, epoch uint64) error {
 	if w.releaseGate != nil {
+		w.gated.Add(1)
+		defer w.gated.Add(-1)
 		select {
 		case <-w.releaseGate:
 		case <-ctx.Done():

@@ -77,6 +77,7 @@ type Host struct {
 	live      atomic.Int64  // instances in the directory (activating, active, closing)
 	lastEpoch atomic.Uint64 // the last local-mode epoch allocated (nextEpoch)
 	closing   atomic.Bool   // Close began: no new activations
+	closers   closeQueue    // idle instances waiting to be closed (scheduleClose)
 	wg        sync.WaitGroup
 	ctxPool   sync.Pool
 
