@@ -178,28 +178,28 @@ type fakePinboard struct {
 	host   *fakeHost // for abort bookkeeping at registration time
 	w      *Worker
 
-	mu           sync.Mutex
-	leaseMs      int64
-	sessions     map[string]wire.RegisterRequest
-	nextSession  int
-	registers    []regRec
-	heartbeats   []hbRec
-	releases     []wire.ReleaseRequest
-	deregisters  []wire.DeregisterRequest
-	order        []string // paths of the calls, in arrival order
-	queue        []wire.Message
-	held         int
-	fetchErrors  []string
-	onRegister   func(n int) action
-	onHeartbeat  func(n int, req wire.HeartbeatRequest) action
-	onRelease    func(n int) action
+	mu          sync.Mutex
+	leaseMs     int64
+	sessions    map[string]wire.RegisterRequest
+	nextSession int
+	registers   []regRec
+	heartbeats  []hbRec
+	releases    []wire.ReleaseRequest
+	deregisters []wire.DeregisterRequest
+	order       []string // paths of the calls, in arrival order
+	queue       []wire.Message
+	held        int
+	fetchErrors []string
+	onRegister  func(n int) action
+	onHeartbeat func(n int, req wire.HeartbeatRequest) action
+	onRelease   func(n int) action
 	// The batch call: noBatch answers it 404 (a pinboard that predates
 	// it); itemStatus scripts one release's own result (0: released);
 	// batches are the sizes of the batch calls received.
-	noBatch    bool
-	itemStatus func(id string) int
-	batches    []int
-	bodySizes  []int
+	noBatch      bool
+	itemStatus   func(id string) int
+	batches      []int
+	bodySizes    []int
 	onDeregister func(n int) action
 }
 
