@@ -229,11 +229,25 @@ func (b *releaseBatcher) take() ([]*pendingRelease, releaseKey) {
 // post makes one POST /registry/releases for batch and answers each of its
 // attempts.
 func (b *releaseBatcher) post(k releaseKey, batch []*pendingRelease) {
+	// An attempt whose deadline passed while it queued fails alone: its
+	// deadline must not cut the call short for the others.
+	now := time.Now()
+	live := batch[:0]
+	for _, it := range batch {
+		if !it.deadline.IsZero() && !now.Before(it.deadline) {
+			it.done <- reply{err: fmt.Errorf("release not sent: its deadline passed while it waited for a batch: %w", context.DeadlineExceeded)}
+			continue
+		}
+		live = append(live, it)
+	}
+	if batch = live; len(batch) == 0 {
+		return
+	}
 	body := wire.ReleasesRequest{ClientID: b.clientID, Namespace: k.ns, SessionID: k.sid, Releases: make([]wire.ReleasedItem, len(batch))}
 	deadline := batch[0].deadline
 	for i, it := range batch {
 		body.Releases[i] = wire.ReleasedItem{ID: it.req.ID, Epoch: it.req.Epoch}
-		if it.deadline.Before(deadline) {
+		if deadline.IsZero() || !it.deadline.IsZero() && it.deadline.Before(deadline) {
 			deadline = it.deadline
 		}
 	}

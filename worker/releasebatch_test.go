@@ -262,3 +262,26 @@ func TestReleaseBatchWithinBodyLimit(t *testing.T) {
 		t.Fatalf("batches %v: %d ids of %d bytes fit no single call; want the queue split", h.pb.batches, n, wire.MaxIDLen)
 	}
 }
+
+// A release whose deadline passed while it waited for a batch fails alone;
+// the others of the batch are sent with their own deadlines.
+func TestReleaseBatchExpiredWaiterFailsAlone(t *testing.T) {
+	h := newHarness(t)
+	b := h.w.releases
+	mk := func(id string, deadline time.Time) *pendingRelease {
+		return &pendingRelease{req: wire.ReleaseRequest{ClientID: h.w.ClientID(), Namespace: "/counter", ID: id},
+			deadline: deadline, done: make(chan reply, 1), lead: make(chan struct{}, 1)}
+	}
+	expired := mk("late", time.Now().Add(-time.Second))
+	live := mk("ok", time.Time{})
+	b.post(releaseKey{ns: "/counter"}, []*pendingRelease{expired, live})
+	if r := <-expired.done; !errors.Is(r.err, context.DeadlineExceeded) {
+		t.Errorf("the expired release's reply = %+v; want a deadline error", r)
+	}
+	if r := <-live.done; r.err != nil || r.status != 200 {
+		t.Errorf("the live release's reply = %+v; want 200", r)
+	}
+	if got := h.pb.releaseList(); len(got) != 1 || got[0].ID != "ok" {
+		t.Errorf("releases sent = %+v; want only ok", got)
+	}
+}
