@@ -43,7 +43,8 @@ import (
 //
 // late-releases+move is their counterpart on the control path: every
 // worker's release calls are held in the network (tcpfwd.HoldRequests on
-// "POST /registry/release"; heartbeats pass) while staleIdle ids go idle
+// "POST /registry/release", which also matches the batches' "POST
+// /registry/releases"; heartbeats pass) while staleIdle ids go idle
 // and staleEvict are evicted. The holders close the instances and give up
 // releasing (the host's release timeout), so the placements stay and the
 // next route to them is refused stale and renewed under a newer epoch on
@@ -167,7 +168,7 @@ func (c *cluster) lateReleases(rng *rand.Rand, e *history.Event) {
 	start := time.Now()
 	e.T = history.Now()
 	for _, px := range c.proxys {
-		px.HoldRequests("POST " + wire.PathRelease)
+		px.HoldRequests("POST " + wire.PathRelease) // a prefix of "POST " + wire.PathReleases too
 	}
 	refused := c.startMoves(m)
 	// The evicted ids move (renewed on a stale refusal) once their
