@@ -248,24 +248,26 @@ func parseRelease(body []byte) (wire.ReleaseRequest, *badRequest) {
 	if e := decode(body, &r); e != nil {
 		return r, e
 	}
-	if e := checkClientID("clientId", r.ClientID); e != nil {
+	if e := checkReleaseOf(r.ClientID, r.Namespace, r.SessionID); e != nil {
 		return r, e
 	}
-	if e := wire.CheckNamespace(r.Namespace); e != wire.SegmentOK {
-		return r, bad("namespace", "%v", e)
+	return r, checkReleasedID(r.ID)
+}
+
+// checkReleaseOf checks the fields a release and a batch of releases share:
+// the client, the namespace and the optional session (without it, the
+// client's current session).
+func checkReleaseOf(clientID, namespace, sessionID string) *badRequest {
+	if e := checkClientID("clientId", clientID); e != nil {
+		return e
 	}
-	if r.ID == "" {
-		return r, bad("id", "is required")
+	if e := wire.CheckNamespace(namespace); e != wire.SegmentOK {
+		return bad("namespace", "%v", e)
 	}
-	if e := wire.CheckSegment([]byte(r.ID), wire.MaxIDLen); e != wire.SegmentOK {
-		return r, bad("id", "%v", e)
+	if sessionID != "" {
+		return checkSessionID(sessionID)
 	}
-	if r.SessionID != "" { // optional: without it, the client's current session
-		if e := checkSessionID(r.SessionID); e != nil {
-			return r, e
-		}
-	}
-	return r, nil
+	return nil
 }
 
 func parseDeregister(body []byte) (wire.DeregisterRequest, *badRequest) {

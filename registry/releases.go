@@ -25,16 +25,8 @@ func parseReleases(body []byte) (wire.ReleasesRequest, *badRequest) {
 	if e := decode(body, &r); e != nil {
 		return r, e
 	}
-	if e := checkClientID("clientId", r.ClientID); e != nil {
+	if e := checkReleaseOf(r.ClientID, r.Namespace, r.SessionID); e != nil {
 		return r, e
-	}
-	if e := wire.CheckNamespace(r.Namespace); e != wire.SegmentOK {
-		return r, bad("namespace", "%v", e)
-	}
-	if r.SessionID != "" {
-		if e := checkSessionID(r.SessionID); e != nil {
-			return r, e
-		}
 	}
 	switch n := len(r.Releases); {
 	case n == 0:

@@ -91,16 +91,7 @@ func (b *releaseBatcher) release(ctx context.Context, req wire.ReleaseRequest, d
 	for {
 		select {
 		case r := <-it.done:
-			b.mu.Lock()
-			if it.promoted {
-				// Another sender answered it after this waiter was handed
-				// the sending: pass the sending on.
-				it.promoted = false
-				<-it.lead
-				b.send(nil)
-			} else {
-				b.mu.Unlock()
-			}
+			b.leave(it) // another sender answered it
 			return r
 		case <-it.lead:
 			b.mu.Lock()
@@ -109,18 +100,25 @@ func (b *releaseBatcher) release(ctx context.Context, req wire.ReleaseRequest, d
 		case <-ctx.Done():
 			b.mu.Lock()
 			it.gone = true
-			if it.promoted {
-				// Handed the sending and leaving: pass it on, as any
-				// sender whose release is answered.
-				it.promoted = false
-				<-it.lead
-				b.send(nil)
-			} else {
-				b.mu.Unlock()
-			}
+			b.mu.Unlock()
+			b.leave(it)
 			return reply{err: fmt.Errorf("release abandoned: %w", context.Cause(ctx))}
 		}
 	}
+}
+
+// leave is run by a waiter that stops waiting without sending: when it was
+// handed the sending meanwhile, it passes the sending on, as any sender
+// whose release is answered.
+func (b *releaseBatcher) leave(it *pendingRelease) {
+	b.mu.Lock()
+	if !it.promoted {
+		b.mu.Unlock()
+		return
+	}
+	it.promoted = false
+	<-it.lead
+	b.send(nil) // unlocks
 }
 
 // send is run by a sender, with b.mu held (it returns with it released):
