@@ -15,12 +15,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -29,19 +31,58 @@ import (
 
 // Builder builds binaries once and removes them with Cleanup.
 type Builder struct {
-	b procrun.Builder
+	b     procrun.Builder
+	stats sync.Once
 }
 
 // Build compiles the main package at pkg (an import path such as
 // "github.com/pinned-go/pinned/cmd/pinboard") with the given build tags, once
 // per Builder, and returns the binary's path.
+//
+// The first Build stats every Go source file of the module: go test caches
+// a test's result by the packages it imports and the files it reads, and a
+// binary built here depends on sources the test never imports, so without
+// it a changed pinboard or worker would leave a stale cached pass.
 func (b *Builder) Build(tb testing.TB, pkg string, tags ...string) string {
 	tb.Helper()
+	b.stats.Do(statSources)
 	p, err := b.b.Build(pkg, tags...)
 	if err != nil {
 		tb.Fatal(err)
 	}
 	return p
+}
+
+// statSources stats go.mod, go.sum and every .go file of the module around
+// the working directory, so that go test's cache sees them (see Build).
+func statSources() {
+	dir, err := os.Getwd()
+	if err != nil {
+		return
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			break
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return
+		}
+		dir = parent
+	}
+	_, _ = os.Stat(filepath.Join(dir, "go.sum"))
+	_ = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return nil
+		}
+		if d.IsDir() && (d.Name() == ".git" || d.Name() == "testdata" || strings.HasPrefix(d.Name(), ".")) && p != dir {
+			return filepath.SkipDir
+		}
+		if d.IsDir() || strings.HasSuffix(p, ".go") {
+			_, _ = os.Stat(p)
+		}
+		return nil
+	})
 }
 
 // Cleanup removes every binary built. Call it from TestMain after m.Run.
