@@ -26,27 +26,38 @@ import (
 const quietHiccup = 5 * time.Millisecond
 
 // probeHiccups measures the machine's hiccups until stop is called, which
-// returns the largest.
+// returns the largest. One probe runs on each CPU, its thread pinned there:
+// a hypervisor that takes one virtual CPU away (this machine's does, and
+// accounts no steal time for it) stalls whatever ran on that CPU, which a
+// single probe on the other CPU would not see.
 func probeHiccups() (stop func() time.Duration) {
 	done := make(chan struct{})
-	worst := make(chan time.Duration)
-	go func() {
-		var m time.Duration
-		for {
-			select {
-			case <-done:
-				worst <- m
-				return
-			default:
+	cpus := probeCPUs()
+	worst := make(chan time.Duration, len(cpus))
+	for _, cpu := range cpus {
+		go func() {
+			pinThread(cpu) // never unlocked: the pinned thread exits with the probe
+			var m time.Duration
+			for {
+				select {
+				case <-done:
+					worst <- m
+					return
+				default:
+				}
+				t := time.Now()
+				time.Sleep(time.Millisecond)
+				m = max(m, time.Since(t)-time.Millisecond)
 			}
-			t := time.Now()
-			time.Sleep(time.Millisecond)
-			m = max(m, time.Since(t)-time.Millisecond)
-		}
-	}()
+		}()
+	}
 	return func() time.Duration {
 		close(done)
-		return <-worst
+		var m time.Duration
+		for range cpus {
+			m = max(m, <-worst)
+		}
+		return m
 	}
 }
 
