@@ -140,16 +140,22 @@ func (l *loop) driveDrain(now clock.Instant) {
 //  1. wind_down starts (Draining is true, so hosts refuse new activations
 //     with 503 draining); the next heartbeat, sent at once, reports draining
 //     with headroom 0 and ctx's deadline as drainDeadline;
-//  2. idle instances are closed now and every ShutdownPollInterval (each
-//     close makes the host release the placement), until every host is
-//     empty (Len() == 0) or ctx ends, which aborts what remains and closes
-//     the connections to the pinboard, failing the calls in flight;
+//  2. idle instances are closed now and every ShutdownPollInterval, until
+//     every host is empty (Len() == 0) or ctx ends, which aborts what
+//     remains and closes the connections to the pinboard, failing the calls
+//     in flight. A close does not wait for its release: Release queues it
+//     (pinned_releases_total{result="deferred"}) and up to four senders
+//     send the queue in batches meanwhile, so the ids of instances that
+//     closed early are freed while busy ones finish;
 //  3. Run sends a final heartbeat (draining, headroom 0), stops heartbeating
 //     and returns nil; Shutdown waits for that;
-//  4. when every host is empty (every instance closed and its release
-//     sent), Shutdown deregisters the session (POST /registry/deregister,
-//     one attempt within RequestTimeout), so the pinboard forgets it at once
-//     and re-places anything it still held. When instances had to be
+//  4. when every host is empty (every instance closed), Shutdown
+//     deregisters the session (POST /registry/deregister, one attempt
+//     within RequestTimeout), so the pinboard forgets it at once and
+//     re-places anything it still held: one call frees what the queued
+//     releases had not yet, and they are dropped. Shutdown returns once its
+//     senders have stopped (they send what is left when the deregistration
+//     did not happen, by ctx's deadline). When instances had to be
 //     aborted and are still tearing down, or ctx's deadline has passed, it
 //     skips this step: their ids stay placed on the session until its lease
 //     runs out, so no other worker activates them while a teardown may
@@ -169,12 +175,15 @@ func (w *Worker) Shutdown(ctx context.Context) error {
 		deadlineMs, by = d.UnixMilli(), d.UnixNano()
 	}
 	w.shutdownBy.Store(by)
+	later := w.startLaterReleases()
+	defer later.finish()
 	w.enterDrain(modeWindDown, deadlineMs, "shutdown")
 	err := w.awaitEmpty(ctx)
 	if ctx.Err() != nil {
 		// Calls in flight (a heartbeat to a pinboard that does not answer,
 		// releases) would keep Run, and the hosts' Close, waiting up to
 		// RequestTimeout past the deadline: fail them now.
+		later.giveUp()
 		w.pinboard.abort()
 	}
 	w.stopped.Do(func() { close(w.stopReq) })
@@ -198,7 +207,14 @@ func (w *Worker) Shutdown(ctx context.Context) error {
 		}
 		return err
 	}
-	w.deregister()
+	if w.deregister() {
+		// The deregistration freed every placement the session held: the
+		// queued releases, and those in flight, have nothing left to do.
+		if n := w.later.drop(); n > 0 {
+			w.log.Info("the deregistration freed the placements of closed instances whose releases were still queued", "releases", n)
+		}
+		w.pinboard.abort()
+	}
 	return err
 }
 

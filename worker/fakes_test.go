@@ -61,6 +61,9 @@ type fakeHost struct {
 	closeIdle []string
 	evicted   []string // "<id> <reason>" of every Evict call
 	has       map[string]bool
+	// onCloseIdle, when set, runs at each CloseIdle without the lock (the
+	// real host releases each closed instance's placement there).
+	onCloseIdle func()
 }
 
 type abortRec struct {
@@ -107,6 +110,9 @@ func (h *fakeHost) teardownsDone() {
 	h.tearing = 0
 }
 func (h *fakeHost) CloseIdle(reason string) {
+	if h.onCloseIdle != nil {
+		h.onCloseIdle()
+	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.closeIdle = append(h.closeIdle, reason)

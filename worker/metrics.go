@@ -14,6 +14,7 @@ const (
 	resultSuperseded   = "superseded"   // 409 superseded
 	resultGaveUp       = "gave_up"      // release: attempts exhausted
 	resultSkipped      = "skipped"      // deregister: instances still tearing down
+	resultDeferred     = "deferred"     // release: queued during a Shutdown, sent in the background
 	resultRefused      = "refused"      // alarm call: a 4xx a retry cannot fix (not the holder, invalid, cap)
 )
 
@@ -41,7 +42,7 @@ func newWorkerMetrics(s *metrics.Set, w *Worker) *workerMetrics {
 		registrations: vec("pinned_registrations_total", "result",
 			resultOK, resultFailed, resultUnauthorized),
 		releases: vec("pinned_releases_total", "result",
-			resultOK, resultFailed, resultUnauthorized, resultGaveUp),
+			resultOK, resultFailed, resultUnauthorized, resultGaveUp, resultDeferred),
 		deregisters: vec("pinned_deregistrations_total", "result",
 			resultOK, resultFailed, resultUnauthorized, resultSkipped),
 		leaseLost: vec("pinned_lease_lost_total", "reason",

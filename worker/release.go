@@ -53,6 +53,12 @@ func (w *Worker) Release(ctx context.Context, namespace, id string, epoch uint64
 		sid = w.releaseSession()
 	}
 	body := wire.ReleaseRequest{ClientID: w.clientID, Namespace: namespace, ID: id, SessionID: sid, Epoch: epoch}
+	if w.later.queue(body) {
+		// A Shutdown runs: sent in the background, or freed with the
+		// session's deregistration (laterReleases).
+		w.m.releases[resultDeferred].Inc()
+		return nil
+	}
 	wait := w.cfg.ReleaseBackoff
 	var last reply
 	aborted := w.pinboard.aborted() // Shutdown's context ended: no more attempts
@@ -184,10 +190,10 @@ func (w *Worker) releaseSession() string {
 // hold become placeable at once instead of a lease later. One attempt,
 // bounded by RequestTimeout and by Shutdown's deadline (callDeadline); a
 // failure only costs that wait (the session expires with its lease).
-func (w *Worker) deregister() {
+func (w *Worker) deregister() bool {
 	p := w.lastSess.Load()
 	if p == nil || !w.deregOnce.CompareAndSwap(false, true) {
-		return
+		return false
 	}
 	rep := w.pinboard.post(wire.PathDeregister, wire.DeregisterRequest{SessionID: *p}, w.callDeadline(time.Time{}))
 	log := w.log.With("session", *p)
@@ -195,6 +201,7 @@ func (w *Worker) deregister() {
 	case rep.err == nil && rep.status == fasthttp.StatusOK:
 		w.m.deregisters[resultOK].Inc()
 		log.Info("deregistered: the pinboard may place this worker's ids elsewhere now")
+		return true
 	case rep.err == nil && rep.status == fasthttp.StatusUnauthorized:
 		w.m.deregisters[resultUnauthorized].Inc()
 		log.Error("deregister failed: the pinboard refused the deployment token (401); the session ends with its lease")
@@ -202,4 +209,5 @@ func (w *Worker) deregister() {
 		w.m.deregisters[resultFailed].Inc()
 		log.Warn("deregister failed; the session ends with its lease", "reason", rep.describe())
 	}
+	return false
 }

@@ -50,6 +50,7 @@ type Worker struct {
 	challenges challengeSet
 	giveUps    giveUpLog // aggregated "release gave up" warnings
 	releases   *releaseBatcher
+	later      laterReleases // releases of instances closed during a Shutdown
 
 	drain drainState
 	// shutdownBy is the deadline of the latest Shutdown (unix ns; 0: none):

@@ -1,0 +1,156 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+)
+
+// releaseAtClose makes the fake host release n ids (epoch 7) at its first
+// CloseIdle, as the real host does when it closes idle instances, and
+// returns the errors of those Release calls once they have run.
+func releaseAtClose(h *harness, n int) (errs func() []error) {
+	var once sync.Once
+	var mu sync.Mutex
+	var out []error
+	h.host.onCloseIdle = func() {
+		once.Do(func() {
+			for i := range n {
+				if err := h.w.Release(context.Background(), "/counter", fmt.Sprintf("id-%d", i), 7); err != nil {
+					mu.Lock()
+					out = append(out, err)
+					mu.Unlock()
+				}
+			}
+		})
+	}
+	return func() []error {
+		mu.Lock()
+		defer mu.Unlock()
+		return out
+	}
+}
+
+// A Shutdown does not wait for the releases of the instances it closes:
+// with every release call held by the pinboard, it still closes them all,
+// deregisters (which frees every placement of the session at once), and
+// returns well before its deadline; at most the batches in flight were
+// sent, the rest were dropped.
+func TestShutdownDoesNotWaitForReleases(t *testing.T) {
+	const n, batch = 3000, 10
+	h := newHarness(t, func(c *Config) { c.ReleaseBatch = batch })
+	sid := h.register()
+	h.host.set(0, n)
+	gate := make(chan struct{}) // never closed: the fake answers held calls when it stops
+	h.pb.onRelease = func(int) action { return action{hold: gate} }
+	errs := releaseAtClose(h, n)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	if err := h.w.Shutdown(ctx); err != nil {
+		t.Fatalf("Shutdown() = %v; want nil (the releases are held: a Shutdown that waits for them runs into its deadline)", err)
+	}
+	if e := errs(); len(e) != 0 {
+		t.Fatalf("%d of %d Release calls failed (first: %v); want none: they queue", len(e), n, e[0])
+	}
+	if got := h.pb.deregisterList(); len(got) != 1 || got[0].SessionID != sid {
+		t.Fatalf("deregister calls = %+v; want one for %s", got, sid)
+	}
+	if got := h.metric(`pinned_releases_total{result="deferred"}`); got != strconv.Itoa(n) {
+		t.Errorf(`pinned_releases_total{result="deferred"} = %s; want %d`, got, n)
+	}
+	if got := len(h.pb.releaseList()); got > releaseSenders*batch {
+		t.Errorf("%d releases reached the pinboard; want at most the %d of the batches in flight (the deregistration frees the rest)", got, releaseSenders*batch)
+	}
+	if got := h.metric(`pinned_releases_total{result="ok"}`); got != "0" {
+		t.Errorf(`pinned_releases_total{result="ok"} = %s; want 0 (no held call was answered)`, got)
+	}
+}
+
+// When the deregistration fails, Shutdown sends every queued release before
+// it returns, each naming its session and epoch, in batches.
+func TestShutdownSendsQueuedReleasesWhenItCannotDeregister(t *testing.T) {
+	const n, batch = 100, 10
+	h := newHarness(t, func(c *Config) { c.ReleaseBatch = batch })
+	sid := h.register()
+	h.host.set(0, n)
+	gate := make(chan struct{})
+	h.pb.onRelease = func(int) action { return action{hold: gate} }
+	h.pb.onDeregister = func(int) action { close(gate); return action{status: 503} }
+	errs := releaseAtClose(h, n)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	if err := h.w.Shutdown(ctx); err != nil {
+		t.Fatalf("Shutdown() = %v; want nil", err)
+	}
+	if e := errs(); len(e) != 0 {
+		t.Fatalf("%d Release calls failed (first: %v); want none", len(e), e[0])
+	}
+	got := h.pb.releaseList()
+	seen := map[string]bool{}
+	for _, r := range got {
+		if r.SessionID != sid || r.Epoch != 7 || r.Namespace != "/counter" {
+			t.Fatalf("release %+v; want session %s, epoch 7, namespace /counter", r, sid)
+		}
+		seen[r.ID] = true
+	}
+	if len(seen) != n || len(got) != n {
+		t.Fatalf("%d releases (%d ids) reached the pinboard; want each of the %d once", len(got), len(seen), n)
+	}
+	for _, b := range h.pb.batchList() {
+		if b > batch {
+			t.Fatalf("batch sizes %v; want at most %d", h.pb.batchList(), batch)
+		}
+	}
+	if got := h.metric(`pinned_releases_total{result="ok"}`); got != strconv.Itoa(n) {
+		t.Errorf(`pinned_releases_total{result="ok"} = %s; want %d`, got, n)
+	}
+}
+
+// When the Shutdown's context ends first (an instance that stays busy, and
+// still tears down after its abort), the queued releases are given up:
+// counted, not sent, and Shutdown returns with the context's error without
+// deregistering.
+func TestShutdownGivesUpQueuedReleasesWhenItsContextEnds(t *testing.T) {
+	const n, batch = 500, 10
+	h := newHarness(t, func(c *Config) { c.ReleaseBatch = batch })
+	h.register()
+	h.host.set(1, n) // the busy one never finishes
+	h.host.slowAbort = true
+	gate := make(chan struct{})
+	h.pb.onRelease = func(int) action { return action{hold: gate} }
+	releaseAtClose(h, n)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- h.w.Shutdown(ctx) }()
+	h.until("the releases queued and the first batches held", func() bool {
+		return h.metric(`pinned_releases_total{result="deferred"}`) == strconv.Itoa(n) && len(h.pb.releaseList()) == releaseSenders*batch
+	})
+	cancel()
+	var err error
+	select {
+	case err = <-done:
+	case <-time.After(15 * time.Second):
+		t.Fatal("Shutdown did not return after its context ended")
+	}
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("Shutdown() = %v; want context.Canceled", err)
+	}
+	if n := len(h.pb.deregisterList()); n != 0 {
+		t.Fatalf("%d deregister calls; want none (an aborted instance may still tear down)", n)
+	}
+	if got := len(h.pb.releaseList()); got != releaseSenders*batch {
+		t.Errorf("%d releases reached the pinboard; want only the %d held in flight", got, releaseSenders*batch)
+	}
+	gaveUp, _ := strconv.Atoi(h.metric(`pinned_releases_total{result="gave_up"}`))
+	failed, _ := strconv.Atoi(h.metric(`pinned_releases_total{result="failed"}`))
+	if gaveUp != n-releaseSenders*batch || failed != releaseSenders*batch {
+		t.Errorf("gave_up %d, failed %d; want %d given up unsent and the %d in flight failed", gaveUp, failed, n-releaseSenders*batch, releaseSenders*batch)
+	}
+}
