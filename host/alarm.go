@@ -115,7 +115,7 @@ func (x *AlarmCtx) Instance() *Instance { return x.inst }
 func (x *AlarmCtx) ID() string { return x.inst.id }
 
 // Context returns the instance's context.
-func (x *AlarmCtx) Context() context.Context { return x.inst.ctx }
+func (x *AlarmCtx) Context() context.Context { return x.inst.Context() }
 
 // AlarmStore is implemented by a Worker that keeps alarms durably
 // (*worker.Worker: in the pinboard's store). In fleet mode the host's
@@ -220,7 +220,7 @@ func (h *Host) withAlarmStore(inst *Instance, fn func(context.Context, AlarmStor
 	if !ok {
 		return ErrAlarmsUnsupported
 	}
-	ctx, cancel := context.WithTimeout(inst.ctx, h.cfg.AlarmTimeout)
+	ctx, cancel := context.WithTimeout(inst.Context(), h.cfg.AlarmTimeout)
 	defer cancel()
 	return fn(ctx, s)
 }
@@ -309,7 +309,7 @@ func (h *Host) runAlarm(rc *fasthttp.RequestCtx, id []byte, lease context.Contex
 	attrs := []any{"instance", inst.id, "alarm", d.Name, "attempt", d.Attempt, "error", err}
 	if p, ok := err.(*panicError); ok {
 		attrs = append(attrs, "stack", string(p.stack))
-	} else if inst.ctx.Err() != nil {
+	} else if inst.Context().Err() != nil {
 		msg = "the instance was aborted under the alarm handler: " + msg
 	}
 	h.logThrottled(slog.LevelWarn, "alarm handler failed", attrs...)

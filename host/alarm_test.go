@@ -106,7 +106,7 @@ func (e *ringEnv) typ(withAlarm bool) Type[*ringer] {
 		typ.Alarm = func(o *ringer, x *AlarmCtx) error {
 			o.n++ // touched without a lock: the race detector checks the turn
 			e.fired <- firing{id: x.ID(), name: x.Name(), scheduled: x.Scheduled(), attempt: x.Attempt(), nonce: o.nonce,
-				inTurn: len(o.inst.turn) == 1 && x.Instance() == o.inst && x.Context() == o.inst.ctx}
+				inTurn: len(o.inst.turn) == 1 && x.Instance() == o.inst && x.Context() == o.inst.Context()}
 			if e.panics.Load() {
 				panic("alarm boom")
 			}

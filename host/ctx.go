@@ -50,7 +50,7 @@ func (c *Ctx) ID() string { return c.inst.id }
 
 // Context returns the instance's context (see Instance.Context): it is
 // cancelled when the instance is aborted.
-func (c *Ctx) Context() context.Context { return c.inst.ctx }
+func (c *Ctx) Context() context.Context { return c.inst.Context() }
 
 // Path returns the path remainder after the id ("/" when there is none),
 // raw as on the wire (nothing is percent-decoded). It aliases the request.

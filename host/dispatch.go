@@ -184,7 +184,7 @@ func (h *Host) handlerError(c *Ctx, err error) {
 		h.reject(rc, wire.ReasonLease)
 	case errors.Is(err, ErrAlarmUnavailable):
 		h.reject(rc, wire.ReasonStore)
-	case c.inst.ctx.Err() != nil && !panicked:
+	case c.inst.Context().Err() != nil && !panicked:
 		// The instance was aborted under the handler: the outcome is unknown.
 		h.reject(rc, wire.ReasonAborted)
 	default:
@@ -218,7 +218,7 @@ func (h *Host) acquire(rc *fasthttp.RequestCtx, id []byte, lease context.Context
 		}
 		switch inst.state {
 		case stateActive:
-			if lease != nil && (inst.lease != lease || inst.ctx.Err() != nil) {
+			if lease != nil && (inst.lease != lease || inst.Context().Err() != nil) {
 				// Activated under another session, or the lease ended: this
 				// instance must not serve; it is being aborted.
 				sh.mu.Unlock()
@@ -308,7 +308,7 @@ func (h *Host) joined(rc *fasthttp.RequestCtx, sh *shard, inst *Instance, lease 
 		h.release(inst)
 		h.reject(rc, wire.ReasonClosing)
 		return nil, false
-	case lease != nil && (inst.lease != lease || inst.ctx.Err() != nil):
+	case lease != nil && (inst.lease != lease || inst.Context().Err() != nil):
 		h.release(inst)
 		h.abort(inst, EvictLease)
 		h.reject(rc, wire.ReasonClosing)
@@ -372,19 +372,12 @@ func (h *Host) activate(rc *fasthttp.RequestCtx, sh *shard, si uint16, id []byte
 		h.reject(rc, wire.ReasonCapacity)
 		return nil, false
 	}
-	parent := lease
-	if parent == nil {
-		parent = context.Background()
-	}
 	if h.w == nil {
 		epoch = h.nextEpoch()
 	}
-	ctx, cancel := context.WithCancel(parent)
 	inst := &Instance{
 		h:        h,
 		id:       string(id),
-		ctx:      ctx,
-		cancel:   cancel,
 		lease:    lease,
 		epoch:    epoch,
 		turn:     make(chan struct{}, 1),
@@ -401,7 +394,7 @@ func (h *Host) activate(rc *fasthttp.RequestCtx, sh *shard, si uint16, id []byte
 		closing := h.closing.Load()
 		sh.mu.Unlock()
 		h.live.Add(-1)
-		cancel()
+		inst.cancel()
 		if closing {
 			h.reject(rc, wire.ReasonClosing)
 			return nil, false
@@ -415,7 +408,7 @@ func (h *Host) activate(rc *fasthttp.RequestCtx, sh *shard, si uint16, id []byte
 		if activation.Decide(epoch, false, 0, floor, ok) == activation.Stale {
 			sh.mu.Unlock()
 			h.live.Add(-1)
-			cancel()
+			inst.cancel()
 			h.met.staleRoutes.Inc()
 			h.logDebug("route refused: its placement closed here", "instance", inst.id, "epoch", epoch, "released", floor)
 			h.reject(rc, wire.ReasonStale)
@@ -437,7 +430,7 @@ func (h *Host) activate(rc *fasthttp.RequestCtx, sh *shard, si uint16, id []byte
 		inst.state = stateClosed
 		inst.extra().setupErr = err
 		sh.mu.Unlock()
-		cancel()
+		inst.cancel()
 		h.live.Add(-1)
 		h.met.instances.Dec()
 		h.wg.Done()

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime/debug"
+	"sync/atomic"
 
 	"github.com/pinned-go/pinned/clock"
 )
@@ -27,14 +28,12 @@ const (
 // for concurrent use. An application keeps the *Instance its New received
 // (typically in the object) to reach the id, the context, tasks and turns.
 type Instance struct {
-	h      *Host
-	id     string
-	obj    any
-	ctx    context.Context
-	cancel context.CancelFunc
-	lease  context.Context // the lease it was activated under; nil in local mode
-	epoch  uint64          // activation epoch; 0 in fleet mode when the request carried none
-	turn   chan struct{}   // a send acquires the turn, a receive releases it
+	h     *Host
+	id    string
+	obj   any
+	lease context.Context // the lease it was activated under; nil in local mode
+	epoch uint64          // activation epoch; 0 in fleet mode when the request carried none
+	turn  chan struct{}   // a send acquires the turn, a receive releases it
 
 	// Guarded by the shard's mutex.
 	prev, next *Instance     // idle list links
@@ -45,6 +44,11 @@ type Instance struct {
 	linked     bool           // in the shard's idle list
 	ready      chan struct{}  // closed when activation ends; nil afterwards
 	x          *instanceExtra // rarely used parts, allocated on first use
+
+	// The instance's context (instanceContext): cancelled, and the
+	// standard context it is made into on first use.
+	cancelled atomic.Bool
+	stdCtx    atomic.Pointer[stdContext]
 }
 
 // instanceExtra holds what most idle instances never need, so that an idle
@@ -93,7 +97,10 @@ func (inst *Instance) Namespace() string { return inst.h.ns }
 // Worker-driven AbortAll), when the lease it was activated under ends (fleet
 // mode), and otherwise right after its teardown returns. Handlers, stream
 // generators, websocket handlers and tasks should all honour it.
-func (inst *Instance) Context() context.Context { return inst.ctx }
+func (inst *Instance) Context() context.Context { return (*instanceContext)(inst) }
+
+// cancel cancels the instance's context.
+func (inst *Instance) cancel() { (*instanceContext)(inst).cancel() }
 
 // Abort force-ends the instance: its context is cancelled, waiting requests
 // get 503, open streams fail their next write, websockets are closed, tasks
@@ -138,9 +145,9 @@ func (inst *Instance) runTask(fn func(ctx context.Context) error) {
 				h.abort(inst, EvictAbort)
 			}
 		}()
-		return fn(inst.ctx)
+		return fn(inst.Context())
 	}()
-	if err != nil && !(inst.ctx.Err() != nil && errors.Is(err, context.Canceled)) {
+	if err != nil && !(inst.Context().Err() != nil && errors.Is(err, context.Canceled)) {
 		h.logThrottled(slog.LevelWarn, "task failed", "instance", inst.id, "error", err)
 	}
 }
@@ -180,11 +187,11 @@ func (inst *Instance) acquireTurn() bool {
 	default:
 		select {
 		case inst.turn <- struct{}{}:
-		case <-inst.ctx.Done():
+		case <-inst.Context().Done():
 			return false
 		}
 	}
-	if inst.ctx.Err() != nil {
+	if inst.Context().Err() != nil {
 		<-inst.turn
 		return false
 	}

@@ -108,7 +108,7 @@ func (s *stream) Read(p []byte) (int, error) {
 // concurrent).
 func (s *stream) step() (chunk []byte, err error, ok bool) {
 	inst := s.inst
-	if inst.ctx.Err() != nil {
+	if inst.Context().Err() != nil {
 		return nil, errStreamAborted, true
 	}
 	if !s.concurrent {

@@ -45,7 +45,7 @@ func (ws *WebSocket) Conn() *websocket.Conn { return ws.conn }
 func (ws *WebSocket) Instance() *Instance { return ws.inst }
 
 // Context returns the instance's context (cancelled on abort).
-func (ws *WebSocket) Context() context.Context { return ws.inst.ctx }
+func (ws *WebSocket) Context() context.Context { return ws.inst.Context() }
 
 // Param returns the value of the route's path parameter name (a copy, safe
 // to keep), or "".
@@ -163,7 +163,7 @@ func (h *Host) serveWebSocket(inst *Instance, r *route, params []string, conn *w
 	ws.wmu.Lock() // let concurrent writers finish (bounded by their deadline)
 	if !kicked {
 		switch {
-		case goingAway || inst.ctx.Err() != nil:
+		case goingAway || inst.Context().Err() != nil:
 			ws.writeClose(websocket.CloseGoingAway, "instance closed")
 		case err != nil && !isCloseError(err):
 			ws.writeClose(websocket.CloseInternalServerErr, "internal error")
@@ -172,7 +172,7 @@ func (h *Host) serveWebSocket(inst *Instance, r *route, params []string, conn *w
 		}
 	}
 	ws.wmu.Unlock()
-	if err != nil && !isCloseError(err) && !goingAway && inst.ctx.Err() == nil {
+	if err != nil && !isCloseError(err) && !goingAway && inst.Context().Err() == nil {
 		h.logThrottled(slog.LevelWarn, "websocket handler failed", "instance", inst.id, "route", r.pattern, "error", err)
 	}
 	h.met.websockets.Dec()

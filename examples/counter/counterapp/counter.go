@@ -44,7 +44,7 @@ type Counter struct {
 	inst    *host.Instance
 	nonce   string // random per activation: shows when an id was re-activated
 	count   int64
-	sockets map[*host.WebSocket]chan struct{} // open websockets and their "count changed" signal
+	sockets map[*host.WebSocket]chan struct{} // open websockets and their "count changed" signal; nil until the first (an idle counter stays small)
 }
 
 // maxStreamLines bounds GET /stream?n=N.
@@ -121,7 +121,7 @@ func TypeWithOptions(o Options) host.Type[*Counter] {
 			if _, err := rand.Read(b[:]); err != nil {
 				return nil, fmt.Errorf("cannot make a nonce: %w", err)
 			}
-			c := &Counter{hooks: hk, store: rdb, inst: inst, nonce: hex.EncodeToString(b[:]), sockets: map[*host.WebSocket]chan struct{}{}}
+			c := &Counter{hooks: hk, store: rdb, inst: inst, nonce: hex.EncodeToString(b[:])}
 			if err := c.load(); err != nil {
 				return nil, err
 			}
@@ -309,7 +309,12 @@ func (c *Counter) stream(x *host.Ctx) error {
 // {"count":N} whenever the count changes.
 func (c *Counter) ws(ws *host.WebSocket) error {
 	notify := make(chan struct{}, 1)
-	if err := c.inst.Do(func() { c.sockets[ws] = notify }); err != nil {
+	if err := c.inst.Do(func() {
+		if c.sockets == nil {
+			c.sockets = map[*host.WebSocket]chan struct{}{}
+		}
+		c.sockets[ws] = notify
+	}); err != nil {
 		return err
 	}
 	defer c.inst.Do(func() { delete(c.sockets, ws) })
