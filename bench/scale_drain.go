@@ -105,6 +105,10 @@ func (s *session) scaleDrain(ctx context.Context, n int) (scalePoint, error) {
 	if err != nil {
 		return p, err
 	}
+	if v["exit code"] != 0 {
+		// The log says which step ran out (the teardowns, a lost lease).
+		s.note("S8 at %d instances: worker A exited with status %.0f; the end of its log:\n\n```\n%s\n```", n, v["exit code"], tail([]byte(a.Log()), 3000))
+	}
 	s1, err := sr.snap()
 	if err != nil {
 		return p, err
@@ -125,6 +129,9 @@ func (s *session) scaleDrain(ctx context.Context, n int) (scalePoint, error) {
 		return p, err
 	}
 	v["replace errors"] = float64(rep.Requests.Errors + rep.Requests.Unsent)
+	if v["replace errors"] > 0 {
+		s.note("S8 at %d instances: %.0f of %d ids not served again: errors %+v", n, v["replace errors"], sample, rep.Errors)
+	}
 	s.logf("  %d instances: A exited after %.2f s (status %.0f), %.0f released, re-placeable after %.2f s, %.2f release calls/instance",
 		n, v["exit s"], v["exit code"], v["released"], v["replaceable s"], v["release calls/instance"])
 	return p, nil

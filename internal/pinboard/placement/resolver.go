@@ -438,7 +438,12 @@ func (r *Resolver) load(key string, name []byte) (proxy.Route, error) {
 	// The token is taken before any store read: an invalidation processed
 	// after it refuses the Put below (the second-level-cache race).
 	tok := r.cache.Begin(name)
-	live, reused, err := r.namespaceSessions(ctx, ns, false)
+	// A recheck (the proxy could not reach the holder, or it refused the
+	// route) reads the sessions afresh: a reused list may still hold a
+	// session that deregistered a moment ago, and would send the request
+	// back to it.
+	rf, rechecking := r.recheck(key)
+	live, reused, err := r.namespaceSessions(ctx, ns, rechecking)
 	if err == nil && reused && len(live) == 0 {
 		live, reused, err = r.namespaceSessions(ctx, ns, true) // a worker may have registered since
 	}
@@ -459,7 +464,6 @@ func (r *Resolver) load(key string, name []byte) (proxy.Route, error) {
 		sess  *proxy.Session
 		claim bool // c may take the id: read or claim in one step
 	)
-	rf, rechecking := r.recheck(key)
 	if !rechecking {
 		c, sess, claim = r.candidate(live)
 		if !claim && reused {
@@ -494,12 +498,29 @@ func (r *Resolver) load(key string, name []byte) (proxy.Route, error) {
 		// this one: a read only, through the store's client-side cache.
 		return proxy.Route{}, r.storeErr(key, "cannot read the placement", err)
 	}
+	// pick chooses the session for a new placement; when a reused list has
+	// none, the sessions are read again first (a worker may have
+	// registered since: the list can be older than SessionsReuse while a
+	// listing is in flight).
+	pick := func() (string, *proxy.Session, error) {
+		if c, sess, ok := r.candidate(live); ok || !reused {
+			if !ok {
+				return "", nil, r.noWorker(ns)
+			}
+			return c, sess, nil
+		}
+		var err error
+		if live, reused, err = r.namespaceSessions(ctx, ns, true); err != nil {
+			return "", nil, r.storeErr(key, "cannot list the namespace's sessions", err)
+		}
+		return r.pick(ns, live)
+	}
 	for range maxRounds {
 		if pl.Session == "" {
 			// A placement read before is gone (a lost replace, or the
 			// read-only path above): claim it. The first claim wins; a
 			// loser learns the winner from the reply.
-			c, sess, err := r.pick(ns, live)
+			c, sess, err := pick()
 			if err != nil {
 				return proxy.Route{}, err
 			}
@@ -553,7 +574,7 @@ func (r *Resolver) load(key string, name []byte) (proxy.Route, error) {
 		// ended), so the placement is taken over, compare-and-set from the
 		// dead session.
 		r.dropSession(holder, "expired")
-		c, sess, err := r.pick(ns, live)
+		c, sess, err := pick()
 		if err != nil {
 			return proxy.Route{}, err
 		}

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pinned-go/pinned/internal/base/wire"
 	"github.com/pinned-go/pinned/internal/pinboard/placement"
 	"github.com/pinned-go/pinned/internal/store"
 )
@@ -96,5 +97,35 @@ func TestSessionsReuseOff(t *testing.T) {
 	}
 	if n := ls.lists.Load(); n < 20 {
 		t.Fatalf("20 cold placements without reuse listed the sessions %d times; want one each", n)
+	}
+}
+
+// A recheck (the proxy could not reach the holder) lists the sessions
+// afresh: inside a reuse window the list may still hold a session that has
+// just deregistered, and would send the request back to it. Here a
+// deregisters while b has registered since the list was read: the ids of a
+// go to b at their first recheck, not back to a, and not "no worker".
+func TestRecheckListsSessionsAfresh(t *testing.T) {
+	e := newEnv(t, "memory")
+	a := startHost(t, "a", e.fl)
+	sa := e.register(a, 100)
+	pb := e.pinboard(func(c *placement.Config) { c.SessionsReuse = time.Minute }, nil)
+	name := []byte(ns + "/x0")
+	rt, err := pb.res.Resolve(context.Background(), name)
+	if err != nil || rt.Session.ID != sa {
+		t.Fatalf("Resolve(x0) = %+v, %v; want %s", rt, err, sa)
+	}
+	b := startHost(t, "b", e.fl)
+	sb := e.register(b, 100)
+	if ok, err := e.st.Deregister(ctxT(t), sa); err != nil || !ok {
+		t.Fatalf("Deregister(%s) = %v, %v", sa, ok, err)
+	}
+	pb.res.Refused(name, rt, wire.ReasonUnreachable)
+	got, err := pb.res.Resolve(context.Background(), name)
+	if err != nil {
+		t.Fatalf("Resolve(x0) after its holder deregistered and was unreachable = %v; want %s", err, sb)
+	}
+	if got.Session.ID != sb {
+		t.Fatalf("Resolve(x0) after its holder deregistered and was unreachable went to %s; want %s", got.Session.ID, sb)
 	}
 }
