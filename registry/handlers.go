@@ -452,7 +452,7 @@ func (r *Registry) workerInfos(ctx context.Context) ([]wire.WorkerInfo, error) {
 	}
 	out := make([]wire.WorkerInfo, 0, len(sessions))
 	for _, s := range sessions {
-		counts, err := r.st.PlacementCounts(ctx, s.ID)
+		counts, err := r.st.PlacementCounts(ctx, s.ID, s.Namespaces)
 		if err != nil {
 			return nil, err
 		}

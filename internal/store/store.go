@@ -305,10 +305,15 @@ type Store interface {
 	// arriving late never deletes a newer placement of the id on the same
 	// session (RenewPlacement).
 	Release(ctx context.Context, ns, id, sessionID string, epoch uint64) (bool, error)
-	// PlacementCounts returns the number of placements per namespace that a
-	// session has claimed and not released (an approximation maintained by
-	// Claim/Replace/Release; it never drives placement decisions).
-	PlacementCounts(ctx context.Context, sessionID string) (map[string]int, error)
+	// PlacementCounts returns the number of placements in each of
+	// namespaces that a session has claimed and not released: an entry for
+	// each namespace the session's index counts (none for an unknown or
+	// collected session). The counts are an approximation maintained by
+	// Claim/Replace/Release; they never drive placement decisions. Its cost
+	// does not grow with the session's placements: a worker holding a
+	// million ids is read as cheaply as one holding none (the registry's
+	// worker list reads it for every session).
+	PlacementCounts(ctx context.Context, sessionID string, namespaces []string) (map[string]int, error)
 
 	// Ping reports whether the store is reachable.
 	Ping(ctx context.Context) error

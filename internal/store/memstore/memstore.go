@@ -749,15 +749,17 @@ func (s *Store) Release(ctx context.Context, ns, id, sessionID string, epoch uin
 }
 
 // PlacementCounts implements store.Store.
-func (s *Store) PlacementCounts(ctx context.Context, sessionID string) (map[string]int, error) {
+func (s *Store) PlacementCounts(ctx context.Context, sessionID string, namespaces []string) (map[string]int, error) {
 	if err := s.begin(ctx); err != nil {
 		return nil, err
 	}
 	defer s.mu.Unlock()
 	out := map[string]int{}
 	if ix := s.owned[sessionID]; ix != nil {
-		for ns, n := range ix.counts {
-			out[ns] = n
+		for _, ns := range namespaces {
+			if n, ok := ix.counts[ns]; ok {
+				out[ns] = n
+			}
 		}
 	}
 	return out, nil

@@ -94,3 +94,39 @@ func TestPlaceCommandCost(t *testing.T) {
 	measure("a new id", true, map[string]int64{"evalsha": 1, "client|caching": 1, "get": 3, "info": 1, "time": 1, "set": 2, "hsetnx": 1, "hincrby": 1})
 	measure("a placed id", false, map[string]int64{"evalsha": 1, "client|caching": 1, "get": 2})
 }
+
+// TestPlacementCountsCostIsFlat: PlacementCounts reads the namespaces'
+// count fields of the session's index with one HMGET, whatever the number
+// of placements the index holds (the registry's worker list reads it for
+// every session: an HGETALL of a million fields blocked Redis long enough
+// to cost a worker its lease).
+func TestPlacementCountsCostIsFlat(t *testing.T) {
+	srv := redistest.Start(t)
+	adm := admin(t, srv)
+	s := open(t, Config{URL: srv.URL})
+	defer s.Close()
+	ctx := context.Background()
+	if _, err := s.Register(ctx, store.Session{ID: "s1", ClientID: "c1", AdvertiseURL: "http://h", Namespaces: []string{"/n", "/m"}}, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	const n = 2000
+	for i := range n {
+		if _, err := s.Claim(ctx, "/n", fmt.Sprint("x", i), "s1"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := commandStats(t, adm)
+	c, err := s.PlacementCounts(ctx, "s1", []string{"/n", "/m"})
+	if err != nil || c["/n"] != n || c["/m"] != 0 {
+		t.Fatalf("PlacementCounts = %v, %v; want /n: %d, /m: 0", c, err, n)
+	}
+	after := commandStats(t, adm)
+	if d := after["hmget"] - before["hmget"]; d != 1 {
+		t.Errorf("%d HMGET; want 1", d)
+	}
+	for _, cmd := range []string{"hgetall", "hkeys", "hvals", "hscan"} {
+		if d := after[cmd] - before[cmd]; d != 0 {
+			t.Errorf("%d %s over an index of %d placements; want none", d, strings.ToUpper(cmd), n)
+		}
+	}
+}

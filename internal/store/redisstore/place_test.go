@@ -120,7 +120,7 @@ func TestLookupOrClaimTracksWithoutTellingItself(t *testing.T) {
 	if err != nil || claimed || p.Session != "s2" || p.Epoch != 7 {
 		t.Fatalf("LookupOrClaim of a placed id = %+v, %v, %v; want s2's epoch 7, not claimed", p, claimed, err)
 	}
-	if c, _ := s.PlacementCounts(ctx, "s1"); c["/n"] != 2 {
+	if c, _ := s.PlacementCounts(ctx, "s1", []string{"/n"}); c["/n"] != 2 {
 		t.Errorf("PlacementCounts(s1) = %v; want /n: 2 (warm and x, which the DEL left indexed; finding y indexes nothing)", c)
 	}
 	later("y", 0)

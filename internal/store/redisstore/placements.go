@@ -343,21 +343,31 @@ func (s *Store) Release(ctx context.Context, ns, id, sessionID string, epoch uin
 	return true, s.unindex(ctx, c, sessionID, ns, wire.PlacementName(ns, id))
 }
 
-// PlacementCounts implements store.Store.
-func (s *Store) PlacementCounts(ctx context.Context, sessionID string) (map[string]int, error) {
+// PlacementCounts implements store.Store: one HMGET of the namespaces'
+// count fields of the session's index (never the whole index, which holds
+// a field per placement).
+func (s *Store) PlacementCounts(ctx context.Context, sessionID string, namespaces []string) (map[string]int, error) {
+	out := make(map[string]int, len(namespaces))
+	if len(namespaces) == 0 {
+		return out, nil
+	}
 	c, err := s.get(ctx)
 	if err != nil {
 		return nil, err
 	}
-	f, err := c.Do(ctx, c.B().Hgetall().Key(wire.KeyOwned(sessionID)).Build()).AsStrMap()
+	fields := make([]string, len(namespaces))
+	for i, ns := range namespaces {
+		fields[i] = wire.OwnedCountPrefix + ns
+	}
+	vals, err := c.Do(ctx, c.B().Hmget().Key(wire.KeyOwned(sessionID)).Field(fields...).Build()).ToArray()
 	if err != nil {
 		return nil, s.wrap(ctx, "placement counts", err)
 	}
-	out := map[string]int{}
-	for k, v := range f {
-		if ns, ok := strings.CutPrefix(k, wire.OwnedCountPrefix); ok {
-			n, _ := strconv.Atoi(v)
-			out[ns] = n
+	for i, ns := range namespaces {
+		if i < len(vals) {
+			if str, err := vals[i].ToString(); err == nil { // nil: no such field
+				out[ns], _ = strconv.Atoi(str)
+			}
 		}
 	}
 	return out, nil

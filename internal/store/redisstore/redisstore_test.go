@@ -357,7 +357,7 @@ func TestScriptsSurviveScriptFlush(t *testing.T) {
 	if w, err := s.Claim(ctx, "/n", "x", "s1"); w != "s1" || err != nil {
 		t.Fatalf("Claim after SCRIPT FLUSH = %q, %v", w, err)
 	}
-	if c, _ := s.PlacementCounts(ctx, "s1"); c["/n"] != 1 {
+	if c, _ := s.PlacementCounts(ctx, "s1", []string{"/n"}); c["/n"] != 1 {
 		t.Fatalf("PlacementCounts after SCRIPT FLUSH = %v; want /n: 1", c)
 	}
 	adm.Do(ctx, adm.B().ScriptFlush().Build())
@@ -428,7 +428,7 @@ func TestRestartFence(t *testing.T) {
 	if n, err := adm.Do(ctx, adm.B().Exists().Key(wire.KeyPlacement("/n", "a")).Build()).AsInt64(); err != nil || n != 0 {
 		t.Fatalf("a fenced claim wrote the placement (exists=%d, %v)", n, err)
 	}
-	if c, err := s.PlacementCounts(ctx, "s1"); err != nil || c["/n"] != 0 {
+	if c, err := s.PlacementCounts(ctx, "s1", []string{"/n"}); err != nil || c["/n"] != 0 {
 		t.Fatalf("a fenced claim left an index entry: %v %v", c, err)
 	}
 	waitUptime(t, adm, int64(fence/time.Second))

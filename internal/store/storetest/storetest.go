@@ -569,13 +569,13 @@ func testClaimConcurrent(t *testing.T, h Harness, _ *Invalidations) {
 	if p, _ := h.Store.Placement(bg, "/a", "race"); p != got[0] {
 		t.Fatalf("Placement = %q; want the winner %q", p, got[0])
 	}
-	counts, _ := h.Store.PlacementCounts(bg, got[0])
+	counts, _ := h.Store.PlacementCounts(bg, got[0], []string{"/a"})
 	if counts["/a"] != 1 {
 		t.Fatalf("winner's PlacementCounts = %v; want /a: 1", counts)
 	}
 	for i := range n {
 		if id := fmt.Sprintf("s%d", i); id != got[0] {
-			if c, _ := h.Store.PlacementCounts(bg, id); c["/a"] != 0 {
+			if c, _ := h.Store.PlacementCounts(bg, id, []string{"/a"}); c["/a"] != 0 {
 				t.Fatalf("loser %s PlacementCounts = %v; want /a: 0", id, c)
 			}
 		}
@@ -600,10 +600,10 @@ func testLookupOrClaim(t *testing.T, h Harness, inv *Invalidations) {
 		}
 	}
 	lookup(t, h, inv, "/a", "x", p1)
-	if c, _ := h.Store.PlacementCounts(bg, "s1"); c["/a"] != 1 {
+	if c, _ := h.Store.PlacementCounts(bg, "s1", []string{"/a"}); c["/a"] != 1 {
 		t.Fatalf("PlacementCounts(s1) = %v; want /a: 1", c)
 	}
-	if c, _ := h.Store.PlacementCounts(bg, "s2"); c["/a"] != 0 {
+	if c, _ := h.Store.PlacementCounts(bg, "s2", []string{"/a"}); c["/a"] != 0 {
 		t.Fatalf("PlacementCounts(s2) = %v; want /a: 0 (finding s1's placement indexes nothing)", c)
 	}
 	if ok, err := h.Store.Release(bg, "/a", "x", "s1", 0); !ok || err != nil {
@@ -614,7 +614,7 @@ func testLookupOrClaim(t *testing.T, h Harness, inv *Invalidations) {
 		t.Fatalf("LookupOrClaim after the release = %+v, claimed %v, %v; want claimed", p2, claimed, err)
 	}
 	mustPlace(t, "LookupOrClaim after the release", p1, p2, err, "s2")
-	if c, _ := h.Store.PlacementCounts(bg, "s2"); c["/a"] != 1 {
+	if c, _ := h.Store.PlacementCounts(bg, "s2", []string{"/a"}); c["/a"] != 1 {
 		t.Fatalf("PlacementCounts(s2) = %v; want /a: 1", c)
 	}
 	if _, _, err := h.Store.LookupOrClaim(bg, "/a", "y", ""); err == nil {
@@ -655,12 +655,12 @@ func testLookupOrClaimConcurrent(t *testing.T, h Harness, inv *Invalidations) {
 		t.Fatalf("%d calls claimed; want exactly one", winners)
 	}
 	lookup(t, h, inv, "/a", "race", got[0])
-	if c, _ := h.Store.PlacementCounts(bg, got[0].Session); c["/a"] != 1 {
+	if c, _ := h.Store.PlacementCounts(bg, got[0].Session, []string{"/a"}); c["/a"] != 1 {
 		t.Fatalf("winner's PlacementCounts = %v; want /a: 1", c)
 	}
 	for i := range n {
 		if id := fmt.Sprintf("s%d", i); id != got[0].Session {
-			if c, _ := h.Store.PlacementCounts(bg, id); c["/a"] != 0 {
+			if c, _ := h.Store.PlacementCounts(bg, id, []string{"/a"}); c["/a"] != 0 {
 				t.Fatalf("loser %s PlacementCounts = %v; want /a: 0", id, c)
 			}
 		}
@@ -890,7 +890,7 @@ func testRenew(t *testing.T, h Harness, inv *Invalidations) {
 	p2, err := h.Store.RenewPlacement(bg, "/a", "x", "s1", p1.Epoch)
 	p2 = mustPlace(t, "RenewPlacement", p1, p2, err, "s1")
 	lookup(t, h, inv, "/a", "x", p2)
-	if c, _ := h.Store.PlacementCounts(bg, "s1"); c["/a"] != 1 {
+	if c, _ := h.Store.PlacementCounts(bg, "s1", []string{"/a"}); c["/a"] != 1 {
 		t.Fatalf("PlacementCounts(s1) after a renewal = %v; want /a: 1", c)
 	}
 	if _, err := h.Store.RenewPlacement(bg, "/a", "x", "", p2.Epoch); err == nil {
@@ -939,7 +939,7 @@ func testPlacementCounts(t *testing.T, h Harness, _ *Invalidations) {
 	register(t, h, sess("s1", "c1", "http://h1", "/a", "/b", "/c"))
 	f := func(id string, want map[string]int) {
 		t.Helper()
-		got, err := h.Store.PlacementCounts(bg, id)
+		got, err := h.Store.PlacementCounts(bg, id, []string{"/a", "/b", "/c"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -950,7 +950,7 @@ func testPlacementCounts(t *testing.T, h Harness, _ *Invalidations) {
 		}
 	}
 	f("s1", map[string]int{"/a": 0, "/b": 0, "/c": 0})
-	if got, _ := h.Store.PlacementCounts(bg, "s1"); len(got) != 3 {
+	if got, _ := h.Store.PlacementCounts(bg, "s1", []string{"/a", "/b", "/c"}); len(got) != 3 {
 		t.Fatalf("PlacementCounts(s1) = %v; want the three served namespaces", got)
 	}
 	for _, id := range []string{"1", "2", "3"} {
@@ -964,7 +964,7 @@ func testPlacementCounts(t *testing.T, h Harness, _ *Invalidations) {
 	h.Store.Replace(bg, "/a", "2", "s1", "s2")
 	f("s1", map[string]int{"/a": 1, "/b": 1})
 	f("s2", map[string]int{"/a": 1})
-	if got, _ := h.Store.PlacementCounts(bg, "nobody"); len(got) != 0 {
+	if got, _ := h.Store.PlacementCounts(bg, "nobody", []string{"/a", "/b", "/c"}); len(got) != 0 {
 		t.Fatalf("PlacementCounts(nobody) = %v; want empty", got)
 	}
 }
@@ -997,10 +997,10 @@ func testReap(t *testing.T, h Harness, inv *Invalidations) {
 	for id, holder := range want {
 		settled(t, h, inv, "/a", id, holder, "after Reap")
 	}
-	if c, _ := h.Store.PlacementCounts(bg, "dead"); len(c) != 0 {
+	if c, _ := h.Store.PlacementCounts(bg, "dead", []string{"/a"}); len(c) != 0 {
 		t.Fatalf("PlacementCounts(dead) after Reap = %v; want empty", c)
 	}
-	if c, _ := h.Store.PlacementCounts(bg, "live"); c["/a"] != 2 {
+	if c, _ := h.Store.PlacementCounts(bg, "live", []string{"/a"}); c["/a"] != 2 {
 		t.Fatalf("PlacementCounts(live) = %v; want /a: 2", c)
 	}
 	if st, err := reaper.Reap(bg, 0); err != nil || st != (store.ReapStats{}) {
