@@ -242,11 +242,26 @@ func (h *Host) callTeardown(inst *Instance) {
 	h.teardown(inst.obj)
 }
 
+// ReleaseQueuer is implemented by a Worker that can take a release without
+// a call (worker.Worker does during its Shutdown: the release is queued and
+// sent in the background). QueueRelease reports whether it took the
+// release of (namespace, id) at epoch, activated under lease (whose values
+// name the session; nil in local mode); when it did not, the host calls
+// Release. The host asks first for every closed instance, so that a
+// million closing at once cost no timer and no context each.
+type ReleaseQueuer interface {
+	QueueRelease(lease context.Context, namespace, id string, epoch uint64) bool
+}
+
 // releasePlacement calls Worker.Release for a closed instance, bounded by
 // ReleaseTimeout and by Close, with a context that carries the values of the
 // lease the instance was activated under (so the worker names that session)
-// but not its cancellation (the lease may be gone already).
+// but not its cancellation (the lease may be gone already). A worker that
+// queues the release (ReleaseQueuer) takes it without the call.
 func (h *Host) releasePlacement(inst *Instance) error {
+	if q, ok := h.w.(ReleaseQueuer); ok && q.QueueRelease(inst.lease, h.ns, inst.id, inst.epoch) {
+		return nil
+	}
 	parent := context.Background()
 	if inst.lease != nil {
 		parent = context.WithoutCancel(inst.lease)

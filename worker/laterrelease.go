@@ -7,8 +7,11 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/pinned-go/pinned/host"
 	"github.com/pinned-go/pinned/internal/base/wire"
 )
+
+var _ host.ReleaseQueuer = (*Worker)(nil)
 
 // laterReleases holds the releases of instances that close while a
 // Shutdown runs. Such a release does not keep its instance's close waiting:
@@ -82,6 +85,15 @@ func (l *laterReleases) take(max int) ([]wire.ReleasedItem, releaseKey) {
 		l.keys = append(l.keys[1:], k)
 	}
 	l.n -= len(batch)
+	if l.n > 0 {
+		// More is queued: wake another sender, so that up to
+		// releaseSenders calls are in flight (queue signals only once
+		// while the wake-up is pending).
+		select {
+		case l.wake <- struct{}{}:
+		default:
+		}
+	}
 	return batch, k
 }
 

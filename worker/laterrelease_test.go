@@ -12,11 +12,13 @@ import (
 
 // releaseAtClose makes the fake host release n ids (epoch 7) at its first
 // CloseIdle, as the real host does when it closes idle instances, and
-// returns the errors of those Release calls once they have run.
-func releaseAtClose(h *harness, n int) (errs func() []error) {
+// returns the errors of those Release calls once they have run, and a
+// channel closed when they have.
+func releaseAtClose(h *harness, n int) (errs func() []error, released <-chan struct{}) {
 	var once sync.Once
 	var mu sync.Mutex
 	var out []error
+	done := make(chan struct{})
 	h.host.onCloseIdle = func() {
 		once.Do(func() {
 			for i := range n {
@@ -26,13 +28,14 @@ func releaseAtClose(h *harness, n int) (errs func() []error) {
 					mu.Unlock()
 				}
 			}
+			close(done)
 		})
 	}
 	return func() []error {
 		mu.Lock()
 		defer mu.Unlock()
 		return out
-	}
+	}, done
 }
 
 // A Shutdown does not wait for the releases of the instances it closes:
@@ -47,7 +50,7 @@ func TestShutdownDoesNotWaitForReleases(t *testing.T) {
 	h.host.set(0, n)
 	gate := make(chan struct{}) // never closed: the fake answers held calls when it stops
 	h.pb.onRelease = func(int) action { return action{hold: gate} }
-	errs := releaseAtClose(h, n)
+	errs, _ := releaseAtClose(h, n)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
@@ -81,7 +84,7 @@ func TestShutdownSendsQueuedReleasesWhenItCannotDeregister(t *testing.T) {
 	gate := make(chan struct{})
 	h.pb.onRelease = func(int) action { return action{hold: gate} }
 	h.pb.onDeregister = func(int) action { close(gate); return action{status: 503} }
-	errs := releaseAtClose(h, n)
+	errs, _ := releaseAtClose(h, n)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
@@ -123,15 +126,26 @@ func TestShutdownGivesUpQueuedReleasesWhenItsContextEnds(t *testing.T) {
 	h.host.set(1, n) // the busy one never finishes
 	h.host.slowAbort = true
 	gate := make(chan struct{})
-	h.pb.onRelease = func(int) action { return action{hold: gate} }
-	releaseAtClose(h, n)
+	inFlight := make(chan struct{}) // closed when the pinboard holds a call from every sender
+	calls := 0                      // guarded by the fake pinboard's mutex
+	h.pb.onRelease = func(int) action {
+		if calls++; calls == releaseSenders {
+			close(inFlight)
+		}
+		return action{hold: gate}
+	}
+	_, queued := releaseAtClose(h, n)
 
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- h.w.Shutdown(ctx) }()
-	h.until("the releases queued and the first batches held", func() bool {
-		return h.metric(`pinned_releases_total{result="deferred"}`) == strconv.Itoa(n) && len(h.pb.releaseList()) == releaseSenders*batch
-	})
+	for _, c := range []<-chan struct{}{queued, inFlight} {
+		select {
+		case <-c:
+		case <-time.After(15 * time.Second):
+			t.Fatalf("after 15 s: %s releases deferred, %d calls at the pinboard; want %d, and %d calls held", h.metric(`pinned_releases_total{result="deferred"}`), len(h.pb.batchList()), n, releaseSenders)
+		}
+	}
 	cancel()
 	var err error
 	select {
@@ -145,12 +159,38 @@ func TestShutdownGivesUpQueuedReleasesWhenItsContextEnds(t *testing.T) {
 	if n := len(h.pb.deregisterList()); n != 0 {
 		t.Fatalf("%d deregister calls; want none (an aborted instance may still tear down)", n)
 	}
-	if got := len(h.pb.releaseList()); got != releaseSenders*batch {
-		t.Errorf("%d releases reached the pinboard; want only the %d held in flight", got, releaseSenders*batch)
+	if c := len(h.pb.batchList()); c != releaseSenders {
+		t.Errorf("%d calls reached the pinboard; want only the %d held in flight", c, releaseSenders)
 	}
+	sent := len(h.pb.releaseList())
 	gaveUp, _ := strconv.Atoi(h.metric(`pinned_releases_total{result="gave_up"}`))
 	failed, _ := strconv.Atoi(h.metric(`pinned_releases_total{result="failed"}`))
-	if gaveUp != n-releaseSenders*batch || failed != releaseSenders*batch {
-		t.Errorf("gave_up %d, failed %d; want %d given up unsent and the %d in flight failed", gaveUp, failed, n-releaseSenders*batch, releaseSenders*batch)
+	if gaveUp != n-sent || failed != sent {
+		t.Errorf("gave_up %d, failed %d; want the %d unsent given up and the %d in flight failed", gaveUp, failed, n-sent, sent)
+	}
+}
+
+// QueueRelease (the host's first try for a closed instance) takes a
+// release only while a Shutdown runs; the release it queued is sent like
+// Release's, naming the session.
+func TestQueueRelease(t *testing.T) {
+	h := newHarness(t)
+	sid := h.register()
+	if h.w.QueueRelease(nil, "/counter", "early", 1) {
+		t.Fatal("QueueRelease outside a Shutdown = true; want false (the host calls Release)")
+	}
+	h.host.set(0, 1)
+	var queued bool
+	h.host.onCloseIdle = func() { queued = queued || h.w.QueueRelease(nil, "/counter", "late", 3) }
+	h.pb.onDeregister = func(int) action { return action{status: 503} } // so the queue is sent
+	if err := h.w.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if !queued {
+		t.Fatal("QueueRelease during a Shutdown = false; want true")
+	}
+	got := h.pb.releaseList()
+	if len(got) != 1 || got[0].ID != "late" || got[0].SessionID != sid || got[0].Epoch != 3 {
+		t.Fatalf("releases %+v; want one of late, epoch 3, session %s", got, sid)
 	}
 }

@@ -53,10 +53,7 @@ func (w *Worker) Release(ctx context.Context, namespace, id string, epoch uint64
 		sid = w.releaseSession()
 	}
 	body := wire.ReleaseRequest{ClientID: w.clientID, Namespace: namespace, ID: id, SessionID: sid, Epoch: epoch}
-	if w.later.queue(body) {
-		// A Shutdown runs: sent in the background, or freed with the
-		// session's deregistration (laterReleases).
-		w.m.releases[resultDeferred].Inc()
+	if w.queueRelease(body) {
 		return nil
 	}
 	wait := w.cfg.ReleaseBackoff
@@ -111,6 +108,31 @@ func (w *Worker) Release(ctx context.Context, namespace, id string, epoch uint64
 	w.m.releases[resultGaveUp].Inc()
 	gaveUp = last.describe() // logged by giveUps, one line for every overlapping give-up
 	return fmt.Errorf("cannot release %s after %d attempts: %s", wire.PlacementName(namespace, id), made, last.describe())
+}
+
+// QueueRelease implements host.ReleaseQueuer: while a Shutdown runs, it
+// queues the release of (namespace, id) at epoch, naming the session whose
+// values lease carries (else the current or last one), and reports true;
+// otherwise it does nothing and reports false (the host calls Release).
+func (w *Worker) QueueRelease(lease context.Context, namespace, id string, epoch uint64) bool {
+	sid, ok := "", false
+	if lease != nil {
+		sid, ok = SessionOf(lease)
+	}
+	if !ok {
+		sid = w.releaseSession()
+	}
+	return w.queueRelease(wire.ReleaseRequest{ClientID: w.clientID, Namespace: namespace, ID: id, SessionID: sid, Epoch: epoch})
+}
+
+// queueRelease queues req while a Shutdown runs: sent in the background, or
+// freed with the session's deregistration (laterReleases).
+func (w *Worker) queueRelease(req wire.ReleaseRequest) bool {
+	if !w.later.queue(req) {
+		return false
+	}
+	w.m.releases[resultDeferred].Inc()
+	return true
 }
 
 // isClosed reports whether ch is closed.
