@@ -328,3 +328,42 @@ func BenchmarkRoutingFieldsParse(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkCloseIdleMany: closing 200 000 idle instances at once (a worker's
+// shutdown), per instance: CloseIdle, then every teardown. Run it with
+// -benchtime=1x.
+func BenchmarkCloseIdleMany(b *testing.B) {
+	const n = 200_000
+	b.ReportAllocs()
+	for b.Loop() {
+		b.StopTimer()
+		r := NewRoutes[*emptyObj]()
+		r.GET("/", func(*emptyObj, *Ctx) error { return nil })
+		var torn atomic.Int64
+		h, err := New(Config{Namespace: "/m", MaxInstances: n, Logger: slog.New(slog.DiscardHandler)},
+			Type[*emptyObj]{New: func(*Instance) (*emptyObj, error) { return &emptyObj{}, nil }, Routes: r,
+				Teardown: func(*emptyObj) { torn.Add(1) }})
+		if err != nil {
+			b.Fatal(err)
+		}
+		rc := requestCtx("GET", "/m/x/")
+		uri := make([]byte, 0, 64)
+		for i := range n {
+			uri = fmt.Appendf(uri[:0], "/m/id-%07d/", i)
+			rc.Request.SetRequestURIBytes(uri)
+			rc.Response.Reset()
+			h.Handler(rc)
+		}
+		runtime.GC()
+		b.StartTimer()
+		start := time.Now()
+		h.CloseIdle(EvictIdle)
+		if err := h.Close(context.Background()); err != nil {
+			b.Fatal(err)
+		}
+		b.ReportMetric(float64(time.Since(start).Nanoseconds())/n, "ns/instance")
+		if torn.Load() != n {
+			b.Fatalf("%d teardowns; want %d", torn.Load(), n)
+		}
+	}
+}
