@@ -15,14 +15,14 @@ const (
 )
 
 // choose picks the session for a new placement among live: eligible are the
-// sessions that are verified, not superseded, not draining and have a usable
-// advertise URL; among the best non-empty tier it takes two at random and
+// sessions that are verified, not superseded, not draining, not exclude
+// (a holder found gone) and have a usable advertise URL; among the best non-empty tier it takes two at random and
 // keeps the one with more headroom (power of two choices, which spreads a
 // burst of new ids without herding onto the roomiest worker, whose headroom
 // the store only learns at its next heartbeat). The headroom used is the
 // heartbeat's minus the placements this resolver made on the session since.
 // It returns -1 when no session is eligible.
-func (r *Resolver) choose(live []store.Session) int {
+func (r *Resolver) choose(live []store.Session, exclude string) int {
 	now := r.clock.Now()
 	var (
 		byTier [tiers][]int
@@ -31,7 +31,7 @@ func (r *Resolver) choose(live []store.Session) int {
 	r.mu.Lock()
 	for i := range live {
 		s := &live[i]
-		if !s.Verified || s.Superseded || s.Draining {
+		if !s.Verified || s.Superseded || s.Draining || s.ID == exclude {
 			continue
 		}
 		if _, bad := r.unusable[s.ID]; bad {

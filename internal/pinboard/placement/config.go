@@ -123,9 +123,10 @@ type Config struct {
 	// lags registrations, drains and headroom by at most this much; a
 	// holder missing from the list is still read on its own, a death probe's
 	// verdict still applies at once, a miss that finds no candidate in a
-	// reused list reads the sessions again, and so does a recheck (the proxy
-	// could not reach the holder, or it refused the route: a reused list
-	// may still hold a session that deregistered). The pinboard sets
+	// reused list reads the sessions again, and a recheck (the proxy could
+	// not reach the holder, or it refused the route) reads the holder's
+	// session itself (a reused list may still hold a session that
+	// deregistered). The pinboard sets
 	// DefaultSessionsReuse.
 	SessionsReuse time.Duration
 	// OnMoved, when set, is called by Run after it read the holder of a

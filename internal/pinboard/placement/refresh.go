@@ -88,7 +88,7 @@ func (r *Resolver) refresh(ctx context.Context, key string) {
 		pl, until, err = r.refreshRead(ctx, ns, id)
 	}
 	if err == nil && pl.Session == cur.Session.ID && pl.Epoch == cur.Epoch {
-		sess, gone, err = r.holderSession(ctx, key, pl.Session, live)
+		sess, gone, err = r.holderSession(ctx, key, pl.Session, live, false)
 	}
 	switch {
 	case err != nil:

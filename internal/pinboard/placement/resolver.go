@@ -439,11 +439,11 @@ func (r *Resolver) load(key string, name []byte) (proxy.Route, error) {
 	// after it refuses the Put below (the second-level-cache race).
 	tok := r.cache.Begin(name)
 	// A recheck (the proxy could not reach the holder, or it refused the
-	// route) reads the sessions afresh: a reused list may still hold a
-	// session that deregistered a moment ago, and would send the request
-	// back to it.
+	// route) reads the holder's session itself rather than trust a reused
+	// list, which may still hold a session that deregistered a moment ago
+	// and would send the request back to it (holderSession).
 	rf, rechecking := r.recheck(key)
-	live, reused, err := r.namespaceSessions(ctx, ns, rechecking)
+	live, reused, err := r.namespaceSessions(ctx, ns, false)
 	if err == nil && reused && len(live) == 0 {
 		live, reused, err = r.namespaceSessions(ctx, ns, true) // a worker may have registered since
 	}
@@ -465,7 +465,7 @@ func (r *Resolver) load(key string, name []byte) (proxy.Route, error) {
 		claim bool // c may take the id: read or claim in one step
 	)
 	if !rechecking {
-		c, sess, claim = r.candidate(live)
+		c, sess, claim = r.candidate(live, "")
 		if !claim && reused {
 			// No session of the reused list may take a new id: a worker
 			// may have registered, or come back from full, since.
@@ -475,7 +475,7 @@ func (r *Resolver) load(key string, name []byte) (proxy.Route, error) {
 			if len(live) == 0 {
 				return proxy.Route{}, r.unserved(ctx, key, ns)
 			}
-			c, sess, claim = r.candidate(live)
+			c, sess, claim = r.candidate(live, "")
 		}
 	}
 	if claim {
@@ -501,9 +501,10 @@ func (r *Resolver) load(key string, name []byte) (proxy.Route, error) {
 	// pick chooses the session for a new placement; when a reused list has
 	// none, the sessions are read again first (a worker may have
 	// registered since: the list can be older than SessionsReuse while a
-	// listing is in flight).
-	pick := func() (string, *proxy.Session, error) {
-		if c, sess, ok := r.candidate(live); ok || !reused {
+	// listing is in flight). exclude is a holder found gone, which a reused
+	// list may still offer.
+	pick := func(exclude string) (string, *proxy.Session, error) {
+		if c, sess, ok := r.candidate(live, exclude); ok || !reused {
 			if !ok {
 				return "", nil, r.noWorker(ns)
 			}
@@ -513,14 +514,14 @@ func (r *Resolver) load(key string, name []byte) (proxy.Route, error) {
 		if live, reused, err = r.namespaceSessions(ctx, ns, true); err != nil {
 			return "", nil, r.storeErr(key, "cannot list the namespace's sessions", err)
 		}
-		return r.pick(ns, live)
+		return r.pick(ns, live, exclude)
 	}
 	for range maxRounds {
 		if pl.Session == "" {
 			// A placement read before is gone (a lost replace, or the
 			// read-only path above): claim it. The first claim wins; a
 			// loser learns the winner from the reply.
-			c, sess, err := pick()
+			c, sess, err := pick("")
 			if err != nil {
 				return proxy.Route{}, err
 			}
@@ -536,7 +537,7 @@ func (r *Resolver) load(key string, name []byte) (proxy.Route, error) {
 			continue
 		}
 		holder := pl.Session
-		sess, gone, err := r.holderSession(ctx, key, holder, live)
+		sess, gone, err := r.holderSession(ctx, key, holder, live, rechecking)
 		if err != nil {
 			return proxy.Route{}, err
 		}
@@ -574,7 +575,7 @@ func (r *Resolver) load(key string, name []byte) (proxy.Route, error) {
 		// ended), so the placement is taken over, compare-and-set from the
 		// dead session.
 		r.dropSession(holder, "expired")
-		c, sess, err := pick()
+		c, sess, err := pick(holder)
 		if err != nil {
 			return proxy.Route{}, err
 		}
@@ -619,8 +620,10 @@ func (r *Resolver) freshUntil() time.Time {
 }
 
 // holderSession returns the holder's session, or gone when the store no
-// longer has it.
-func (r *Resolver) holderSession(ctx context.Context, key, holder string, live []store.Session) (sess *proxy.Session, gone bool, err error) {
+// longer has it. verify reads the session from the store even when live
+// lists it (a recheck: live may be a reused list, older than the holder's
+// deregistration).
+func (r *Resolver) holderSession(ctx context.Context, key, holder string, live []store.Session, verify bool) (sess *proxy.Session, gone bool, err error) {
 	r.mu.Lock()
 	_, dead := r.dead[holder]
 	r.mu.Unlock()
@@ -629,7 +632,7 @@ func (r *Resolver) holderSession(ctx context.Context, key, holder string, live [
 		return nil, true, nil
 	}
 	for i := range live {
-		if live[i].ID == holder {
+		if !verify && live[i].ID == holder {
 			sess, err := r.sessionFor(&live[i])
 			return sess, false, err
 		}
@@ -647,10 +650,10 @@ func (r *Resolver) holderSession(ctx context.Context, key, holder string, live [
 	return sess, false, err
 }
 
-// pick chooses a session for a new placement among live and returns its id
-// and proxy session, or the no-worker error.
-func (r *Resolver) pick(ns string, live []store.Session) (string, *proxy.Session, error) {
-	if c, sess, ok := r.candidate(live); ok {
+// pick chooses a session for a new placement among live, other than
+// exclude, and returns its id and proxy session, or the no-worker error.
+func (r *Resolver) pick(ns string, live []store.Session, exclude string) (string, *proxy.Session, error) {
+	if c, sess, ok := r.candidate(live, exclude); ok {
 		return c, sess, nil
 	}
 	return "", nil, r.noWorker(ns)
@@ -658,9 +661,9 @@ func (r *Resolver) pick(ns string, live []store.Session) (string, *proxy.Session
 
 // candidate is pick without the error: false when no session in live may
 // take a new placement.
-func (r *Resolver) candidate(live []store.Session) (string, *proxy.Session, bool) {
+func (r *Resolver) candidate(live []store.Session, exclude string) (string, *proxy.Session, bool) {
 	for range len(live) {
-		i := r.choose(live)
+		i := r.choose(live, exclude)
 		if i < 0 {
 			break
 		}

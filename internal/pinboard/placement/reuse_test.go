@@ -100,20 +100,31 @@ func TestSessionsReuseOff(t *testing.T) {
 	}
 }
 
-// A recheck (the proxy could not reach the holder) lists the sessions
-// afresh: inside a reuse window the list may still hold a session that has
-// just deregistered, and would send the request back to it. Here a
-// deregisters while b has registered since the list was read: the ids of a
-// go to b at their first recheck, not back to a, and not "no worker".
-func TestRecheckListsSessionsAfresh(t *testing.T) {
+// A recheck (the proxy could not reach the holder) reads the holder's
+// session itself instead of trusting a reused list, which may still hold a
+// session that has just deregistered and would send the request back to
+// it, and takes over from a gone holder without choosing it again from
+// that list. A recheck of a live holder lists nothing (a thousand workers
+// cost one decode per reuse window, rechecks included). Here a deregisters
+// while b has registered since the list was read: the ids of a go to b at
+// their first recheck, not back to a, and not "no worker".
+func TestRecheckVerifiesTheHolder(t *testing.T) {
 	e := newEnv(t, "memory")
 	a := startHost(t, "a", e.fl)
 	sa := e.register(a, 100)
-	pb := e.pinboard(func(c *placement.Config) { c.SessionsReuse = time.Minute }, nil)
+	ls := &listingStore{}
+	pb := e.pinboard(func(c *placement.Config) { c.SessionsReuse = time.Minute }, func(s store.Store) store.Store { ls.Store = s; return ls })
 	name := []byte(ns + "/x0")
 	rt, err := pb.res.Resolve(context.Background(), name)
 	if err != nil || rt.Session.ID != sa {
 		t.Fatalf("Resolve(x0) = %+v, %v; want %s", rt, err, sa)
+	}
+	pb.res.Refused(name, rt, wire.ReasonUnreachable)
+	if again, err := pb.res.Resolve(context.Background(), name); err != nil || again.Session.ID != sa {
+		t.Fatalf("Resolve(x0) after a refusal by its live holder = %+v, %v; want %s", again, err, sa)
+	}
+	if n := ls.lists.Load(); n != 1 {
+		t.Fatalf("a recheck of a live holder listed the sessions again (%d listings); want 1", n)
 	}
 	b := startHost(t, "b", e.fl)
 	sb := e.register(b, 100)
