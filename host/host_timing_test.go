@@ -241,18 +241,12 @@ func idleInstanceMemory(b *testing.B, n int) float64 {
 	}
 	defer h.Close(context.Background())
 	rc := requestCtx("GET", "/m/x/")
-	uri := make([]byte, 0, 64)
 	// Warm the pools and maps with one instance.
 	serveOnce(b, h.Handler, rc, 200)
 	var before, after runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&before)
-	for i := range n {
-		uri = fmt.Appendf(uri[:0], "/m/id-%07d/", i)
-		rc.Request.SetRequestURIBytes(uri)
-		rc.Response.Reset()
-		h.Handler(rc)
-	}
+	activateIdle(h, rc, n)
 	runtime.GC()
 	runtime.ReadMemStats(&after)
 	if h.Len() != n+1 {
@@ -346,14 +340,7 @@ func BenchmarkCloseIdleMany(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		rc := requestCtx("GET", "/m/x/")
-		uri := make([]byte, 0, 64)
-		for i := range n {
-			uri = fmt.Appendf(uri[:0], "/m/id-%07d/", i)
-			rc.Request.SetRequestURIBytes(uri)
-			rc.Response.Reset()
-			h.Handler(rc)
-		}
+		activateIdle(h, requestCtx("GET", "/m/x/"), n)
 		runtime.GC()
 		b.StartTimer()
 		start := time.Now()
@@ -365,5 +352,17 @@ func BenchmarkCloseIdleMany(b *testing.B) {
 		if torn.Load() != n {
 			b.Fatalf("%d teardowns; want %d", torn.Load(), n)
 		}
+	}
+}
+
+// activateIdle activates n instances of h's namespace /m (ids id-0000000,
+// id-0000001, ...) with GETs through rc, which leaves them idle.
+func activateIdle(h *Host, rc *fasthttp.RequestCtx, n int) {
+	uri := make([]byte, 0, 64)
+	for i := range n {
+		uri = fmt.Appendf(uri[:0], "/m/id-%07d/", i)
+		rc.Request.SetRequestURIBytes(uri)
+		rc.Response.Reset()
+		h.Handler(rc)
 	}
 }

@@ -70,20 +70,14 @@ func (l *laterReleases) take(max int) ([]wire.ReleasedItem, releaseKey) {
 	q := l.queues[k]
 	i, size := 0, 0
 	for ; i < len(q) && i < max; i++ {
-		n := 2*len(q[i].ID) + 40 // as releaseBatcher.take
+		n := releaseItemSize(q[i].ID)
 		if i > 0 && size+n > releaseBodyBudget {
 			break
 		}
 		size += n
 	}
 	batch := q[:i:i]
-	if q = q[i:]; len(q) == 0 {
-		delete(l.queues, k)
-		l.keys = l.keys[1:]
-	} else {
-		l.queues[k] = q
-		l.keys = append(l.keys[1:], k)
-	}
+	l.keys = advance(l.queues, l.keys, q[i:])
 	l.n -= len(batch)
 	if l.n > 0 {
 		// More is queued: wake another sender, so that up to

@@ -201,9 +201,7 @@ func (b *releaseBatcher) take() ([]*pendingRelease, releaseKey) {
 		if it.gone {
 			continue
 		}
-		// {"id":"…","epoch":18446744073709551615}, with every byte of
-		// the id escaped in the worst case.
-		n := 2*len(it.req.ID) + 40
+		n := releaseItemSize(it.req.ID)
 		if len(batch) > 0 && size+n > releaseBodyBudget {
 			break
 		}
@@ -212,16 +210,27 @@ func (b *releaseBatcher) take() ([]*pendingRelease, releaseKey) {
 		batch = append(batch, it)
 	}
 	clear(q[:i])
-	if q = q[i:]; len(q) == 0 {
-		delete(b.queues, k)
-		b.keys = b.keys[1:]
-	} else {
-		b.queues[k] = q
-		// The key goes to the back: a busy (namespace, session) does not
-		// starve the others.
-		b.keys = append(b.keys[1:], k)
-	}
+	b.keys = advance(b.queues, b.keys, q[i:])
 	return batch, k
+}
+
+// releaseItemSize bounds the bytes one release adds to a batch's body:
+// {"id":"…","epoch":18446744073709551615}, with every byte of the id
+// escaped in the worst case.
+func releaseItemSize(id string) int { return 2*len(id) + 40 }
+
+// advance stores rest as what is left of the queue of keys[0], the key a
+// batch was just taken from, and returns the keys: that key goes to the
+// back (a busy (namespace, session) does not starve the others), or away
+// when its queue is empty.
+func advance[T any](queues map[releaseKey][]T, keys []releaseKey, rest []T) []releaseKey {
+	k := keys[0]
+	if len(rest) == 0 {
+		delete(queues, k)
+		return keys[1:]
+	}
+	queues[k] = rest
+	return append(keys[1:], k)
 }
 
 // post makes one POST /registry/releases for batch and answers each of its
