@@ -42,7 +42,10 @@ var ErrReleaseRefused = errors.New("the pinboard refused the release")
 // current session).
 // Transport errors, 5xx, 408 and 429 are retried; other answers are not.
 // A give-up is logged once for every release that overlapped it (giveUpLog).
-// Release is safe for concurrent use and works with or without Run.
+// While a Shutdown runs, Release queues the release and returns nil at once
+// (QueueRelease: sent in the background, or freed by the deregistration
+// that ends the Shutdown). Release is safe for concurrent use and works with
+// or without Run.
 func (w *Worker) Release(ctx context.Context, namespace, id string, epoch uint64) (err error) {
 	w.giveUps.begin()
 	var gaveUp string // the reason, when this call gives up
