@@ -98,8 +98,8 @@ func TestPlaceCommandCost(t *testing.T) {
 // TestPlacementCountsCostIsFlat: PlacementCounts reads the namespaces'
 // count fields of the session's index with one HMGET, whatever the number
 // of placements the index holds (the registry's worker list reads it for
-// every session: an HGETALL of a million fields blocked Redis long enough
-// to cost a worker its lease).
+// every session: an HGETALL would send a field per placement, a million
+// for a worker holding a million ids, on Redis's one thread).
 func TestPlacementCountsCostIsFlat(t *testing.T) {
 	srv := redistest.Start(t)
 	adm := admin(t, srv)
