@@ -504,15 +504,14 @@ func (r *Resolver) load(key string, name []byte) (proxy.Route, error) {
 	// listing is in flight). exclude is a holder found gone, which a reused
 	// list may still offer.
 	pick := func(exclude string) (string, *proxy.Session, error) {
-		if c, sess, ok := r.candidate(live, exclude); ok || !reused {
-			if !ok {
-				return "", nil, r.noWorker(ns)
+		if reused {
+			if c, sess, ok := r.candidate(live, exclude); ok {
+				return c, sess, nil
 			}
-			return c, sess, nil
-		}
-		var err error
-		if live, reused, err = r.namespaceSessions(ctx, ns, true); err != nil {
-			return "", nil, r.storeErr(key, "cannot list the namespace's sessions", err)
+			var err error
+			if live, reused, err = r.namespaceSessions(ctx, ns, true); err != nil {
+				return "", nil, r.storeErr(key, "cannot list the namespace's sessions", err)
+			}
 		}
 		return r.pick(ns, live, exclude)
 	}
