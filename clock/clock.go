@@ -53,6 +53,18 @@ func (i Instant) Elapsed(anchor Instant, d time.Duration) bool { return i.Sub(an
 // Wall returns the wall-clock reading as a time.Time (no monotonic part).
 func (i Instant) Wall() time.Time { return time.Unix(0, i.wall) }
 
+// Split returns i's monotonic and wall readings relative to base, for
+// storing many Instants compactly (a cache keeps one per entry); base.Join
+// inverts it.
+func (i Instant) Split(base Instant) (mono, wall time.Duration) {
+	return time.Duration(i.mono - base.mono), time.Duration(i.wall - base.wall)
+}
+
+// Join returns the Instant that Split(base) turned into mono and wall.
+func (base Instant) Join(mono, wall time.Duration) Instant {
+	return Instant{mono: base.mono + int64(mono), wall: base.wall + int64(wall)}
+}
+
 // UnixMilli returns the wall reading in unix milliseconds.
 func (i Instant) UnixMilli() int64 { return i.wall / int64(time.Millisecond) }
 

@@ -151,3 +151,20 @@ func TestSleep(t *testing.T) {
 	}
 	noTimer("after stop")
 }
+
+// Split and Join are inverses, on both scales, whichever way the wall
+// clock moved.
+func TestSplitJoin(t *testing.T) {
+	f := NewFake(time.Unix(1000, 0))
+	base := f.Now()
+	f.Advance(3 * time.Second)
+	f.StepWall(-time.Hour)
+	i := f.Now()
+	mono, wall := i.Split(base)
+	if mono != 3*time.Second || wall != 3*time.Second-time.Hour {
+		t.Fatalf("Split = %v, %v; want 3s, 3s-1h", mono, wall)
+	}
+	if got := base.Join(mono, wall); got != i {
+		t.Fatalf("Join(Split) = %+v; want %+v", got, i)
+	}
+}

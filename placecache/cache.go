@@ -49,8 +49,13 @@ type Config struct {
 
 // Cache maps names to values of type V. It is safe for concurrent use.
 type Cache[V any] struct {
-	name     string
-	seed     maphash.Seed
+	name string
+	// seed hashes a name into its key (and its shard: the key's low
+	// bits); check hashes it into entry.check. See "Keys" in the package
+	// documentation.
+	seed, check maphash.Seed
+	// base is the Instant entries' times are stored relative to.
+	base     clock.Instant
 	shards   []shard[V]
 	mask     uint64
 	perShard int
@@ -64,16 +69,20 @@ type Cache[V any] struct {
 	due   []atomic.Uint64
 }
 
+// entry is one cached value: 24 bytes besides V (16 for the proxy's route).
 type entry[V any] struct {
-	v  V
-	at clock.Instant
+	v V
+	// mono and wall are the entry's time (its Put, or earlier for
+	// PutUntil), nanoseconds after the cache's base on either scale.
+	mono, wall int64
+	check      uint64 // the name's second hash: another name's entry under the same key is a miss
 }
 
 // shard is padded so that two shards' hot fields never share a cache line.
 type shard[V any] struct {
 	mu  sync.RWMutex
-	m   map[string]entry[V]
-	seq uint64 // guarded by mu; bumped by every invalidation of the shard
+	m   table[entry[V]] // keyed by the name's hash (Cache.seed)
+	seq uint64          // guarded by mu; bumped by every invalidation of the shard
 
 	hits, misses, invalidations, evictions, refused, refreshes atomic.Uint64
 	_                                                          [64]byte
@@ -111,6 +120,7 @@ func New[V any](cfg Config) (*Cache[V], error) {
 	c := &Cache[V]{
 		name:     cfg.Name,
 		seed:     maphash.MakeSeed(),
+		check:    maphash.MakeSeed(),
 		shards:   make([]shard[V], n),
 		mask:     uint64(n - 1),
 		perShard: max(1, (cfg.MaxEntries+n-1)/n),
@@ -118,11 +128,9 @@ func New[V any](cfg Config) (*Cache[V], error) {
 		clock:    clock.Or(cfg.Clock),
 		ahead:    cfg.RefreshAhead,
 	}
+	c.base = c.clock.Now()
 	if c.ahead > 0 {
 		c.due = make([]atomic.Uint64, dueSlots)
-	}
-	for i := range c.shards {
-		c.shards[i].m = make(map[string]entry[V])
 	}
 	if cfg.Metrics != nil {
 		cfg.Metrics.RegisterMetricsWriter(c.writeMetrics)
@@ -133,14 +141,27 @@ func New[V any](cfg Config) (*Cache[V], error) {
 // dueSlots is the size of the refresh table (Config.RefreshAhead): 64 KiB.
 const dueSlots = 1 << 13
 
-func (c *Cache[V]) shardOf(name []byte) (uint32, *shard[V]) {
-	i := uint32(maphash.Bytes(c.seed, name) & c.mask)
-	return i, &c.shards[i]
+// key returns name's key, the index of its shard, and the shard.
+func (c *Cache[V]) key(name []byte) (uint64, uint32, *shard[V]) {
+	h := maphash.Bytes(c.seed, name)
+	i := uint32(h & c.mask)
+	return h, i, &c.shards[i]
 }
 
-func (c *Cache[V]) shardOfString(name string) (uint32, *shard[V]) {
-	i := uint32(maphash.String(c.seed, name) & c.mask)
-	return i, &c.shards[i]
+// checkOf is name's second hash, kept in its entry.
+func (c *Cache[V]) checkOf(name []byte) uint64 {
+	return maphash.Bytes(c.check, name)
+}
+
+// at is the time e was stored at (see entry).
+func (c *Cache[V]) at(e *entry[V]) clock.Instant {
+	return c.base.Join(time.Duration(e.mono), time.Duration(e.wall))
+}
+
+// stamped returns an entry of v stored at at.
+func (c *Cache[V]) stamped(v V, check uint64, at clock.Instant) entry[V] {
+	mono, wall := at.Split(c.base)
+	return entry[V]{v: v, mono: int64(mono), wall: int64(wall), check: check}
 }
 
 // Now reads the cache's clock. Callers that already hold a fresh reading
@@ -176,10 +197,14 @@ func (c *Cache[V]) GetAhead(name []byte, now clock.Instant) (v V, ok, refresh bo
 	h := maphash.Bytes(c.seed, name)
 	s := &c.shards[h&c.mask]
 	s.mu.RLock()
-	e, found := s.m[string(name)]
+	e, found := s.m.get(tableKey(h))
 	s.mu.RUnlock()
-	age := now.Sub(e.at)
-	if !found || age >= c.ttl {
+	if !found || e.check != c.checkOf(name) {
+		s.misses.Add(1)
+		return v, false, false
+	}
+	age := now.Sub(c.at(&e))
+	if age >= c.ttl {
 		s.misses.Add(1)
 		return v, false, false
 	}
@@ -188,7 +213,7 @@ func (c *Cache[V]) GetAhead(name []byte, now clock.Instant) (v V, ok, refresh bo
 		return e.v, true, false
 	}
 	// The stamp names this entry: a refreshed entry has another at.
-	stamp := (h ^ uint64(e.at.Wall().UnixNano())) | 1
+	stamp := (h ^ uint64(e.mono)) | 1
 	slot := &c.due[(h>>32)&(dueSlots-1)]
 	if old := slot.Load(); old == stamp || !slot.CompareAndSwap(old, stamp) {
 		return e.v, true, false
@@ -207,11 +232,11 @@ func (c *Cache[V]) Peek(name []byte, now clock.Instant) (V, bool) {
 
 // lookup is Get's and Peek's read: the live value of name, and its shard.
 func (c *Cache[V]) lookup(name []byte, now clock.Instant) (V, bool, *shard[V]) {
-	_, s := c.shardOf(name)
+	h, _, s := c.key(name)
 	s.mu.RLock()
-	e, ok := s.m[string(name)]
+	e, ok := s.m.get(tableKey(h))
 	s.mu.RUnlock()
-	if ok && now.Sub(e.at) < c.ttl {
+	if ok && e.check == c.checkOf(name) && now.Sub(c.at(&e)) < c.ttl {
 		return e.v, true, s
 	}
 	var zero V
@@ -221,7 +246,7 @@ func (c *Cache[V]) lookup(name []byte, now clock.Instant) (V, bool, *shard[V]) {
 // Begin captures the shard's invalidation sequence for name. Call it before
 // reading the store, and pass the token to Put.
 func (c *Cache[V]) Begin(name []byte) Token {
-	i, s := c.shardOf(name)
+	_, i, s := c.key(name)
 	s.mu.RLock()
 	seq := s.seq
 	s.mu.RUnlock()
@@ -239,7 +264,7 @@ func (c *Cache[V]) Put(name []byte, v V, t Token) bool {
 // is then served until that time or for the TTL, whichever ends first. A
 // zero until is Put.
 func (c *Cache[V]) PutUntil(name []byte, v V, t Token, until time.Time) bool {
-	i, s := c.shardOf(name)
+	h, i, s := c.key(name)
 	if i != t.shard {
 		panic("placecache: Put with a token from another name")
 	}
@@ -258,42 +283,52 @@ func (c *Cache[V]) PutUntil(name []byte, v V, t Token, until time.Time) bool {
 		s.refused.Add(1)
 		return false
 	}
-	if _, ok := s.m[string(name)]; !ok && len(s.m) >= c.perShard {
-		c.evictLocked(s, now)
+	e := c.stamped(v, c.checkOf(name), at)
+	k := tableKey(h)
+	if s.m.n >= c.perShard && !s.m.has(k) {
+		c.evictLocked(s, k, now)
 	}
-	s.m[string(name)] = entry[V]{v: v, at: at}
+	s.m.put(k, e)
 	return true
 }
 
-// evictLocked removes one entry: an expired one among the first few the map
-// yields, else the first. Go randomises map iteration order, so the victim is
-// effectively random.
-func (c *Cache[V]) evictLocked(s *shard[V], now clock.Instant) {
+// evictLocked removes one entry: an expired one among the first few
+// occupied slots from the home of k (the key being inserted, so a position
+// as random as the hash), else the first of them.
+func (c *Cache[V]) evictLocked(s *shard[V], k uint64, now clock.Instant) {
 	const probes = 8
-	var victim string
-	n := 0
-	for k, e := range s.m {
-		if n == 0 {
-			victim = k
+	t := &s.m
+	victim, seen := -1, 0
+	for i, left := t.home(k), len(t.slots); left > 0 && seen < probes; left-- {
+		if t.slots[i].key != 0 {
+			if victim < 0 {
+				victim = i
+			}
+			if now.Sub(c.at(&t.slots[i].e)) >= c.ttl {
+				victim = i
+				break
+			}
+			seen++
 		}
-		if now.Sub(e.at) >= c.ttl {
-			victim = k
-			break
-		}
-		if n++; n == probes {
-			break
+		if i++; i == len(t.slots) {
+			i = 0
 		}
 	}
-	delete(s.m, victim)
-	s.evictions.Add(1)
+	if victim >= 0 {
+		t.removeAt(victim)
+		s.evictions.Add(1)
+	}
 }
 
 // Invalidate drops name and refuses every in-flight Put into its shard.
 func (c *Cache[V]) Invalidate(name string) {
-	_, s := c.shardOfString(name)
+	h := maphash.String(c.seed, name)
+	s := &c.shards[h&c.mask]
 	s.mu.Lock()
 	s.seq++
-	delete(s.m, name)
+	// An entry of another name under the same key goes too: a cache may
+	// always forget.
+	s.m.del(tableKey(h))
 	s.mu.Unlock()
 	s.invalidations.Add(1)
 }
@@ -302,11 +337,12 @@ func (c *Cache[V]) Invalidate(name string) {
 // example: still points at the endpoint that just refused the request), and
 // refuses in-flight Puts into its shard either way.
 func (c *Cache[V]) InvalidateIf(name []byte, match func(V) bool) {
-	_, s := c.shardOf(name)
+	h, _, s := c.key(name)
+	check := c.checkOf(name)
 	s.mu.Lock()
 	s.seq++
-	if e, ok := s.m[string(name)]; ok && match(e.v) {
-		delete(s.m, string(name))
+	if e, ok := s.m.get(tableKey(h)); ok && e.check == check && match(e.v) {
+		s.m.del(tableKey(h))
 	}
 	s.mu.Unlock()
 	s.invalidations.Add(1)
@@ -318,7 +354,7 @@ func (c *Cache[V]) InvalidateAll() {
 		s := &c.shards[i]
 		s.mu.Lock()
 		s.seq++
-		clear(s.m)
+		s.m.clear()
 		s.mu.Unlock()
 		s.invalidations.Add(1)
 	}
@@ -331,7 +367,7 @@ func (c *Cache[V]) Len() int {
 	for i := range c.shards {
 		s := &c.shards[i]
 		s.mu.RLock()
-		n += len(s.m)
+		n += s.m.n
 		s.mu.RUnlock()
 	}
 	return n

@@ -347,3 +347,75 @@ func TestMetrics(t *testing.T) {
 		}
 	}
 }
+
+// Entries store their time compactly (see entry): whatever the wall clock
+// did before a Put, the entry is served for its TTL and no longer, and a
+// later suspend still ends it.
+func TestTTLAfterWallSteps(t *testing.T) {
+	for _, step := range []time.Duration{
+		-1500 * time.Microsecond, // a fraction of a second, back and forth
+		700 * time.Millisecond,
+		-3 * time.Hour,
+		400 * 24 * time.Hour,
+		-400 * 24 * time.Hour,
+	} {
+		t.Run(step.String(), func(t *testing.T) {
+			fc := clock.NewFake(time.Unix(1000, 0))
+			c := newCache(t, Config{TTL: 10 * time.Second, Clock: fc})
+			fc.StepWall(step)
+			name := []byte("/ns/a")
+			c.Put(name, "s", c.Begin(name))
+			fc.Advance(10*time.Second - time.Nanosecond)
+			if _, ok := c.Get(name, c.Now()); !ok {
+				t.Fatal("entry expired before its TTL")
+			}
+			fc.Advance(time.Nanosecond)
+			if _, ok := c.Get(name, c.Now()); ok {
+				t.Fatal("entry served at its TTL")
+			}
+			c.Put(name, "s", c.Begin(name))
+			fc.Suspend(11 * time.Second)
+			if _, ok := c.Get(name, c.Now()); ok {
+				t.Fatal("entry served after a suspend longer than its TTL")
+			}
+		})
+	}
+}
+
+// A name whose key (its first hash) holds another name's entry misses:
+// the second hash tells them apart, so a collision can never route one id
+// by another's placement. Two names with one 64-bit key cannot be found
+// by search, so the test plants the other name's entry under the key.
+func TestKeyCollisionIsAMiss(t *testing.T) {
+	c := newCache(t, Config{RefreshAhead: time.Second})
+	a, b := []byte("/ns/a"), []byte("/ns/b")
+	c.Put(a, "route of a", c.Begin(a))
+	ha, _, sa := c.key(a)
+	hb, _, sb := c.key(b)
+	sa.mu.Lock()
+	ea, _ := sa.m.get(tableKey(ha))
+	sa.mu.Unlock()
+	sb.mu.Lock()
+	sb.m.put(tableKey(hb), ea) // b's key now holds a's entry
+	sb.mu.Unlock()
+	now := c.Now()
+	if v, ok := c.Get(b, now); ok {
+		t.Fatalf("Get(b) = %q from a's entry", v)
+	}
+	if v, ok := c.Peek(b, now); ok {
+		t.Fatalf("Peek(b) = %q from a's entry", v)
+	}
+	if v, ok, _ := c.GetAhead(b, now); ok {
+		t.Fatalf("GetAhead(b) = %q from a's entry", v)
+	}
+	c.InvalidateIf(b, func(string) bool { return true })
+	sb.mu.Lock()
+	kept := sb.m.has(tableKey(hb))
+	sb.mu.Unlock()
+	if !kept {
+		t.Error("InvalidateIf(b) dropped a's entry")
+	}
+	if v, ok := c.Get(a, now); !ok || v != "route of a" {
+		t.Fatalf("Get(a) = %q, %v", v, ok)
+	}
+}
