@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -33,7 +34,8 @@ func (s *session) scaleDrainRow(ctx context.Context) ([]scaleReport, error) {
 			"lost its lease during the fill fenced itself, and that point does not measure a shutdown of n idle instances. The bench polls the pinboard (`GET /registry/workers` and its `/metrics`) every 20 ms. "+
 			"*released* counts `pinned_registry_releases_total{result=\"released\"}`; *all released* is when it reached n; *session gone* "+
 			"when A's session left Redis (deregistered, or expired); *re-placeable* is the earlier of the two (after it every id of A "+
-			"is placed anew on its next request). Then up to %d of A's ids are requested again (all must be served, by B). "+
+			"is placed anew on its next request; *session gone* waits for every session of A, so a session A lost and replaced during the "+
+			"shutdown counts until it was deregistered too: *deregistered* is then 2). Then up to %d of A's ids are requested again (all must be served, by B). "+
 			"*release calls/instance* is the registry's `pinned_registry_requests_total` of the endpoints `release` and `releases` (a batch) ÷ n "+
 			"(1 = one round trip each); Redis commands are `INFO commandstats` from the SIGTERM to the end (B's heartbeats and the bench's polls "+
 			"included). One run per point.", counterShutdownTimeout, replaceSample),
@@ -131,16 +133,23 @@ func (s *session) scaleDrain(ctx context.Context, n int) (scalePoint, error) {
 	if err != nil {
 		return p, err
 	}
-	if v["exit code"] != 0 {
-		// The log says which step ran out (the teardowns, a lost lease).
-		s.note("S8 at %d instances: worker A exited with status %.0f; the end of its log:\n\n```\n%s\n```", n, v["exit code"], tail([]byte(a.Log()), 3000))
-	}
 	s1, err := sr.snap()
 	if err != nil {
 		return p, err
 	}
 	v["released"] = s0.diff(s1, released)
 	v["deregistered"] = s0.diff(s1, dereg)
+	if v["deregistered"] > 1 {
+		s.note("S8 at %d instances: A deregistered %.0f sessions: it lost its lease during the shutdown, aborted the instances it still held, registered again and deregistered the replaced session after the last one; A's log of its shutdown:\n\n```\n%s\n```", n, v["deregistered"], shutdownLog(a.Log()))
+	} else if v["exit code"] == 0 && v["gone s"] > v["exit s"]+1 {
+		// A exits after its deregistration: a session that outlives it
+		// by more than a poll is worth the log of what A was told.
+		s.note("S8 at %d instances: A's session left the registry %.1f s after A exited; A's log of its shutdown:\n\n```\n%s\n```", n, v["gone s"]-v["exit s"], shutdownLog(a.Log()))
+	}
+	if v["exit code"] != 0 {
+		// The log says which step ran out (the teardowns, a lost lease).
+		s.note("S8 at %d instances: worker A exited with status %.0f; its log of its shutdown:\n\n```\n%s\n```", n, v["exit code"], shutdownLog(a.Log()))
+	}
 	v["release calls/instance"] = perOrNaN(s0.diff(s1, calls)+s0.diff(s1, batches), placed)
 	v["redis cmds/instance"] = perOrNaN(float64(s0.redis.to(s1.redis).commands), placed)
 	v["replaceable s"] = math.Min(v["gone s"], v["all released s"])
@@ -161,4 +170,24 @@ func (s *session) scaleDrain(ctx context.Context, n int) (scalePoint, error) {
 	s.logf("  %d instances: A exited after %.2f s (status %.0f), %.0f released, re-placeable after %.2f s, %.2f release calls/instance",
 		n, v["exit s"], v["exit code"], v["released"], v["replaceable s"], v["release calls/instance"])
 	return p, nil
+}
+
+// shutdownLog is what a worker's log says about its shutdown and its
+// lease: the lines of the steps and of the lease (a release's give-up is
+// logged once per instance and would bury them), then the last line.
+func shutdownLog(log string) string {
+	var keep []string
+	lines := strings.Split(strings.TrimRight(log, "\n"), "\n")
+	for _, l := range lines {
+		for _, k := range []string{"shutting down", "lease", "registered", "deregist", "closed idle", "aborted", "drain complete", "stopped", "failed"} {
+			if strings.Contains(l, k) && !strings.Contains(l, "release gave up") && !strings.Contains(l, "release failed") {
+				keep = append(keep, l)
+				break
+			}
+		}
+	}
+	if len(keep) > 40 {
+		keep = append(keep[:20:20], append([]string{"…"}, keep[len(keep)-20:]...)...)
+	}
+	return strings.Join(keep, "\n")
 }

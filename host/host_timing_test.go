@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net"
 	"runtime"
 	"strconv"
 	"sync/atomic"
@@ -327,6 +328,13 @@ func BenchmarkRoutingFieldsParse(b *testing.B) {
 // shutdown), per instance: CloseIdle, then every teardown. Run it with
 // -benchtime=1x.
 func BenchmarkCloseIdleMany(b *testing.B) {
+	b.Run("teardown=0", func(b *testing.B) { benchCloseIdleMany(b, 0) })
+	// A teardown of 10 µs: what a close costs a fleet-mode worker
+	// (docs/scale.md, S8), so that the closes take seconds.
+	b.Run("teardown=10µs", func(b *testing.B) { benchCloseIdleMany(b, 10*time.Microsecond) })
+}
+
+func benchCloseIdleMany(b *testing.B, spin time.Duration) {
 	const n = 200_000
 	b.ReportAllocs()
 	for b.Loop() {
@@ -336,7 +344,11 @@ func BenchmarkCloseIdleMany(b *testing.B) {
 		var torn atomic.Int64
 		h, err := New(Config{Namespace: "/m", MaxInstances: n, Logger: slog.New(slog.DiscardHandler)},
 			Type[*emptyObj]{New: func(*Instance) (*emptyObj, error) { return &emptyObj{}, nil }, Routes: r,
-				Teardown: func(*emptyObj) { torn.Add(1) }})
+				Teardown: func(*emptyObj) {
+					for t0 := time.Now(); time.Since(t0) < spin; {
+					}
+					torn.Add(1)
+				}})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -344,15 +356,78 @@ func BenchmarkCloseIdleMany(b *testing.B) {
 		runtime.GC()
 		b.StartTimer()
 		start := time.Now()
+		stopProbe, wakeMax := wakeProbe(b)
 		h.CloseIdle(EvictIdle)
 		if err := h.Close(context.Background()); err != nil {
 			b.Fatal(err)
 		}
 		b.ReportMetric(float64(time.Since(start).Nanoseconds())/n, "ns/instance")
+		stopProbe()
+		b.ReportMetric(float64(wakeMax().Microseconds())/1000, "wake-max-ms")
 		if torn.Load() != n {
 			b.Fatalf("%d teardowns; want %d", torn.Load(), n)
 		}
 	}
+}
+
+// wakeProbe measures, while it runs, how long a goroutine that the network
+// poller makes runnable waits for a CPU: a writer sends a byte over a
+// loopback TCP connection every millisecond and a reader, blocked in Read
+// as a worker's heartbeat or challenge handler waits for its socket,
+// notes how late each arrives. It returns how to stop it and the largest
+// wait.
+func wakeProbe(b *testing.B) (stop func(), worst func() time.Duration) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer ln.Close()
+	w, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		b.Fatal(err)
+	}
+	r, err := ln.Accept()
+	if err != nil {
+		b.Fatal(err)
+	}
+	var sent atomic.Int64
+	var late time.Duration
+	done, readerDone, writerDone := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	go func() { // reader: stops when w closes
+		defer close(readerDone)
+		buf := make([]byte, 1)
+		for {
+			if _, err := r.Read(buf); err != nil {
+				return
+			}
+			late = max(late, time.Duration(time.Now().UnixNano()-sent.Load()))
+		}
+	}()
+	go func() { // writer
+		defer close(writerDone)
+		t := time.NewTicker(time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				sent.Store(time.Now().UnixNano())
+				if _, err := w.Write([]byte{1}); err != nil {
+					return
+				}
+			}
+		}
+	}()
+	return func() {
+			close(done)
+			<-writerDone
+			w.Close()
+			<-readerDone
+			r.Close()
+		}, func() time.Duration {
+			return late
+		}
 }
 
 // activateIdle activates n instances of h's namespace /m (ids id-0000000,

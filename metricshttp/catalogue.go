@@ -24,6 +24,7 @@ var catalogue = []Family{
 	{"pinned_heartbeats_total", "counter", "result", "worker", "heartbeats by outcome: ok, late (acked after the retry interval), failed, unauthorized, reregister, superseded"},
 	{"pinned_registrations_total", "counter", "result", "worker", "registrations by outcome: ok, failed, unauthorized"},
 	{"pinned_releases_total", "counter", "result", "worker", "placement releases: ok, failed, unauthorized, gave_up; deferred counts the releases of instances closed during a Shutdown, queued and sent in the background (their outcome is counted again when sent; the rest were freed by the deregistration, or given up)"},
+	{"pinned_release_pauses_total", "counter", "", "worker", "pauses of a Shutdown's release senders while a heartbeat was late: the lease comes before the queued releases"},
 	{"pinned_deregistrations_total", "counter", "result", "worker", "deregistrations on shutdown: ok, failed, unauthorized, skipped (instances still tearing down)"},
 	{"pinned_lease_lost_total", "counter", "reason", "worker", "leases lost: expired, reregister, superseded, stopped, bad_timing"},
 	{"pinned_alarm_calls_total", "counter", "result", "worker", "alarm set/delete/list calls to the pinboard: ok, refused (not the holder, invalid, at the cap), failed (retried), unauthorized"},

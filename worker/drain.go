@@ -153,7 +153,10 @@ func (l *loop) driveDrain(now clock.Instant) {
 //     deregisters the session (POST /registry/deregister, one attempt
 //     within RequestTimeout), so the pinboard forgets it at once and
 //     re-places anything it still held: one call frees what the queued
-//     releases had not yet, and they are dropped. Shutdown returns once its
+//     releases had not yet, and they are dropped. Sessions that a new
+//     registration replaced (a lease lost, its instances aborted) are
+//     deregistered after it, so their ids need not wait for their leases
+//     either. Shutdown returns once its
 //     senders have stopped (they send what is left when the deregistration
 //     did not happen, by ctx's deadline). When instances had to be
 //     aborted and are still tearing down, or ctx's deadline has passed, it

@@ -226,6 +226,35 @@ func TestShutdownDeregisters(t *testing.T) {
 	}
 }
 
+// A session that a new registration replaced (the worker lost its lease,
+// aborted its instances and registered again) may still hold placements at
+// the pinboard until its lease runs out there. Shutdown, once every host
+// is empty, deregisters it too, after the last session.
+func TestShutdownDeregistersTheSessionsItReplaced(t *testing.T) {
+	h := newHarness(t)
+	old := h.register()
+	h.host.set(0, 3)
+	h.pb.onHeartbeat = func(int, wire.HeartbeatRequest) action { return action{nack: wire.NackReregister} }
+	h.advanceTo(3 * time.Second)
+	h.until("the lease loss", func() bool { return len(h.host.abortList()) == 1 })
+	h.pb.onHeartbeat = nil
+	h.until("the new session", func() bool { return len(h.pb.registerList()) == 2 && h.w.Session() != "" })
+	cur := h.w.Session()
+	if cur == old {
+		t.Fatalf("session %s after the loss; want a new one", cur)
+	}
+	if err := h.w.Shutdown(context.Background()); err != nil {
+		t.Fatalf("Shutdown() = %v; want nil", err)
+	}
+	got := h.pb.deregisterList()
+	if len(got) != 2 || got[0].SessionID != cur || got[1].SessionID != old {
+		t.Fatalf("deregister calls = %+v; want %s (the last session), then %s (the one it replaced)", got, cur, old)
+	}
+	if got := h.metric(`pinned_deregistrations_total{result="ok"}`); got != "2" {
+		t.Errorf(`pinned_deregistrations_total{result="ok"} = %s; want 2`, got)
+	}
+}
+
 // While aborted instances are still tearing down, Shutdown does not
 // deregister (their ids stay placed until the lease ends); a later
 // Shutdown, once they are gone, does.

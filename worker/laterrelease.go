@@ -7,6 +7,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/pinned-go/pinned/clock"
 	"github.com/pinned-go/pinned/host"
 	"github.com/pinned-go/pinned/internal/base/wire"
 )
@@ -165,6 +166,16 @@ func (s *laterSenders) run() {
 				w.m.releases[resultGaveUp].Add(n)
 			}
 		}
+		if w.heartbeatLate() {
+			// The lease comes first: a sender pauses while the last
+			// heartbeat is unanswered, so that its batches do not hold up
+			// the pinboard and Redis the heartbeat needs. (Past stop, it
+			// sends: the Shutdown is ending either way.)
+			w.m.laterPauses.Inc()
+			if !clock.Sleep(w.clock, w.cfg.RetryInterval, true, nil, s.stop) {
+				continue
+			}
+		}
 		batch, k := l.take(max(1, w.cfg.ReleaseBatch))
 		if len(batch) == 0 {
 			select {
@@ -179,6 +190,14 @@ func (s *laterSenders) run() {
 		}
 		w.postLater(k, batch)
 	}
+}
+
+// heartbeatLate reports whether no heartbeat was acknowledged for longer
+// than the heartbeat interval and one retry: the loop is retrying, and the
+// lease nears its local deadline.
+func (w *Worker) heartbeatLate() bool {
+	l := w.current.Load()
+	return l != nil && w.clock.Now().Sub(l.Sent) > w.cfg.HeartbeatInterval+w.cfg.RetryInterval
 }
 
 func (l *laterReleases) quitting() bool {

@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"strconv"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/pinned-go/pinned/internal/base/wire"
 )
 
 // releaseAtClose makes the fake host release n ids (epoch 7) at its first
@@ -192,5 +195,75 @@ func TestQueueRelease(t *testing.T) {
 	got := h.pb.releaseList()
 	if len(got) != 1 || got[0].ID != "late" || got[0].SessionID != sid || got[0].Epoch != 3 {
 		t.Fatalf("releases %+v; want one of late, epoch 3, session %s", got, sid)
+	}
+}
+
+// While a heartbeat goes unanswered past its retry, a Shutdown's release
+// senders pause: their batches must not hold up the pinboard (and the
+// Redis behind it) the heartbeat needs. Once a heartbeat is acknowledged
+// they send the queue.
+func TestShutdownReleasesYieldToALateHeartbeat(t *testing.T) {
+	const n, batch = 50, 10
+	h := newHarness(t, func(c *Config) { c.ReleaseBatch = batch })
+	h.register()
+	h.host.set(0, n)
+	hb := make(chan struct{})
+	var mu sync.Mutex
+	acked, early := false, 0
+	h.pb.onHeartbeat = func(int, wire.HeartbeatRequest) action { return action{hold: hb} }
+	h.pb.onRelease = func(int) action {
+		mu.Lock()
+		defer mu.Unlock()
+		if !acked {
+			early++
+		}
+		return action{}
+	}
+	h.pb.onDeregister = func(int) action { return action{status: 503} } // so the queue is sent
+	// The heartbeat due after one interval, and its retries, go unanswered.
+	h.advance(DefaultHeartbeatInterval + 2*DefaultRetryInterval)
+	if !h.w.heartbeatLate() {
+		t.Fatal("heartbeatLate() = false with every heartbeat held past its retry")
+	}
+	_, queued := releaseAtClose(h, n)
+	done := make(chan error, 1)
+	go func() { done <- h.w.Shutdown(context.Background()) }()
+	select {
+	case <-queued:
+	case <-time.After(15 * time.Second):
+		t.Fatal("the instances' releases were not queued")
+	}
+	// Wait for the senders to notice the queue: each pauses (and counts
+	// it) instead of sending.
+	deadline := time.Now().Add(15 * time.Second)
+	for h.metric("pinned_release_pauses_total") == "0" {
+		if time.Now().After(deadline) {
+			t.Fatalf("no sender paused; %d releases sent", len(h.pb.releaseList()))
+		}
+		runtime.Gosched()
+	}
+	if got := len(h.pb.releaseList()); got != 0 {
+		t.Fatalf("%d releases sent while the heartbeat was late; want 0", got)
+	}
+	mu.Lock()
+	acked = true
+	mu.Unlock()
+	close(hb)                           // the held heartbeats are acknowledged
+	h.clk.Advance(DefaultRetryInterval) // the paused senders look again
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Shutdown() = %v", err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("Shutdown did not return after the heartbeat was acknowledged")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if early != 0 {
+		t.Errorf("%d releases reached the pinboard before the heartbeat's ack; want 0", early)
+	}
+	if got := len(h.pb.releaseList()); got != n {
+		t.Errorf("%d releases sent after the ack; want all %d", got, n)
 	}
 }

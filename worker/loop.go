@@ -357,6 +357,9 @@ func (l *loop) onRegister(r result, now clock.Instant) error {
 			w.lastLease.Store(int64(lease))
 			sess := w.newSession(resp.SessionID)
 			l.sess = sess
+			if prev := w.lastSess.Load(); prev != nil {
+				w.ended.add(*prev)
+			}
 			w.lastSess.Store(&sess.id)
 			l.seq++
 			l.lastAcked = l.seq

@@ -26,6 +26,9 @@ type workerMetrics struct {
 	deregisters   map[string]*metrics.Counter
 	leaseLost     map[string]*metrics.Counter
 	alarmCalls    map[string]*metrics.Counter // alarms.go
+	// laterPauses counts the pauses of a Shutdown's release senders while
+	// a heartbeat was late (laterrelease.go).
+	laterPauses *metrics.Counter
 }
 
 func newWorkerMetrics(s *metrics.Set, w *Worker) *workerMetrics {
@@ -49,6 +52,7 @@ func newWorkerMetrics(s *metrics.Set, w *Worker) *workerMetrics {
 			lossExpired, lossReregister, lossSuperseded, lossStopped, lossTiming),
 		alarmCalls: vec("pinned_alarm_calls_total", "result",
 			resultOK, resultRefused, resultFailed, resultUnauthorized),
+		laterPauses: s.NewCounter("pinned_release_pauses_total"),
 	}
 	s.NewGauge("pinned_registered", func() float64 { return b2f(w.Ready()) })
 	s.NewGauge("pinned_lease_remaining_seconds", func() float64 { return w.Remaining().Seconds() })

@@ -212,20 +212,36 @@ func (w *Worker) releaseSession() string {
 // deregister ends the last session at the pinboard (POST
 // /registry/deregister), once: the last step of Shutdown, after every
 // instance has closed and released its placement, so the ids it may still
-// hold become placeable at once instead of a lease later. One attempt,
-// bounded by RequestTimeout and by Shutdown's deadline (callDeadline); a
-// failure only costs that wait (the session expires with its lease).
+// hold become placeable at once instead of a lease later. It then ends the
+// sessions a later registration replaced, which may still hold placements
+// until their leases run out at the pinboard: a worker that lost its lease
+// during the Shutdown (its instances aborted, the rest drained under a new
+// session) frees the old session's ids too. Shutdown calls it only once
+// every host is empty, so no instance of any of its sessions runs. One
+// attempt per session, bounded by RequestTimeout and by Shutdown's
+// deadline (callDeadline); a failure only costs that wait (the session
+// expires with its lease). It reports whether the last session ended.
 func (w *Worker) deregister() bool {
 	p := w.lastSess.Load()
 	if p == nil || !w.deregOnce.CompareAndSwap(false, true) {
 		return false
 	}
-	rep := w.pinboard.post(wire.PathDeregister, wire.DeregisterRequest{SessionID: *p}, w.callDeadline(time.Time{}))
-	log := w.log.With("session", *p)
+	ok := w.deregisterSession(*p, "deregistered: the pinboard may place this worker's ids elsewhere now")
+	for _, id := range w.ended.take() {
+		w.deregisterSession(id, "deregistered a session this worker held before: the pinboard may place its ids elsewhere now")
+	}
+	return ok
+}
+
+// deregisterSession makes one deregistration call for session id and
+// reports whether it succeeded; msg is logged when it did.
+func (w *Worker) deregisterSession(id, msg string) bool {
+	rep := w.pinboard.post(wire.PathDeregister, wire.DeregisterRequest{SessionID: id}, w.callDeadline(time.Time{}))
+	log := w.log.With("session", id)
 	switch {
 	case rep.err == nil && rep.status == fasthttp.StatusOK:
 		w.m.deregisters[resultOK].Inc()
-		log.Info("deregistered: the pinboard may place this worker's ids elsewhere now")
+		log.Info(msg)
 		return true
 	case rep.err == nil && rep.status == fasthttp.StatusUnauthorized:
 		w.m.deregisters[resultUnauthorized].Inc()
@@ -235,4 +251,33 @@ func (w *Worker) deregister() bool {
 		log.Warn("deregister failed; the session ends with its lease", "reason", rep.describe())
 	}
 	return false
+}
+
+// maxEndedSessions bounds the replaced sessions a worker remembers for its
+// deregistration: the newest ones; an older one's lease has long run out.
+const maxEndedSessions = 4
+
+// endedSessions are the ids of sessions a later registration replaced,
+// oldest first, at most maxEndedSessions.
+type endedSessions struct {
+	mu  sync.Mutex
+	ids []string
+}
+
+func (e *endedSessions) add(id string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if len(e.ids) == maxEndedSessions {
+		e.ids = append(e.ids[:0], e.ids[1:]...)
+	}
+	e.ids = append(e.ids, id)
+}
+
+// take returns the remembered ids and forgets them.
+func (e *endedSessions) take() []string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	ids := e.ids
+	e.ids = nil
+	return ids
 }

@@ -45,6 +45,7 @@ type Worker struct {
 	current   atomic.Pointer[lease]
 	lastSess  atomic.Pointer[string] // id of the latest session registered, kept after it ends
 	deregOnce atomic.Bool            // Shutdown's deregistration was attempted
+	ended     endedSessions          // sessions a later registration replaced (release.go)
 	lastLease atomic.Int64           // the pinboard's last lease length (ns), 0 before the first ack
 
 	challenges challengeSet
