@@ -253,6 +253,9 @@ func TestShutdownDeregistersTheSessionsItReplaced(t *testing.T) {
 	if got := h.metric(`pinned_deregistrations_total{result="ok"}`); got != "2" {
 		t.Errorf(`pinned_deregistrations_total{result="ok"} = %s; want 2`, got)
 	}
+	if !strings.Contains(h.logs.String(), "deregistered a session this worker held before") {
+		t.Errorf("no log line for the replaced session's deregistration")
+	}
 }
 
 // While aborted instances are still tearing down, Shutdown does not

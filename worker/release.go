@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -241,6 +242,11 @@ func (w *Worker) deregisterSession(id, msg string) bool {
 	switch {
 	case rep.err == nil && rep.status == fasthttp.StatusOK:
 		w.m.deregisters[resultOK].Inc()
+		var out wire.DeregisterResponse
+		if json.Unmarshal(rep.body, &out) == nil && !out.Deregistered {
+			log.Debug("deregister: the session had already ended at the pinboard")
+			return true
+		}
 		log.Info(msg)
 		return true
 	case rep.err == nil && rep.status == fasthttp.StatusUnauthorized:
