@@ -236,6 +236,19 @@ func testConsole(t *testing.T, chromium string, args []string, env ...string) {
 			t.Fatalf("%s: %v", what, err)
 		}
 	}
+	// clickNow clicks the element sel names in one step inside the page:
+	// the page re-renders its tables and the lookup every 2 s, so a click
+	// that finds a node first and clicks it in a second call can find it
+	// replaced ("Could not find node with given id"). A button's armed
+	// state survives a re-render (the page keeps it by action).
+	clickNow := func(what, sel string) {
+		t.Helper()
+		ok, err := chromedp.Run(ctx, chromedp.Evaluate[bool](fmt.Sprintf(
+			`(() => { const e = document.querySelector(%q); if (!e) return false; e.click(); return true })()`, sel)))
+		if err != nil || !ok {
+			t.Fatalf("%s: clicking %s: found %v, %v", what, sel, ok, err)
+		}
+	}
 	// waitFor polls a JavaScript predicate in the page (the page refreshes
 	// itself every 2 s).
 	waitFor := func(what, predicate string, within time.Duration) {
@@ -276,7 +289,10 @@ func testConsole(t *testing.T, chromium string, args []string, env ...string) {
 	// Evict (a second click confirms): the next request gets a fresh
 	// instance, within a heartbeat interval (3 s) plus the close.
 	evict := `#lookup-result button[data-action="evict:/counter/alice"]`
-	do("evict alice", chromedp.Click(chromedp.CSS(evict)), chromedp.WaitVisible(chromedp.CSS(evict+".armed")), chromedp.Click(chromedp.CSS(evict+".armed")))
+	waitFor("alice's evict button", fmt.Sprintf(`document.querySelector(%q)`, evict), 10*time.Second)
+	clickNow("evict alice", evict)
+	waitFor("the evict button armed", fmt.Sprintf(`document.querySelector(%q)`, evict+".armed"), 10*time.Second)
+	clickNow("confirm the evict", evict+".armed")
 	waitFor("the evict is reported", `document.querySelector('#flash').textContent.includes('evict /counter/alice: the holder closes it')`, 10*time.Second)
 	evicted := time.Now()
 	eventually(t, 15*time.Second, "alice's next request gets a fresh instance", func() bool {
@@ -295,7 +311,10 @@ func testConsole(t *testing.T, chromium string, args []string, env ...string) {
 	// Drain one worker (a second click confirms): its row says draining.
 	target := workers.Workers[0].ClientID
 	drain := fmt.Sprintf(`#workers tr[data-client=%q] button[data-action="drain:%s"]`, target, target)
-	do("drain", chromedp.Click(chromedp.CSS(drain)), chromedp.WaitVisible(chromedp.CSS(drain+".armed")), chromedp.Click(chromedp.CSS(drain+".armed")))
+	waitFor("the drain button", fmt.Sprintf(`document.querySelector(%q)`, drain), 10*time.Second)
+	clickNow("drain", drain)
+	waitFor("the drain button armed", fmt.Sprintf(`document.querySelector(%q)`, drain+".armed"), 10*time.Second)
+	clickNow("confirm the drain", drain+".armed")
 	waitFor("the drained worker's row says draining", fmt.Sprintf(
 		`(document.querySelector('#workers tr[data-client=%q] td.draining') || {}).textContent?.startsWith('draining')`, target), 20*time.Second)
 	other := workers.Workers[1].ClientID
