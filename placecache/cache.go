@@ -277,14 +277,13 @@ func (c *Cache[V]) PutUntil(name []byte, v V, t Token, until time.Time) bool {
 			at = now.Add(max(left, 0) - c.ttl)
 		}
 	}
+	e, k := c.stamped(v, c.checkOf(name), at), tableKey(h)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.seq != t.seq {
 		s.refused.Add(1)
 		return false
 	}
-	e := c.stamped(v, c.checkOf(name), at)
-	k := tableKey(h)
 	if s.m.n >= c.perShard && !s.m.has(k) {
 		c.evictLocked(s, k, now)
 	}
@@ -292,30 +291,12 @@ func (c *Cache[V]) PutUntil(name []byte, v V, t Token, until time.Time) bool {
 	return true
 }
 
-// evictLocked removes one entry: an expired one among the first few
-// occupied slots from the home of k (the key being inserted, so a position
-// as random as the hash), else the first of them.
+// evictLocked removes one entry: an expired one among the first few near
+// the home of k (the key being inserted, so a position as random as the
+// hash), else the first of them.
 func (c *Cache[V]) evictLocked(s *shard[V], k uint64, now clock.Instant) {
 	const probes = 8
-	t := &s.m
-	victim, seen := -1, 0
-	for i, left := t.home(k), len(t.slots); left > 0 && seen < probes; left-- {
-		if t.slots[i].key != 0 {
-			if victim < 0 {
-				victim = i
-			}
-			if now.Sub(c.at(&t.slots[i].e)) >= c.ttl {
-				victim = i
-				break
-			}
-			seen++
-		}
-		if i++; i == len(t.slots) {
-			i = 0
-		}
-	}
-	if victim >= 0 {
-		t.removeAt(victim)
+	if s.m.evictNear(k, probes, func(e *entry[V]) bool { return now.Sub(c.at(e)) >= c.ttl }) {
 		s.evictions.Add(1)
 	}
 }

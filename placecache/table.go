@@ -155,6 +155,33 @@ func (t *table[E]) removeAt(i int) {
 	t.n--
 }
 
+// evictNear removes one entry among the first probes occupied slots from
+// the home of k: the first for which stale reports true, else the first of
+// them. It reports whether it removed one (false only when empty).
+func (t *table[E]) evictNear(k uint64, probes int, stale func(*E) bool) bool {
+	victim, seen := -1, 0
+	for i, left := t.home(k), len(t.slots); left > 0 && seen < probes; left-- {
+		if t.slots[i].key != 0 {
+			if victim < 0 {
+				victim = i
+			}
+			if stale(&t.slots[i].e) {
+				victim = i
+				break
+			}
+			seen++
+		}
+		if i++; i == len(t.slots) {
+			i = 0
+		}
+	}
+	if victim < 0 {
+		return false
+	}
+	t.removeAt(victim)
+	return true
+}
+
 // clear empties the table and keeps its slots.
 func (t *table[E]) clear() {
 	clear(t.slots)
