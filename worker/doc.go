@@ -57,6 +57,11 @@
 //     frees a newer session's placement.
 //   - Shutdown is bounded by its context's deadline whatever the pinboard
 //     does: no call to the pinboard outlasts it.
+//   - Shutdown deregisters (the last session, then the sessions a lost
+//     lease made it replace) only once every attached host is empty, so no
+//     instance of a session it deregisters is still running. Whether or
+//     when a release queued during a Shutdown is sent never matters to
+//     safety.
 //   - HandleChallenge answers a challenge only while its call is in flight
 //     and only to a caller presenting the worker's secret, never echoing
 //     it; the token and the secret are never logged.
