@@ -111,7 +111,7 @@ func (r *Resolver) refresh(ctx context.Context, key string) {
 // refreshRead reads the placement of (ns, id) from the store's server and
 // returns until when it may be cached (zero: CacheTTL from now).
 func (r *Resolver) refreshRead(ctx context.Context, ns, id string) (store.Placement, time.Time, error) {
-	pl, until, err := r.readPlacement(ctx, ns, id)
+	pl, until, err := r.readPlacement(ctx, ns, id, false)
 	if err != nil || until.IsZero() || until.Sub(r.clock.Now().Wall()) > r.cfg.RefreshAhead {
 		return pl, until, err
 	}

@@ -414,8 +414,16 @@ func (r *Resolver) miss(name []byte) (proxy.Route, error) {
 // readPlacement reads the placement of (ns, id) (holder and epoch) and, when
 // the store answers from a client-side cache of its own, until when that
 // cache serves it: the placecache keeps the value no longer
-// (store.CachedLookups).
-func (r *Resolver) readPlacement(ctx context.Context, ns, id string) (store.Placement, time.Time, error) {
+// (store.CachedLookups). A recheck (fresh) asks the server itself
+// (store.FreshLookups): the route it re-resolves was just refused, and a
+// client-side copy may not yet have seen the write that a refusal
+// follows (this pinboard's own renewal among them), so deciding on it
+// would renew or take over a placement already superseded.
+func (r *Resolver) readPlacement(ctx context.Context, ns, id string, fresh bool) (store.Placement, time.Time, error) {
+	if fl, ok := r.st.(store.FreshLookups); ok && fresh {
+		pl, err := fl.LookupFresh(ctx, ns, id)
+		return pl, r.freshUntil(), err
+	}
 	if cl, ok := r.st.(store.CachedLookups); ok {
 		return cl.LookupUntil(ctx, ns, id)
 	}
@@ -492,7 +500,7 @@ func (r *Resolver) load(key string, name []byte) (proxy.Route, error) {
 			return r.claimed(name, tok, ns, id, c, sess, p), nil
 		}
 		pl, until = p, r.freshUntil()
-	} else if pl, until, err = r.readPlacement(ctx, ns, id); err != nil {
+	} else if pl, until, err = r.readPlacement(ctx, ns, id, rechecking); err != nil {
 		// The proxy refused the name's route (recheck), or no session may
 		// take a new id (all draining, say) but a holder may still serve
 		// this one: a read only, through the store's client-side cache.
