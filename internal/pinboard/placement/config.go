@@ -60,6 +60,9 @@ const (
 	DefaultDeathProbers = 2
 	// maxProbesQueued bounds the sessions waiting for a death probe.
 	maxProbesQueued = 256
+	// DefaultRefreshBatch is Config.RefreshBatch: ten wake-ups of the
+	// refreshers a second at most, whatever the rate of refreshes.
+	DefaultRefreshBatch = 100 * time.Millisecond
 	// DefaultRefreshers is how many refreshes run at once (each one or two
 	// store round trips; Redis pipelines them).
 	DefaultRefreshers = 4
@@ -92,6 +95,12 @@ type Config struct {
 	RefreshAhead time.Duration
 	// MaxRefreshes: DefaultMaxRefreshes. Refreshers: DefaultRefreshers.
 	MaxRefreshes, Refreshers int
+	// RefreshBatch is how long names found due for a refresh gather before
+	// Run's refreshers are woken for all of them: a request that finds its
+	// entry due wakes no goroutine unless it is the first of a batch (see
+	// refresh.go). Default DefaultRefreshBatch, at most RefreshAhead/4.
+	// Measured in real time, not Config.Clock's: it only groups wake-ups.
+	RefreshBatch time.Duration
 	// CacheShards and CacheMaxEntries size the placement cache (placecache
 	// defaults when zero).
 	CacheShards, CacheMaxEntries int
@@ -179,7 +188,7 @@ func (c *Config) setDefaults() error {
 		return ErrNoStore
 	}
 	if c.Lease < 0 || c.CacheTTL < 0 || c.ResolveTimeout < 0 || c.SweepInterval < 0 || c.MaxTunnelChecks < 0 || c.MaxRefusedNames < 0 ||
-		c.MaxRefreshes < 0 || c.Refreshers < 0 {
+		c.MaxRefreshes < 0 || c.Refreshers < 0 || c.RefreshBatch < 0 {
 		return errors.New("placement: Config durations and limits must not be negative (zero means the default)")
 	}
 	if c.Lease == 0 {
@@ -205,6 +214,12 @@ func (c *Config) setDefaults() error {
 	}
 	if c.Refreshers == 0 {
 		c.Refreshers = DefaultRefreshers
+	}
+	if c.RefreshBatch == 0 {
+		c.RefreshBatch = DefaultRefreshBatch
+	}
+	if c.RefreshAhead > 0 {
+		c.RefreshBatch = min(c.RefreshBatch, c.RefreshAhead/4)
 	}
 	if c.AvoidFor == 0 {
 		c.AvoidFor = DefaultAvoidFor

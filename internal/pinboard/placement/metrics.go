@@ -36,6 +36,7 @@ type resolverMetrics struct {
 	refreshRefused      *metrics.Counter // refreshes whose Put an invalidation refused
 	refreshFailed       *metrics.Counter // refreshes whose store read failed
 	refreshDropped      *metrics.Counter // refreshes dropped on a full queue
+	refreshBatches      *metrics.Counter // batches of due names handed to the refreshers
 }
 
 func (m *resolverMetrics) register(s *metrics.Set, r *Resolver) {
@@ -63,5 +64,6 @@ func (m *resolverMetrics) register(s *metrics.Set, r *Resolver) {
 	m.refreshRefused = s.GetOrCreateCounter(`pinned_placement_refreshes_total{result="refused"}`)
 	m.refreshFailed = s.GetOrCreateCounter(`pinned_placement_refreshes_total{result="failed"}`)
 	m.refreshDropped = s.GetOrCreateCounter(`pinned_placement_refreshes_total{result="dropped"}`)
+	m.refreshBatches = s.GetOrCreateCounter("pinned_placement_refresh_batches_total")
 	s.GetOrCreateGauge("pinned_placement_sessions", func() float64 { return float64(r.Sessions()) })
 }

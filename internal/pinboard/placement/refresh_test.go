@@ -2,6 +2,7 @@ package placement_test
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -86,6 +87,44 @@ func TestRefreshAheadExtendsOrDrops(t *testing.T) {
 	}
 	if n := refreshes(r, "extended"); n != 1 {
 		t.Errorf("refreshes extended = %d; want 1", n)
+	}
+}
+
+// Names found due within one RefreshBatch are refreshed in one batch: a
+// request that finds its entry due wakes the batcher only when it starts a
+// batch, and every name of the batch is refreshed.
+func TestRefreshesGoInBatches(t *testing.T) {
+	e := newEnv(t, "memory")
+	sa := e.register(startHost(t, "a", e.fl), 1000)
+	r, err := placement.New(placement.Config{Store: e.mem, Clock: e.fake, Lease: e.lease, RefreshBatch: 200 * time.Millisecond, Logger: discard()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runResolver(t, r)
+	batches := func() uint64 { return r.Metrics().GetOrCreateCounter("pinned_placement_refresh_batches_total").Get() }
+	const n = 50
+	names := make([][]byte, n)
+	for i := range names {
+		names[i] = fmt.Appendf(nil, "/counter/b%d", i)
+		if _, err := r.Resolve(ctxT(t), names[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.fake.Advance(7600 * time.Millisecond) // every entry is due (see TestRefreshAheadExtendsOrDrops)
+	e.heartbeat(sa, 1000, false)
+	start := time.Now()
+	for _, name := range names {
+		if _, ok := r.Lookup(name, time.Now()); !ok {
+			t.Fatalf("Lookup(%s) in the refresh window missed", name)
+		}
+		time.Sleep(time.Millisecond) // requests spread over the batch, as traffic is: not synchronisation
+	}
+	if time.Since(start) > 180*time.Millisecond {
+		t.Skip("the lookups took longer than most of a batch: the machine is too slow to tell batches apart")
+	}
+	waitFor(t, "the batch's refreshes", func() bool { return refreshes(r, "extended") == n })
+	if b := batches(); b != 1 {
+		t.Errorf("%d names due within one batch were handed over in %d batches; want 1", n, b)
 	}
 }
 

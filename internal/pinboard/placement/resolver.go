@@ -58,7 +58,13 @@ type Resolver struct {
 	watched  map[string]int      // open tunnels by placement name (Watch/Unwatch)
 	wake     chan struct{}
 
-	refreshQ chan string // names due for a refresh (refresh.go)
+	// Refreshes (refresh.go): names due, gathering for a batch (guarded by
+	// refreshMu), the kick that starts a batch, and the batch's names on
+	// their way to the refreshers.
+	refreshMu      sync.Mutex
+	refreshPending []string
+	refreshKick    chan struct{}
+	refreshQ       chan string
 
 	// Fast failover (failover.go): the sessions waiting for a death probe,
 	// and each session's last probe (guarded by mu).
@@ -194,7 +200,8 @@ func New(cfg Config) (*Resolver, error) {
 		checks:   make(map[string]struct{}),
 		watched:  make(map[string]int),
 		wake:     make(chan struct{}, 1),
-		refreshQ: make(chan string, cfg.MaxRefreshes),
+		refreshKick: make(chan struct{}, 1),
+		refreshQ:    make(chan string, cfg.Refreshers),
 		probeQ:   make(chan *proxy.Session, maxProbesQueued),
 		probes:   make(map[string]*probeState),
 		dead:     make(map[string]clock.Instant),

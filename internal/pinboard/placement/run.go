@@ -23,8 +23,9 @@ var ErrRunning = errors.New("placement: Run called twice")
 //   - the sweep: every SweepInterval it asks the store about every session
 //     it knows and forgets those that are gone, so that records of dead
 //     workers do not accumulate;
-//   - refreshes: Config.Refreshers goroutines re-read the cached
-//     placements that requests found due (Config.RefreshAhead, refresh.go);
+//   - refreshes: a batcher gathers the names requests found due
+//     (Config.RefreshAhead, Config.RefreshBatch) and Config.Refreshers
+//     goroutines re-read their cached placements (refresh.go);
 //   - death probes: with Config.ConfirmDeath, Config.DeathProbers
 //     goroutines probe the sessions the proxy found unreachable and end
 //     those whose process is gone (failover.go).
@@ -36,6 +37,7 @@ func (r *Resolver) Run(ctx context.Context) error {
 	}
 	var refreshers sync.WaitGroup
 	defer refreshers.Wait()
+	refreshers.Go(func() { r.refreshBatcher(ctx) })
 	for range r.cfg.Refreshers {
 		refreshers.Go(func() { r.refresher(ctx) })
 	}
