@@ -189,11 +189,11 @@ type Results struct {
 var ErrLoaded = errors.New("machine is loaded")
 
 // CheckSuites returns an error naming the first of names that is not a
-// suite: one of Suites, "profile", "scale" or "all".
+// suite: one of Suites, "profile", "scale", "trace" (-trace-slow) or "all".
 func CheckSuites(names []string) error {
 	for _, s := range names {
-		if !slices.Contains(Suites, s) && s != "profile" && s != "scale" && s != "all" {
-			return fmt.Errorf("unknown suite %q; want one of %v, profile, scale or all", s, Suites)
+		if !slices.Contains(Suites, s) && s != "profile" && s != "scale" && s != "trace" && s != "all" {
+			return fmt.Errorf("unknown suite %q; want one of %v, profile, scale, trace or all", s, Suites)
 		}
 	}
 	return nil
@@ -256,6 +256,11 @@ func Run(ctx context.Context, o Options) (*Results, error) {
 		}
 	}
 	bins.pinboardB = o.PinboardB
+	if slices.Contains(o.Suites, "trace") {
+		if bins.pinboardSpans, err = b.Build("github.com/pinned-go/pinned/cmd/pinboard", "pinned_spans"); err != nil {
+			return nil, err
+		}
+	}
 
 	for _, name := range o.Suites {
 		if err := ctx.Err(); err != nil {
@@ -287,6 +292,8 @@ func Run(ctx context.Context, o Options) (*Results, error) {
 			err = s.profileSuite(ctx)
 		case "scale":
 			err = s.scaleSuite(ctx)
+		case "trace":
+			err = s.traceSuite(ctx)
 		}
 		if err != nil {
 			return res, fmt.Errorf("suite %s: %w", name, err)

@@ -18,7 +18,8 @@ import (
 // activations do cost Redis commands, memory per instance is plausible, a
 // killed worker's ids move sooner with fast failover than without,
 // profiles were captured, and the scale suite's rows ran their smallest
-// points (checkScaleSmoke). nginx, HAProxy and wrk rows are checked when those
+// points (checkScaleSmoke), and the trace suite joined the pinned_spans
+// pinboard's spans with loadgen's records. nginx, HAProxy and wrk rows are checked when those
 // binaries are installed and must be noted as skipped otherwise; in CI
 // (internal/testkit/ci), which installs them, a missing one fails the test.
 func TestSmoke(t *testing.T) {
@@ -30,7 +31,7 @@ func TestSmoke(t *testing.T) {
 	out, prof := t.TempDir(), t.TempDir()
 	var log strings.Builder
 	res, err := Run(ctx, Options{
-		Suites:     append(append([]string(nil), Suites...), "profile", "scale"),
+		Suites:     append(append([]string(nil), Suites...), "profile", "scale", "trace"),
 		Smoke:      true,
 		ModuleDir:  "..",
 		OutDir:     out,
@@ -45,7 +46,7 @@ func TestSmoke(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"## proxy", "## activation", "## streaming", "## websocket", "## redis", "## memory", "## alarms", "## failover", "## loadgen", "## profile", "## scale", "| kernel |", "Pinning:"} {
+	for _, want := range []string{"## proxy", "## activation", "## streaming", "## websocket", "## redis", "## memory", "## alarms", "## failover", "## loadgen", "## profile", "## scale", "## trace", "| kernel |", "Pinning:"} {
 		if !strings.Contains(string(md), want) {
 			t.Errorf("report lacks %q", want)
 		}
@@ -63,6 +64,7 @@ func TestSmoke(t *testing.T) {
 			t.Errorf("%s: %q = %v (present %v); want > 0", s, key, v, ok)
 		}
 	}
+	positive("trace", "trace p99 ms") // spans joined with loadgen's records (the suite fails when none join)
 	zero := func(s, key string) {
 		t.Helper()
 		if v, ok := suite[s].Values[key]; !ok || v != 0 {

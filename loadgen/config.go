@@ -147,6 +147,14 @@ type Config struct {
 	// Headers are added to every HTTP request and websocket handshake.
 	Headers []Header
 
+	// TraceFile, when set, numbers every HTTP request in a Trace-Seq field
+	// and writes one CSV line per measured request to this file when the
+	// run ends: its number, and when it was due, sent, received by the
+	// kernel and done, in absolute CLOCK_MONOTONIC ns, so that they line
+	// up with the stamps of a proxy on the same machine (the pinboard's
+	// pinned_spans build). EngineLoop only.
+	TraceFile string
+
 	// Timeout is the read and the write timeout of each request, including
 	// streamed bodies, and the websocket handshake and round-trip timeout.
 	// Zero means DefaultTimeout.
@@ -535,6 +543,9 @@ func (c *Config) pickEngine() error {
 	case EngineFastHTTP:
 	default:
 		return configErr("Engine = %q; want %q, %q or %q", c.Engine, EngineAuto, EngineLoop, EngineFastHTTP)
+	}
+	if c.TraceFile != "" && c.Engine != EngineLoop {
+		return configErr("TraceFile needs Engine %q, which cannot run this workload: %s", EngineLoop, why)
 	}
 	return nil
 }

@@ -73,6 +73,8 @@ type loopRun struct {
 	budget       atomic.Int64
 	budgetHit    atomic.Bool
 	stop         atomic.Bool // cancelled
+	trace        bool         // Config.TraceFile: number requests and record them
+	seq          atomic.Int64 // the next Trace-Seq
 }
 
 // runLoops runs the event-loop engine and returns every loop's statistics.
@@ -118,6 +120,15 @@ func (r *Runner) runLoops(ctx context.Context, base time.Time, sch *schedule, se
 	close(done)
 	stopper.Wait()
 
+	if lr.trace {
+		var all [][]traceRecord
+		for _, l := range loops {
+			all = append(all, l.traces)
+		}
+		if err := writeTrace(cfg.TraceFile, all); err != nil {
+			return engineResult{}, err
+		}
+	}
 	res := engineResult{recorders: n, measureStart: measureStart, stoppedBy: StopDuration}
 	for _, l := range loops {
 		res.stats = append(res.stats, &l.st)
@@ -146,6 +157,7 @@ func (r *Runner) newLoopRun(ctx context.Context, base time.Time, sch *schedule, 
 	}
 	lr.resolve(ctx, r.hostPort)
 	lr.deferReads = sch != nil
+	lr.trace = cfg.TraceFile != ""
 	for _, s := range cfg.Scenarios {
 		lr.reqs = append(lr.reqs, newRawRequest(&s, r.host, cfg.Headers))
 		if s.Kind == KindDownload || s.Kind == KindUpload {
@@ -230,6 +242,7 @@ type lconn struct {
 	deadline int64 // request or connect timeout
 	idleAt   int64
 	rxTS     int64 // kernel receive time of the last read (wall ns), 0 if none
+	seq      int64 // the request's Trace-Seq (Config.TraceFile), else -1
 }
 
 // Kernel receive timestamps: unknown until the first read tells.
@@ -270,6 +283,7 @@ type evLoop struct {
 	wallOff           int64 // wall ns − now: converts kernel timestamps
 	nextHK            int64
 	nextYield         int64
+	traces            []traceRecord // Config.TraceFile
 }
 
 func newEvLoop(lr *loopRun, k, n, conns int) (*evLoop, error) {
@@ -535,7 +549,11 @@ func (l *evLoop) closedStopping() bool {
 func (l *evLoop) start(c *lconn, slot int64) {
 	sc, id := l.pick.next()
 	req := l.lr.reqs[sc]
-	c.wbuf, c.bodyLen = req.render(c.wbuf[:0], id)
+	c.seq = -1
+	if l.lr.trace {
+		c.seq = l.lr.seq.Add(1) - 1
+	}
+	c.wbuf, c.bodyLen = req.render(c.wbuf[:0], id, c.seq)
 	c.woff, c.soff, c.shared, c.stream, c.streamed = 0, 0, req.shared, req.stream, 0
 	c.p.reset(req.head)
 	c.sc, c.rlen, c.rxTS = sc, 0, 0
@@ -674,6 +692,18 @@ func (l *evLoop) complete(c *lconn, closeConn bool) {
 		if t := c.rxTS - l.wallOff; t >= c.sent && t <= now {
 			done = t
 		}
+	}
+	if l.lr.trace && !c.warm && c.seq >= 0 {
+		intended := c.intended
+		if c.slot < 0 {
+			intended = c.sent
+		}
+		var rx int64
+		if c.rxTS != 0 {
+			rx = c.rxTS - l.wallOff + l.lr.monoBase
+		}
+		mb := l.lr.monoBase
+		l.traces = append(l.traces, traceRecord{seq: c.seq, status: c.p.status, t: [4]int64{intended + mb, c.sent + mb, rx, done + mb}})
 	}
 	o := outcome{status: c.p.status, sent: c.bodySent(), recv: c.p.body}
 	if o.status < 200 || o.status > 299 {

@@ -111,12 +111,18 @@ func newRawRequest(s *Scenario, host string, headers []Header) *rawRequest {
 
 // render appends the request for id to dst and returns it with the number
 // of body bytes the request carries (rendered into dst, or to be written
-// from r.shared or the pattern block after dst).
-func (r *rawRequest) render(dst, id []byte) ([]byte, int64) {
+// from r.shared or the pattern block after dst). A seq of 0 or more is
+// sent in a Trace-Seq field (Config.TraceFile).
+func (r *rawRequest) render(dst, id []byte, seq int64) ([]byte, int64) {
 	dst = r.method.appendTo(dst, id)
 	dst = append(dst, ' ')
 	dst = r.path.appendTo(dst, id)
 	dst = append(dst, r.fields...)
+	if seq >= 0 {
+		dst = append(dst, traceSeqField+": "...)
+		dst = strconv.AppendInt(dst, seq, 10)
+		dst = append(dst, "\r\n"...)
+	}
 	var n int64
 	switch {
 	case r.kind == KindUpload:

@@ -19,7 +19,7 @@ func TestRawRequestRender(t *testing.T) {
 			t.Fatal(err)
 		}
 		r := newRawRequest(&s, "example.test:8080", headers)
-		buf, n := r.render(nil, []byte(id))
+		buf, n := r.render(nil, []byte(id), -1)
 		req, err := http.ReadRequest(bufio.NewReader(bytes.NewReader(buf)))
 		if err != nil {
 			t.Fatalf("%q is not a request net/http reads: %v", buf, err)
@@ -53,14 +53,14 @@ func TestRawRequestRender(t *testing.T) {
 	s := Scenario{Kind: KindPost, Body: big}
 	_ = s.normalize("/")
 	r := newRawRequest(&s, "h", nil)
-	head, n := r.render(nil, []byte("i"))
+	head, n := r.render(nil, []byte("i"), -1)
 	if n != int64(len(big)) || string(r.shared) != big || !bytes.HasSuffix(head, []byte("Content-Length: 16385\r\n\r\n")) {
 		t.Errorf("large body: n %d, shared %d bytes, head %q", n, len(r.shared), head)
 	}
 	s = Scenario{Kind: KindUpload, BodySize: 1 << 30}
 	_ = s.normalize("/")
 	r = newRawRequest(&s, "h", nil)
-	if head, n = r.render(nil, []byte("i")); n != 1<<30 || r.stream != 1<<30 || !bytes.HasSuffix(head, []byte("Content-Length: 1073741824\r\n\r\n")) {
+	if head, n = r.render(nil, []byte("i"), -1); n != 1<<30 || r.stream != 1<<30 || !bytes.HasSuffix(head, []byte("Content-Length: 1073741824\r\n\r\n")) {
 		t.Errorf("upload: n %d stream %d head %q", n, r.stream, head)
 	}
 }

@@ -25,6 +25,9 @@ type loop struct {
 	id int
 	nl *netloop.Loop
 	hr *headReader
+	// spans: per-request spans (spans.go; empty without the build tag, and
+	// not last: a zero-size last field would be padded).
+	spans spanLog
 
 	scratch  []byte   // read buffer of connections with nothing pending (bufSize of it), tunnels and lingering
 	bufs     [][]byte // free connection buffers of bufSize
@@ -207,6 +210,7 @@ func (lp *loop) closeAll() {
 		_ = netloop.Close(lp.lfd)
 		lp.lfd = -1
 	}
+	lp.spans.flush(lp.id)
 }
 
 // Client connection states.
@@ -223,6 +227,7 @@ const (
 // clientConn is a client connection on a loop.
 type clientConn struct {
 	lp      *loop
+	sp      spanStamps // the current request's spans (spans.go; empty without the build tag)
 	fd      int
 	tok     netloop.Token
 	peer    netip.AddrPort
@@ -438,6 +443,7 @@ func (c *clientConn) takeRequest(b []byte) (*loopExchange, int) {
 	}
 	x.body = append(x.body[:0], b[headLen:headLen+need]...)
 	x.recvNs = lp.nl.Now()
+	c.sp.begin(b[:headLen], x.recvNs)
 	c.x = x
 	c.state = stBusy
 	lp.nl.Disarm(&c.timer)
@@ -521,6 +527,8 @@ func (c *clientConn) flush() {
 		c.x.clientDrained()
 		return
 	}
+	c.sp.stamp(hopDone)
+	lp.spans.record(&c.sp)
 	c.releasePend()
 	c.answerDone()
 }

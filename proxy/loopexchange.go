@@ -325,6 +325,7 @@ func (x *loopExchange) RunTask() {
 // dispatch sends the request to the session of r.
 func (x *loopExchange) dispatch(r Route) {
 	p := x.lp.p
+	x.c.sp.stamp(hopRouted)
 	if r.Session == nil {
 		x.fail(&p.replies.noWorker)
 		return
@@ -498,6 +499,7 @@ func (x *loopExchange) write() {
 		}
 		x.sent += n
 	}
+	x.c.sp.stamp(hopSent)
 	if w.rready {
 		x.readResponse()
 	}
@@ -588,6 +590,10 @@ func (x *loopExchange) readResponse() {
 			w.rready = false
 		}
 		x.rn += n
+		if !x.gotBytes {
+			x.c.sp.stampAt(hopAnsWake, x.lp.nl.Now())
+			x.c.sp.stamp(hopFirst)
+		}
 		x.gotBytes = true
 		if !x.progress() {
 			return

@@ -10,6 +10,7 @@
 //	go run ./cmd/bench -suite proxy -pinboard-b /tmp/pinboard-old   # before/after
 //	go run ./cmd/bench -suite profile            # profiles/ *.pb.gz under load
 //	go run ./cmd/bench -suite scale -scale-rows S1,S3 -scale-max 10   # how costs grow (docs/scale.md)
+//	go run ./cmd/bench -trace-slow               # the requests above the p99 at 5 000 req/s, hop by hop
 //	go run ./cmd/bench -smoke                    # every suite for seconds (what CI runs)
 //
 // It refuses to run while the machine is busy (-max-busy, -force). Exit
@@ -25,6 +26,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -45,11 +47,12 @@ func main() {
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	var o bench.Options
 	var suites, workloads, failoverIDs, scaleRows string
+	var traceSlow bool
 	set := cmdline.New("bench", "", `pinned's benchmark suites against real processes on 127.0.0.1; run from the
 module root. Exit status: 0 done, 1 a suite failed, 2 bad flags, 3 the machine
 is loaded. The rig's redis-server is PINNED_REDIS_SERVER, or redis-server on
 PATH. See bench/README.md.`)
-	set.String(&suites, "suite", "", "list", "all", "comma-separated suites: "+strings.Join(bench.Suites, ", ")+", profile, scale, or all")
+	set.String(&suites, "suite", "", "list", "all", "comma-separated suites: "+strings.Join(bench.Suites, ", ")+", profile, scale, trace, or all")
 	set.String(&o.OutDir, "out", "", "path", "", "report directory (empty: bench/results)")
 	set.String(&o.ProfileDir, "profile-dir", "", "path", "", "profile suite output directory (empty: profiles)")
 	set.Bool(&o.Smoke, "smoke", "", "smoke mode: about a second per measurement, one round, no load check")
@@ -74,14 +77,21 @@ PATH. See bench/README.md.`)
 	set.Int(&o.Failover.InFlight, "failover-in-flight", "", 0, "failover suite: the measuring client's requests in flight (0: 1024)")
 	set.Duration(&o.Failover.Timeout, "failover-timeout", "", 0, "failover suite: bound on one request (0: 10s)")
 	set.String(&scaleRows, "scale-rows", "", "list", "", "scale suite: comma-separated rows to run ("+strings.Join(bench.ScaleRowIDs(), ", ")+"; empty: all)")
+	set.Bool(&traceSlow, "trace-slow", "", "run the trace suite (alone unless -suite names others: then after them): cpu-5k through a pinboard built with -tags pinned_spans, the requests above the p99 hop by hop (bench/README.md)")
 	set.Int(&o.ScaleMax, "scale-max", "", 0, "scale suite: the largest point of each row, as a multiple of its first (1, 10, 100 or 1000; 0: 1000)")
 	if err := set.Parse(args, nil, stdout); err != nil {
 		return cmdline.Exit(stderr, "bench", err)
+	}
+	if traceSlow && suites == "all" {
+		suites = "trace"
 	}
 	for _, s := range strings.Split(suites, ",") {
 		if s = strings.TrimSpace(s); s != "" {
 			o.Suites = append(o.Suites, s)
 		}
+	}
+	if traceSlow && !slices.Contains(o.Suites, "trace") {
+		o.Suites = append(o.Suites, "trace")
 	}
 	if err := bench.CheckSuites(o.Suites); err != nil {
 		return cmdline.Exit(stderr, "bench", cmdline.Usagef("-suite: %w", err))

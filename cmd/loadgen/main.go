@@ -256,6 +256,7 @@ or config; 3 interrupted or output failed.`)
 	set.String(&opts.jsonPath, "json", "", "file", "", "write the JSON report to file (-: stdout; the table then goes to stderr)")
 	set.String(&opts.plotPath, "plot", "", "file", "", "write the HTML report (percentile and time-series charts) to file")
 	set.String(&opts.hgrmPath, "hgrm", "", "file", "", "write the latency distribution in HdrHistogram's .hgrm text format to file")
+	set.String(&cfg.TraceFile, "trace-out", "", "file", "", "number every request in a Trace-Seq field and write one CSV line per measured request to file: seq, status, and when it was due, sent, received by the kernel and done (absolute CLOCK_MONOTONIC ns; event-loop engine)")
 	set.Bool(&opts.quiet, "quiet", "", "no progress line on stderr")
 	opts.maxErrors = defaultMaxErrors
 	set.Var(cmdline.Parsed[float64]{P: &opts.maxErrors, Parse: parseBudget, Format: formatBudget}, "max-errors", "", "percent|off",

@@ -364,7 +364,7 @@ func TestHelpListsEveryFlagWithItsDefault(t *testing.T) {
 	}
 	for _, name := range []string{"url", "path", "rate", "ramp", "step", "c", "engine", "loops", "coalesce", "max-workers", "duration", "requests", "warmup",
 		"scenario", "mix", "body-size", "body-file", "method", "H", "dist", "keys", "zipf-s", "id-prefix", "run-id", "seed", "timeout",
-		"conn-wait", "drain", "max-latency", "insecure", "cacert", "label", "json", "plot", "hgrm", "quiet", "max-errors", "version"} {
+		"conn-wait", "drain", "max-latency", "insecure", "cacert", "label", "json", "plot", "hgrm", "trace-out", "quiet", "max-errors", "version"} {
 		i := strings.Index(stdout, "\n  -"+name+" ")
 		if i < 0 {
 			i = strings.Index(stdout, "\n  -"+name+"\n")
@@ -381,8 +381,8 @@ func TestHelpListsEveryFlagWithItsDefault(t *testing.T) {
 			t.Errorf("-h lists -%s without its default:\n%s", name, rest)
 		}
 	}
-	if n != 38 {
-		t.Errorf("-h lists %d flags; the test knows 38: update one of them", n)
+	if n != 39 {
+		t.Errorf("-h lists %d flags; the test knows 39: update one of them", n)
 	}
 	if !strings.Contains(stdout, "-max-errors percent|off (no variable, default 1%)") || !strings.Contains(stdout, "-requests int (no variable, default 0)") {
 		t.Errorf("-h does not show the error budget and the request bound's defaults:\n%s", stdout)
