@@ -39,6 +39,12 @@ const (
 	DefaultBufferedResponseMax = 16 << 10
 	// DefaultStreamBufferSize is the copy buffer of a streamed body.
 	DefaultStreamBufferSize = 32 << 10
+	// DefaultSpliceMin: an event loop moves a Content-Length response body
+	// of at least this many bytes with splice(2), never through its memory.
+	DefaultSpliceMin = 64 << 10
+	// DefaultSplicePipeSize is the pipe a spliced body goes through: the
+	// most of one such body the proxy holds (in the kernel) at a time.
+	DefaultSplicePipeSize = 256 << 10
 
 	// DefaultHeaderTimeout bounds reading a request head (slowloris) and
 	// the start of its body (a body up to ReplayBodyMax whole, the first
@@ -130,6 +136,12 @@ type Config struct {
 	BufferedResponseMax int
 	// StreamBufferSize: DefaultStreamBufferSize.
 	StreamBufferSize int
+	// SpliceMin: DefaultSpliceMin; negative means never splice (the event
+	// loops copy every body). The fasthttp engine always copies.
+	SpliceMin int64
+	// SplicePipeSize: DefaultSplicePipeSize, or as close as the system
+	// allows (/proc/sys/fs/pipe-max-size, the user's pipe pages).
+	SplicePipeSize int
 
 	// HeaderTimeout: DefaultHeaderTimeout. Used by NewServer.
 	HeaderTimeout time.Duration
@@ -195,6 +207,8 @@ func (c *Config) setDefaults() error {
 	def(&c.ReplayBodyMax, DefaultReplayBodyMax)
 	def(&c.BufferedResponseMax, DefaultBufferedResponseMax)
 	def(&c.StreamBufferSize, DefaultStreamBufferSize)
+	def64(&c.SpliceMin, DefaultSpliceMin)
+	def(&c.SplicePipeSize, DefaultSplicePipeSize)
 	defD(&c.HeaderTimeout, DefaultHeaderTimeout)
 	defD(&c.IdleTimeout, DefaultIdleTimeout)
 	defD(&c.WriteTimeout, DefaultWriteTimeout)

@@ -21,7 +21,9 @@
 // (internal/base/netloop): front.go accepts and hands over, loop.go reads
 // client connections and writes answers, loopexchange.go is the exchange
 // with a worker, looppool.go a loop's worker connections, loopstream.go
-// relayed bodies, looptunnel.go WebSocket tunnels. A loop takes the common
+// relayed bodies (loopsplice.go those it splices: a Content-Length body of
+// at least SpliceMin never enters the proxy's memory), looptunnel.go
+// WebSocket tunnels. A loop takes the common
 // case (HTTP/1.1, origin-form, no body or a Content-Length body of at most
 // ReplayBodyMax, WebSocket handshakes) and hands any other connection, with
 // the bytes it read, to the fasthttp engine for the rest of its life.
@@ -77,7 +79,11 @@
 //     second pump and returns only when both have ended. Run's janitor is
 //     the caller's, until its context ends.
 //   - A worker connection goes back to the pool only after its response was
-//     read to the end with nothing left over and without Connection: close.
+//     read to the end with nothing left over and without Connection: close
+//     (a spliced body: a peek at the socket after its last byte found
+//     nothing).
+//   - A spliced stream holds at most one pipe of SplicePipeSize bytes; a
+//     pipe that may hold bytes is closed, never pooled.
 //   - Nothing of one request or connection reaches another: every pooled
 //     object is fully reset when it goes back to its pool, and what is
 //     filled anew for each use (a parsed head, a scan) is reset where it

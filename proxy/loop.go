@@ -36,6 +36,7 @@ type loop struct {
 	rbufSize int
 	outs     [][]byte        // free answer buffers
 	xs       []*loopExchange // free exchanges
+	pipes    []*splicePipe   // idle pipes of spliced bodies (loopsplice.go)
 
 	conns   map[*clientConn]struct{}
 	workers map[*workerConn]struct{}
@@ -210,6 +211,10 @@ func (lp *loop) closeAll() {
 		_ = netloop.Close(lp.lfd)
 		lp.lfd = -1
 	}
+	for _, pp := range lp.pipes {
+		pp.close()
+	}
+	lp.pipes = nil
 	lp.spans.flush(lp.id)
 }
 

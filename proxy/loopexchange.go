@@ -137,6 +137,9 @@ func (lp *loop) putExchange(x *loopExchange) {
 	x.startNs, x.recvNs, x.tkind = 0, 0, tNone
 	x.pending, x.rerr, x.derr, x.dfd = pendNone, nil, nil, -1
 	x.qnext, x.qprev, x.queued = nil, nil, false
+	if x.st.pipe != nil {
+		lp.putPipe(x.st.pipe, x.st.inPipe == 0)
+	}
 	x.st = streamState{line: x.st.line[:0], trail: x.st.trail[:0]}
 	if len(lp.xs) < 1024 {
 		lp.xs = append(lp.xs, x)

@@ -29,6 +29,12 @@ type streamState struct {
 	done      bool  // the worker's body is complete
 	armed     int64 // when the stream's idle timer was last moved
 
+	// Splicing (loopsplice.go): the body goes through pipe; inPipe bytes
+	// of it are in the pipe, not yet at the client.
+	splice bool
+	inPipe int
+	pipe   *splicePipe
+
 	// Chunked decoding.
 	cs    uint8
 	size  int64  // csData: bytes left in the chunk
@@ -66,6 +72,7 @@ func (x *loopExchange) startStream(cl int) {
 	switch {
 	case cl >= 0:
 		st.mode, st.remaining = smLength, int64(cl)
+		st.splice = p.cfg.SpliceMin > 0 && int64(cl) >= p.cfg.SpliceMin
 	case cl == -1:
 		st.mode = smChunked
 	default:
@@ -271,6 +278,10 @@ func (x *loopExchange) clientDrained() {
 		return
 	}
 	c.state = stWrite
+	if x.st.splice {
+		x.pumpSplice()
+		return
+	}
 	if x.wc != nil && x.wc.rready {
 		x.pump()
 	}
@@ -286,6 +297,10 @@ func (x *loopExchange) workerReadable() {
 
 // pump reads what the worker has sent and writes it on.
 func (x *loopExchange) pump() {
+	if x.st.splice {
+		x.pumpSplice()
+		return
+	}
 	lp, p := x.lp, x.lp.p
 	w := x.wc
 	for {

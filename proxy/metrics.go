@@ -93,6 +93,8 @@ type proxyMetrics struct {
 	unreachable     *metrics.Counter // 503 unreachable
 	overloaded      *metrics.Counter // 503 overloaded
 	badGateway      *metrics.Counter // 502
+	splicedBytes    *metrics.Counter // response body bytes moved with splice(2)
+	spliceFallbacks *metrics.Counter // bodies that would be spliced but got no pipe
 	timeouts        *metrics.Counter // 504
 	rejected        *metrics.Counter // refused before forwarding (4xx)
 	budgetExhausted *metrics.Counter // a retry refused by the retry budget
@@ -114,6 +116,8 @@ func (m *proxyMetrics) register(p *Proxy) {
 	m.unreachable = s.GetOrCreateCounter("pinned_proxy_unreachable_total")
 	m.overloaded = s.GetOrCreateCounter("pinned_proxy_overloaded_total")
 	m.badGateway = s.GetOrCreateCounter("pinned_proxy_bad_gateway_total")
+	m.splicedBytes = s.GetOrCreateCounter("pinned_proxy_spliced_bytes_total")
+	m.spliceFallbacks = s.GetOrCreateCounter("pinned_proxy_splice_fallbacks_total")
 	m.timeouts = s.GetOrCreateCounter("pinned_proxy_upstream_timeouts_total")
 	m.rejected = s.GetOrCreateCounter("pinned_proxy_rejected_total")
 	m.budgetExhausted = s.GetOrCreateCounter("pinned_proxy_retry_budget_exhausted_total")
