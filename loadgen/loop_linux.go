@@ -72,7 +72,7 @@ type loopRun struct {
 	deferReads   bool // loops may sleep on their timer with responses unread
 	budget       atomic.Int64
 	budgetHit    atomic.Bool
-	stop         atomic.Bool // cancelled
+	stop         atomic.Bool  // cancelled
 	trace        bool         // Config.TraceFile: number requests and record them
 	seq          atomic.Int64 // the next Trace-Seq
 }
