@@ -693,7 +693,7 @@ func (l *evLoop) complete(c *lconn, closeConn bool) {
 			done = t
 		}
 	}
-	if l.lr.trace && !c.warm && c.seq >= 0 {
+	if l.lr.trace && !c.warm && c.seq >= 0 && len(l.traces) < maxTraceRecords {
 		intended := c.intended
 		if c.slot < 0 {
 			intended = c.sent

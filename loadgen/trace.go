@@ -11,6 +11,10 @@ import (
 // (Config.TraceFile).
 const traceSeqField = "Trace-Seq"
 
+// maxTraceRecords bounds one loop's trace records (48 bytes each): a
+// traced run keeps the first this many measured requests of each loop.
+const maxTraceRecords = 1 << 22
+
 // traceRecord is one measured request of a traced run.
 type traceRecord struct {
 	seq    int64
