@@ -76,6 +76,10 @@ func (r *Resolver) queueRefresh(name []byte) {
 // RefreshBatch, and hands its names to the refreshers, until ctx or the
 // resolver ends; Run runs one.
 func (r *Resolver) refreshBatcher(ctx context.Context) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stop := context.AfterFunc(r.ctx, cancel) // the resolver's end ends it too
+	defer stop()
 	gather := time.NewTimer(time.Hour)
 	gather.Stop()
 	defer gather.Stop()
@@ -84,15 +88,11 @@ func (r *Resolver) refreshBatcher(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
-		case <-r.ctx.Done():
-			return
 		case <-r.refreshKick:
 		}
 		gather.Reset(r.cfg.RefreshBatch)
 		select {
 		case <-ctx.Done():
-			return
-		case <-r.ctx.Done():
 			return
 		case <-gather.C:
 		}
@@ -103,8 +103,6 @@ func (r *Resolver) refreshBatcher(ctx context.Context) {
 		for i, key := range batch {
 			select {
 			case <-ctx.Done():
-				return
-			case <-r.ctx.Done():
 				return
 			case r.refreshQ <- key:
 			}
