@@ -345,7 +345,7 @@ func (s *session) traceReport(all []joined, unmatched, total int, loadgenP99 flo
 		"(proxy/spans.go) and one fleet worker; loadgen `-trace-out` numbers the requests (Trace-Seq) and both stamp in absolute CLOCK_MONOTONIC ns. "+
 		"%d of %d measured requests joined (%d without a span or a kernel receive time). p99 of the joined requests %s ms (loadgen's report: %.2f ms); "+
 		"%d requests at or above it. The generator's own cost: %.1f µs CPU per request; its schedule lag is the first row. "+
-		"A stamp costs one vDSO clock read (~25 ns); six per request.\n\n",
+		"A stamp costs one vDSO clock read (~25 ns); five per request (the two wakes are the loop's own clock).\n\n",
 		d, len(all), total, unmatched, ms(p99), loadgenP99, len(slow), genCPUus)
 	b.WriteString("| hop | what | all: p50 ms | all: p99 ms | ≥ p99: p50 ms | ≥ p99: mean ms | ≥ p99: max ms | ≥ p99: the longest hop in |\n|---|---|---|---|---|---|---|---|\n")
 	for h, hop := range traceHops {
