@@ -1,8 +1,6 @@
 package proxy
 
 import (
-	"time"
-
 	"golang.org/x/sys/unix"
 
 	"github.com/pinned-go/pinned/internal/base/netloop"
@@ -110,6 +108,9 @@ func (x *loopExchange) pumpSplice() {
 			}
 			st.inPipe -= int(n)
 			p.m.splicedBytes.Add(int(n))
+			// Bytes moved: a client that drains a pipe's worth more
+			// slowly than StreamIdleTimeout is slow, not stalled.
+			x.streamMoved()
 		}
 		lp.nl.Disarm(&c.timer)
 		if st.remaining == 0 {
@@ -137,10 +138,7 @@ func (x *loopExchange) pumpSplice() {
 		// have run out of slots first): rready stays until EAGAIN says so.
 		st.remaining -= n
 		st.inPipe = int(n)
-		if now := lp.nl.Now(); time.Duration(now-st.armed) > p.cfg.StreamIdleTimeout/4 {
-			st.armed = now
-			x.arm(tStream, p.cfg.StreamIdleTimeout)
-		}
+		x.streamMoved()
 	}
 }
 

@@ -301,7 +301,7 @@ func (x *loopExchange) pump() {
 		x.pumpSplice()
 		return
 	}
-	lp, p := x.lp, x.lp.p
+	lp := x.lp
 	w := x.wc
 	for {
 		n, err := netloop.Read(w.fd, x.rbuf)
@@ -327,10 +327,7 @@ func (x *loopExchange) pump() {
 		if n < len(x.rbuf) && !w.hup {
 			w.rready = false
 		}
-		if now := lp.nl.Now(); time.Duration(now-x.st.armed) > p.cfg.StreamIdleTimeout/4 {
-			x.st.armed = now
-			x.arm(tStream, p.cfg.StreamIdleTimeout)
-		}
+		x.streamMoved()
 		var out []byte
 		ok := true
 		if x.st.mode == smLength {
@@ -350,6 +347,16 @@ func (x *loopExchange) pump() {
 			x.streamBroken()
 		}
 		return
+	}
+}
+
+// streamMoved notes that bytes of the stream moved: its idle timer
+// (StreamIdleTimeout) starts again, moved at most four times per timeout.
+func (x *loopExchange) streamMoved() {
+	lp, p := x.lp, x.lp.p
+	if now := lp.nl.Now(); time.Duration(now-x.st.armed) > p.cfg.StreamIdleTimeout/4 {
+		x.st.armed = now
+		x.arm(tStream, p.cfg.StreamIdleTimeout)
 	}
 }
 
