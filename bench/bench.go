@@ -260,6 +260,9 @@ func Run(ctx context.Context, o Options) (*Results, error) {
 		if bins.pinboardSpans, err = b.Build("github.com/pinned-go/pinned/cmd/pinboard", "pinned_spans"); err != nil {
 			return nil, err
 		}
+		if bins.counterSpans, err = b.Build("github.com/pinned-go/pinned/test/app/counter", "pinned_spans"); err != nil {
+			return nil, err
+		}
 	}
 
 	for _, name := range o.Suites {

@@ -32,7 +32,7 @@ var (
 // binaries are the executables a rig runs.
 type binaries struct {
 	pinboard, pinboardB, counter, loadgen, simworkers string
-	pinboardSpans                                     string // the pinboard built with -tags pinned_spans (the trace suite)
+	pinboardSpans, counterSpans                       string // built with -tags pinned_spans (the trace suite)
 }
 
 // proc is a started process and the addresses it serves.

@@ -20,7 +20,9 @@ import (
 // The pinboard is built with the pinned_spans tag (proxy/spans.go): every
 // request a loop serves is stamped when its loop woke, when it was read,
 // routed, written to the worker, when the worker's first bytes were read
-// and when the answer was written, in absolute CLOCK_MONOTONIC time.
+// and when the answer was written, in absolute CLOCK_MONOTONIC time; the
+// worker (the counter, built with the same tag) adds when its host began
+// and finished serving the request (host/spans_on.go).
 // loadgen (-trace-out) numbers each request in a Trace-Seq field and
 // records when it was due, sent, and received by its kernel, on the same
 // clock. The suite runs the proxy suite's cpu-5k workload through that
@@ -35,7 +37,9 @@ var traceHops = []struct{ name, desc string }{
 	{"in the loop's batch", "from that wake to the request read and parsed (events handled before it in the same batch)"},
 	{"route", "read to routed (a cache hit: no store read)"},
 	{"to the worker", "routed to written to the worker's connection (pool, write)"},
-	{"worker", "written to the worker to the wake of the loop that read its first answer bytes: the worker's wake-up and handler, the loop's wake-up"},
+	{"to the worker's handler", "written to the worker to its host starting on it (host/spans_on.go): the worker's wake-up, read and parse"},
+	{"worker's handler", "the host serving it (the counter's handler, instance lookup, fencing)"},
+	{"back to the proxy's loop", "from the handler's end to the wake of the loop that read the answer: the worker's write, the loop's wake-up"},
 	{"in the answer's batch", "from that wake to the answer's first bytes read"},
 	{"answer", "first bytes read to the answer written to the client"},
 	{"to the client", "written by the proxy to received by loadgen's kernel"},
@@ -65,6 +69,7 @@ func (s *session) traceSuite(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	r.bins.counter = s.bins.counterSpans // its host answers Trace-Worker (host/spans_on.go)
 	w, err := r.startCounter("worker-1", pb.addr)
 	if err != nil {
 		return err
@@ -105,7 +110,7 @@ func (s *session) traceSuite(ctx context.Context) error {
 	spanFiles, _ := filepath.Glob(filepath.Join(spansDir, "spans-*.csv"))
 	spans := map[int64][]int64{}
 	for _, f := range spanFiles {
-		rows, err := readTraceCSV(f, 8)
+		rows, err := readTraceCSV(f, 10)
 		if err != nil {
 			return err
 		}
@@ -116,14 +121,14 @@ func (s *session) traceSuite(ctx context.Context) error {
 	var all []joined
 	unmatched := 0
 	for _, g := range gen {
-		// seq,status,due,sent,rx,done | wake,read,routed,sent,answake,first,done
+		// seq,status,due,sent,rx,done | wake,read,routed,sent,workerin,workerout,answake,first,done
 		sp, ok := spans[g[0]]
-		if !ok || g[4] == 0 {
+		if !ok || g[4] == 0 || sp[4] == 0 {
 			unmatched++
 			continue
 		}
 		due, sent, rx, done := g[2], g[3], g[4], g[5]
-		st := []int64{due, sent, sp[0], sp[1], sp[2], sp[3], sp[4], sp[5], sp[6], rx}
+		st := []int64{due, sent, sp[0], sp[1], sp[2], sp[3], sp[4], sp[5], sp[6], sp[7], sp[8], rx}
 		j := joined{latency: time.Duration(done - due)}
 		for i := 1; i < len(st); i++ {
 			j.hops = append(j.hops, time.Duration(max(st[i]-st[i-1], 0)))
@@ -342,7 +347,7 @@ func (s *session) traceReport(all []joined, unmatched, total int, loadgenP99 flo
 	b := &s.md
 	b.WriteString("## trace: the requests above the p99, hop by hop\n\n")
 	fmt.Fprintf(b, "cpu-5k (open loop, 5 000 req/s, 64 connections, 1000 uniform ids) for %v through a pinboard built with `-tags pinned_spans` "+
-		"(proxy/spans.go) and one fleet worker; loadgen `-trace-out` numbers the requests (Trace-Seq) and both stamp in absolute CLOCK_MONOTONIC ns. "+
+		"(proxy/spans.go) and one fleet worker built likewise (its host answers each traced request with when it began and finished serving it: host/spans_on.go); loadgen `-trace-out` numbers the requests (Trace-Seq) and all three stamp in absolute CLOCK_MONOTONIC ns. "+
 		"%d of %d measured requests joined (%d without a span or a kernel receive time). p99 of the joined requests %s ms (loadgen's report: %.2f ms); "+
 		"%d requests at or above it. The generator's own cost: %.1f µs CPU per request; its schedule lag is the first row. "+
 		"A stamp costs one vDSO clock read (~25 ns); five per request (the two wakes are the loop's own clock).\n\n",

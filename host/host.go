@@ -255,7 +255,9 @@ func (h *Host) Handler(ctx *fasthttp.RequestCtx) {
 		h.writeError(ctx, fasthttp.StatusNotFound, "not found", "")
 		return
 	}
+	t0 := spanNow()
 	h.serve(ctx, path[len(h.nsSlash):])
+	spanEnd(ctx, t0)
 }
 
 // Wrap returns a handler that serves the host's namespace and passes every
@@ -265,7 +267,9 @@ func (h *Host) Wrap(next fasthttp.RequestHandler) fasthttp.RequestHandler {
 	return func(ctx *fasthttp.RequestCtx) {
 		path := ctx.Request.URI().PathOriginal()
 		if h.owns(path) {
+			t0 := spanNow()
 			h.serve(ctx, path[len(h.nsSlash):])
+			spanEnd(ctx, t0)
 			return
 		}
 		next(ctx)

@@ -697,6 +697,7 @@ func (x *loopExchange) onFinalHead() bool {
 	p := x.lp.p
 	rh := &x.resp
 	p.m.upstream.observe(x.stripe, time.Duration(x.lp.nl.Now()-x.startNs))
+	x.c.sp.worker(rh)
 	x.closeAfter = rh.ConnectionClose() || x.rsc.connClose
 	if x.ws {
 		if rh.StatusCode() != 101 {

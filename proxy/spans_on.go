@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 
+	"github.com/valyala/fasthttp"
 	"golang.org/x/sys/unix"
 
 	"github.com/pinned-go/pinned/internal/base/netloop"
@@ -46,6 +47,20 @@ func (s *spanStamps) begin(head []byte, wake int64) {
 // stamp records hop now; a hop stamped twice (a resent request) keeps the
 // last time.
 func (s *spanStamps) stamp(hop int) { s.t[hop] = netloop.Nanotime() + monoOffset }
+
+// worker records the worker's stamps from its answer's Trace-Worker field
+// ("<in>,<out>", absolute CLOCK_MONOTONIC ns), when it has one.
+func (s *spanStamps) worker(rh *fasthttp.ResponseHeader) {
+	in, out, ok := bytes.Cut(rh.Peek(traceWorkerField), []byte(","))
+	if !ok {
+		return
+	}
+	a, err1 := strconv.ParseInt(string(in), 10, 64)
+	b, err2 := strconv.ParseInt(string(out), 10, 64)
+	if err1 == nil && err2 == nil {
+		s.t[hopWorkerIn], s.t[hopWorkerOut] = a, b
+	}
+}
 
 // stampAt records hop at the loop time at (netloop's clock).
 func (s *spanStamps) stampAt(hop int, at int64) { s.t[hop] = at + monoOffset }
