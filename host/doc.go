@@ -77,6 +77,9 @@
 //     every error body is a JSON wire.Error.
 //   - Metrics live on the host's metrics.Set; the namespace label is
 //     escaped.
+//   - Without the pinned_spans build tag the host adds no field to an
+//     answer; with it (spans_on.go, for bench -trace-slow) a request that
+//     carries Trace-Seq is answered with Trace-Worker as well.
 //
 // What callers must not assume: that an instance survives (memory is
 // ephemeral; anything that must survive goes to the application's own
