@@ -25,7 +25,9 @@
 //
 //   - Lookup (and Resolve on a hit) allocates nothing, except the name's
 //     copy for a due refresh (once per entry), and takes only its cache
-//     shard's read lock. r.mu (misses in flight, sessions) is never
+//     shard's read lock (and, for a due refresh, the refresh list's mutex
+//     for an append; it wakes a goroutine only for the first name of a
+//     batch, RefreshBatch). r.mu (misses in flight, sessions) is never
 //     taken on a hit, and never held across a store call or a network call
 //     (memstore calls OnInvalidate from the writer's goroutine).
 //   - Concurrent misses of one name share one store read; each is bounded
@@ -44,8 +46,9 @@
 //     session's placement or moves it to another session. A claim's result
 //     is taken from the store's reply, never from a re-read.
 //   - A session found gone is forgotten (its record, not the routes cached
-//     with it). Run, its refreshers and its death probers (which Run waits
-//     for) are the only goroutines the package starts; they end when Run's
+//     with it). Run, its refresh batcher, its refreshers and its death
+//     probers (which Run waits for) are the only goroutines the package
+//     starts; they end when Run's
 //     ctx ends or Close is called; OnMoved runs on Run's.
 //   - A session is ended before its lease only after Config.ConfirmDeath
 //     proved its process gone (never on a timeout); a cached route is not
