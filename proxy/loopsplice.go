@@ -150,9 +150,11 @@ func (x *loopExchange) spliceDone() {
 		var b [1]byte
 		n, _, err := unix.Recvfrom(w.fd, b[:], unix.MSG_PEEK|unix.MSG_DONTWAIT)
 		switch {
+		case w.hup:
+			x.closeAfter = true // the worker shut its side: no next answer
 		case err == unix.EAGAIN:
 			w.rready = false // nothing follows: the connection is idle
-		case n > 0 || err == nil || w.hup:
+		case n > 0 || err == nil:
 			x.closeAfter = true // more than announced, or the worker closed
 		}
 	}
