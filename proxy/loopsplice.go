@@ -148,14 +148,13 @@ func (x *loopExchange) pumpSplice() {
 func (x *loopExchange) spliceDone() {
 	if w := x.wc; w != nil && !x.closeAfter {
 		var b [1]byte
-		n, _, err := unix.Recvfrom(w.fd, b[:], unix.MSG_PEEK|unix.MSG_DONTWAIT)
-		switch {
-		case w.hup:
-			x.closeAfter = true // the worker shut its side: no next answer
-		case err == unix.EAGAIN:
+		_, _, err := unix.Recvfrom(w.fd, b[:], unix.MSG_PEEK|unix.MSG_DONTWAIT)
+		if err == unix.EAGAIN && !w.hup {
 			w.rready = false // nothing follows: the connection is idle
-		case n > 0 || err == nil:
-			x.closeAfter = true // more than announced, or the worker closed
+		} else {
+			// A byte after the announced length (n > 0), the worker's
+			// close (n == 0), or an error: no next answer on it.
+			x.closeAfter = true
 		}
 	}
 	x.endStream()
