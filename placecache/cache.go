@@ -6,6 +6,8 @@ import (
 	"hash/maphash"
 	"io"
 	"math/bits"
+	"reflect"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -129,6 +131,14 @@ func New[V any](cfg Config) (*Cache[V], error) {
 		ahead:    cfg.RefreshAhead,
 	}
 	c.base = c.clock.Now()
+	if pointerFree(reflect.TypeFor[entry[V]]()) {
+		for i := range c.shards {
+			c.shards[i].m.offHeap = true
+		}
+		// The shards (not c: a cleanup must not keep its object alive)
+		// unmap their slots once the cache is unreachable.
+		runtime.AddCleanup(c, releaseShards[V], c.shards)
+	}
 	if c.ahead > 0 {
 		c.due = make([]atomic.Uint64, dueSlots)
 	}
@@ -136,6 +146,17 @@ func New[V any](cfg Config) (*Cache[V], error) {
 		cfg.Metrics.RegisterMetricsWriter(c.writeMetrics)
 	}
 	return c, nil
+}
+
+// releaseShards gives back every shard's slots; the cleanup of a cache
+// nothing can reach any more.
+func releaseShards[V any](shards []shard[V]) {
+	for i := range shards {
+		s := &shards[i]
+		s.mu.Lock()
+		s.m.release()
+		s.mu.Unlock()
+	}
 }
 
 // dueSlots is the size of the refresh table (Config.RefreshAhead): 64 KiB.
@@ -360,6 +381,11 @@ type Stats struct {
 	// Refreshes counts the refreshes GetAhead handed out.
 	Refreshes uint64
 	Size      int
+	// TableBytes is the size of the shards' slot arrays (outside the Go
+	// heap when the values hold no pointers: see "Memory" in the package
+	// documentation), what the entries cost besides their values'
+	// pointees.
+	TableBytes uint64
 }
 
 // Stats sums the per-shard counters.
@@ -374,7 +400,13 @@ func (c *Cache[V]) Stats() Stats {
 		st.RefusedPuts += s.refused.Load()
 		st.Refreshes += s.refreshes.Load()
 	}
-	st.Size = c.Len()
+	for i := range c.shards {
+		s := &c.shards[i]
+		s.mu.RLock()
+		st.Size += s.m.n
+		st.TableBytes += slotsBytes[entry[V]](len(s.m.slots))
+		s.mu.RUnlock()
+	}
 	return st
 }
 
@@ -388,4 +420,5 @@ func (c *Cache[V]) writeMetrics(w io.Writer) {
 	metrics.WriteCounterUint64(w, "pinned_placecache_refused_puts_total"+l, st.RefusedPuts)
 	metrics.WriteCounterUint64(w, "pinned_placecache_refreshes_total"+l, st.Refreshes)
 	metrics.WriteGaugeUint64(w, "pinned_placecache_entries"+l, uint64(st.Size))
+	metrics.WriteGaugeUint64(w, "pinned_placecache_table_bytes"+l, st.TableBytes)
 }

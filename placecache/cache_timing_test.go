@@ -90,31 +90,48 @@ func BenchmarkGetAheadHit(b *testing.B) {
 // epoch, as proxy.Route) with n names, divided by n. The names are
 // formatted into one reused buffer, so only the cache holds memory.
 func BenchmarkEntryMemory(b *testing.B) {
-	type route struct {
+	type pointerRoute struct {
 		session *int
 		epoch   uint64
 	}
+	type handleRoute struct {
+		session uint64
+		epoch   uint64
+	}
 	for _, n := range []int{10_000, 1_000_000} {
-		b.Run(fmt.Sprint(n), func(b *testing.B) {
-			b.ReportAllocs()
-			var perEntry float64
-			for b.Loop() {
-				before := liveHeap()
-				c, _ := New[route](Config{MaxEntries: 2 * n}) // room for uneven shards
-				session := new(int)
-				buf := make([]byte, 0, 64)
-				for i := range n {
-					buf = fmt.Appendf(buf[:0], "/counter/id-%08d", i)
-					c.Put(buf, route{session, uint64(i)}, c.Begin(buf))
-				}
-				perEntry = float64(liveHeap()-before) / float64(n)
-				if c.Len() != n {
-					b.Fatalf("Len = %d; want %d", c.Len(), n)
-				}
-			}
-			b.ReportMetric(perEntry, "heap-B/entry")
+		b.Run(fmt.Sprintf("values=pointers/%d", n), func(b *testing.B) {
+			session := new(int)
+			entryMemory(b, n, func(i int) pointerRoute { return pointerRoute{session, uint64(i)} })
+		})
+		b.Run(fmt.Sprintf("values=handles/%d", n), func(b *testing.B) {
+			entryMemory(b, n, func(i int) handleRoute { return handleRoute{1, uint64(i)} })
 		})
 	}
+}
+
+// entryMemory fills a cache with n entries and reports the live heap it
+// added and its tables' size (outside the heap when V holds no pointers),
+// per entry.
+func entryMemory[V any](b *testing.B, n int, value func(int) V) {
+	b.ReportAllocs()
+	var heap, table float64
+	for b.Loop() {
+		before := liveHeap()
+		c, _ := New[V](Config{MaxEntries: 2 * n}) // room for uneven shards
+		buf := make([]byte, 0, 64)
+		for i := range n {
+			buf = fmt.Appendf(buf[:0], "/counter/id-%08d", i)
+			c.Put(buf, value(i), c.Begin(buf))
+		}
+		heap = float64(liveHeap()-before) / float64(n)
+		st := c.Stats()
+		table = float64(st.TableBytes) / float64(n)
+		if st.Size != n {
+			b.Fatalf("Size = %d; want %d", st.Size, n)
+		}
+	}
+	b.ReportMetric(heap, "heap-B/entry")
+	b.ReportMetric(table, "table-B/entry")
 }
 
 // liveHeap is the heap in use after a collection.
@@ -129,12 +146,17 @@ func liveHeap() uint64 {
 // looked up in a pseudo-random order over all of them: each lookup reaches
 // memory the CPU cache does not hold.
 func BenchmarkGetHitLarge(b *testing.B) {
+	b.Run("values=pointers", func(b *testing.B) { getHitLarge(b, "session") })
+	b.Run("values=handles", func(b *testing.B) { getHitLarge(b, [2]uint64{1, 2}) })
+}
+
+func getHitLarge[V any](b *testing.B, v V) {
 	const n = 1 << 20
-	c, _ := New[string](Config{MaxEntries: 2 * n})
+	c, _ := New[V](Config{MaxEntries: 2 * n})
 	names := make([][]byte, n)
 	for i := range names {
 		names[i] = fmt.Appendf(nil, "/counter/id-%08d", i)
-		c.Put(names[i], "session", c.Begin(names[i]))
+		c.Put(names[i], v, c.Begin(names[i]))
 	}
 	now := c.Now()
 	b.ReportAllocs()

@@ -1,7 +1,7 @@
 // Package placecache is the pinboard's in-process cache of placements: a
 // generic map from names ("/<namespace>/<id>") to values (the placement
-// resolver, internal/pinboard/placement, stores a proxy.Route: the session holding
-// the placement) with a TTL, a bounded size and an invalidation guard. It
+// resolver, internal/pinboard/placement, stores a route: a handle of the
+// session holding the placement, and its epoch) with a TTL, a bounded size and an invalidation guard. It
 // caches nothing else (sessions live in the resolver). It sits in front of
 // the store, so that a proxied request in steady state costs no Redis round
 // trip, and it is kept honest by the store's invalidations (rueidis
@@ -25,7 +25,7 @@
 // The cache keeps no names, only two 64-bit hashes of each under seeds
 // drawn when it is made: the first is the entry's key in its shard's table
 // (Robin Hood open addressing, kept 70–87.5 % full, so that an entry costs
-// about 65 bytes of heap where a Go map of names cost 140;
+// about 65 bytes where a Go map of names cost 140 of heap;
 // BenchmarkEntryMemory), the second is kept in the entry and compared on
 // every read. A name is served another name's value only if both hashes
 // collide: with n entries cached, a probability of at most n/2^128 per
@@ -33,6 +33,20 @@
 // hardware fault. Two names that share only the key simply evict each
 // other. Forgetting is always allowed, so Invalidate drops whatever
 // entry holds the name's key.
+//
+// # Memory
+//
+// When V holds no pointers (the resolver's routes do not), a shard's table
+// of 64 KiB or more lives in an anonymous mapping of its own outside the
+// Go heap (slots.go), unmapped as soon as the table outgrows it, and when
+// the Cache is unreachable (a runtime cleanup; there is no Close, so no
+// Get can ever read an unmapped table). A million entries are then about
+// 65 MB of tables that the collector neither scans nor counts: on the
+// heap, as the bulk of the live heap, they let the heap grow to twice
+// their size before each cycle (GOGC), with the arrays outgrown meanwhile
+// as garbage. Stats.TableBytes (pinned_placecache_table_bytes) is the
+// tables' size either way. Values with pointers keep their tables on the
+// heap.
 //
 // # Invariants
 //

@@ -44,5 +44,5 @@ func Example() {
 	// session-1 (cached)
 	// session-2 (from the store)
 	// stale put stored: false
-	// {Hits:1 Misses:2 Invalidations:2 Evictions:0 RefusedPuts:1 Refreshes:0 Size:1}
+	// {Hits:1 Misses:2 Invalidations:2 Evictions:0 RefusedPuts:1 Refreshes:0 Size:1 TableBytes:384}
 }

@@ -22,6 +22,9 @@ import "math/bits"
 type table[E any] struct {
 	slots []slot[E]
 	n     int
+	// offHeap: E holds no pointers, so large slot arrays may be mapped
+	// outside the heap (slots.go); mapped: the current one is.
+	offHeap, mapped bool
 }
 
 type slot[E any] struct {
@@ -121,13 +124,25 @@ func (t *table[E]) insert(s slot[E]) {
 }
 
 func (t *table[E]) grow() {
-	old := t.slots
-	t.slots = make([]slot[E], max(minSlots, len(old)*growthNum/growthDen+1))
+	old, oldMapped := t.slots, t.mapped
+	t.slots, t.mapped = newSlots[E](max(minSlots, len(old)*growthNum/growthDen+1), t.offHeap)
 	for _, s := range old {
 		if s.key != 0 {
 			t.insert(s)
 		}
 	}
+	if oldMapped {
+		unmapSlots(old)
+	}
+}
+
+// release gives the table's slots back (to the system when mapped) and
+// leaves it empty and usable.
+func (t *table[E]) release() {
+	if t.mapped {
+		unmapSlots(t.slots)
+	}
+	t.slots, t.n, t.mapped = nil, 0, false
 }
 
 // del removes key's entry, if any.

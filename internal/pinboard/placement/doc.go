@@ -17,7 +17,11 @@
 // the connection pools (it attaches one to each Session); what Run learns
 // about watched placements that moved goes out through Config.OnMoved
 // (internal/pinboard wires it to proxy.Proxy.CloseTunnels). Per worker
-// session the resolver keeps one *proxy.Session, made on first use. The
+// session the resolver keeps one *proxy.Session, made on first use, and a
+// handle for it (routecache.go): the placecache holds routes as a handle
+// and an epoch, no pointer, so its tables live outside the Go heap; a
+// handle dies with its session's drop and is never reused, so a route
+// cached for a dropped session reads as a miss. The
 // store calls OnInvalidate (on Redis from a connection's reader goroutine):
 // it is fast and never calls the store.
 //

@@ -28,7 +28,7 @@ import (
 type Resolver struct {
 	cfg      Config
 	st       store.Store
-	cache    *placecache.Cache[proxy.Route]
+	cache    routeCache
 	clock    clock.Clock
 	fastTime bool // no Clock configured: lookups use fasthttp's request time
 	log      *slog.Logger
@@ -171,7 +171,7 @@ func New(cfg Config) (*Resolver, error) {
 	if err := cfg.setDefaults(); err != nil {
 		return nil, err
 	}
-	cache, err := placecache.New[proxy.Route](placecache.Config{
+	cache, err := placecache.New[cachedRoute](placecache.Config{
 		Name:       "placements",
 		Shards:     cfg.CacheShards,
 		MaxEntries: cfg.CacheMaxEntries,
@@ -187,7 +187,7 @@ func New(cfg Config) (*Resolver, error) {
 	r := &Resolver{
 		cfg:         cfg,
 		st:          cfg.Store,
-		cache:       cache,
+		cache:       routeCache{c: cache, h: newHandles()},
 		clock:       clock.Or(cfg.Clock),
 		fastTime:    cfg.Clock == nil,
 		log:         cfg.Logger.With("logger", "pinned.placement"),
@@ -717,6 +717,7 @@ func (r *Resolver) sessionFor(s *store.Session) (*proxy.Session, error) {
 	ps := &proxy.Session{ID: s.ID, Secret: s.Secret, AdvertiseURL: s.AdvertiseURL, MaxBodyBytes: s.MaxBodyBytes}
 	r.noteLeaseEnd(ps, s)
 	r.sessions[s.ID] = &session{s: ps, hb: s.LastHeartbeat}
+	r.cache.h.add(ps)
 	return ps, nil
 }
 
@@ -755,15 +756,16 @@ func (r *Resolver) placed(sid string) {
 
 // dropSession forgets a session that is gone from the store (its record:
 // headroom bookkeeping, refusals; the proxy's janitor closes its connection
-// pool once nothing uses it). Routes cached with it stay until a request
-// fails on them (Refused) or they expire.
+// pool once nothing uses it). Routes cached with it read as misses from
+// now on (routeCache): the next request for one of its ids asks the store.
 func (r *Resolver) dropSession(sid, reason string) {
 	r.mu.Lock()
-	_, known := r.sessions[sid]
+	e, known := r.sessions[sid]
 	delete(r.sessions, sid)
 	delete(r.unusable, sid)
 	r.mu.Unlock()
 	if known {
+		r.cache.h.drop(e.s)
 		r.m.sessionsDropped.Inc()
 		r.log.Info("worker session gone; forgotten", "session", sid, "reason", reason)
 	}
