@@ -101,7 +101,7 @@ var catalogue = []Family{
 	{"pinned_placecache_refused_puts_total", "counter", "cache", "placecache", "store reads not cached because an invalidation raced them"},
 	{"pinned_placecache_refreshes_total", "counter", "cache", "placecache", "refreshes handed out by GetAhead (one per entry within RefreshAhead of its expiry)"},
 	{"pinned_placecache_entries", "gauge", "cache", "placecache", "entries cached now (its size)"},
-	{"pinned_placecache_table_bytes", "gauge", "cache", "placecache", "bytes of the cache's hash tables (mapped outside the Go heap for the pinboard's placements, so not in `go_memstats_*`)"},
+	{"pinned_placecache_table_bytes", "gauge", "cache", "placecache", "bytes of the cache's hash tables (mapped outside the Go heap for the pinboard's placements, so not in go_memstats_*)"},
 	{"pinned_alarms_claimed_total", "counter", "", "alarm", "due alarms this pinboard claimed for delivery"},
 	{"pinned_alarm_deliveries_total", "counter", "result", "alarm", "alarm deliveries: ok (2xx), failed (an attempt failed), unavailable (no worker took it: not an attempt)"},
 	{"pinned_alarms_dead_lettered_total", "counter", "", "alarm", "alarm occurrences dead-lettered after their last attempt (GET /registry/alarms/dead)"},

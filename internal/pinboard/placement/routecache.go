@@ -99,10 +99,10 @@ type handle uint64
 type handles struct {
 	tab atomic.Pointer[[]handleSlot]
 
-	mu   sync.Mutex
-	byPtr  map[*proxy.Session]handle // guarded by mu
-	free []uint32                  // free slots; guarded by mu
-	gen  uint32                    // the last generation given; guarded by mu
+	mu    sync.Mutex
+	byPtr map[*proxy.Session]handle // guarded by mu
+	free  []uint32                  // free slots; guarded by mu
+	gen   uint32                    // the last generation given; guarded by mu
 }
 
 type handleSlot struct {
