@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"context"
+	"strconv"
 	"testing"
 	"time"
 
@@ -62,4 +63,43 @@ func BenchmarkCachedReads(b *testing.B) {
 			}
 		}
 	})
+}
+
+// BenchmarkColdPlacement is a pinboard's cache miss on an id nobody holds
+// (LookupOrClaim of a new id), on one redis-server and on a local
+// three-master cluster: one script in one round trip on a node; on a
+// cluster a tracked read, then the index add and the claim pipelined, then
+// the index add again (three round trips; see the package doc). The ratio
+// of the two is what a cold placement pays for a cluster on an idle
+// machine, where a round trip costs a loopback hop and two wake-ups.
+func BenchmarkColdPlacement(b *testing.B) {
+	for _, kind := range []string{"node", "cluster"} {
+		b.Run(kind, func(b *testing.B) {
+			var url string
+			if kind == "node" {
+				url = redistest.Start(b).URL
+			} else {
+				url = redistest.StartCluster(b).URL
+			}
+			s, err := New(Config{URL: url})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer s.Close()
+			ctx := context.Background()
+			if err := s.Connect(ctx); err != nil {
+				b.Fatal(err)
+			}
+			if _, err := s.Register(ctx, store.Session{ID: "s1", ClientID: "c1", AdvertiseURL: "http://h", Namespaces: []string{"/n"}}, time.Hour); err != nil {
+				b.Fatal(err)
+			}
+			b.ReportAllocs()
+			for i := 0; b.Loop(); i++ {
+				p, claimed, err := s.LookupOrClaim(ctx, "/n", "cold-"+strconv.Itoa(i), "s1")
+				if err != nil || !claimed || p.Session != "s1" {
+					b.Fatal(p, claimed, err)
+				}
+			}
+		})
+	}
 }
