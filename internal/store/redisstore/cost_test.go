@@ -95,6 +95,50 @@ func TestPlaceCommandCost(t *testing.T) {
 	measure("a placed id", false, map[string]int64{"evalsha": 1, "client|caching": 1, "get": 2})
 }
 
+// TestPlaceRoundTripsOnACluster counts the round trips of LookupOrClaim
+// where the index lives apart from the placement (a cluster; here a single
+// node told to index apart, behind a tap): for a new id, the place script
+// with the tracked read, then the index add; for a placed id, the first
+// only. The placement is indexed either way.
+func TestPlaceRoundTripsOnACluster(t *testing.T) {
+	srv := redistest.Start(t)
+	tap := redistest.NewTap(t, srv.Addr)
+	s := openOneConn(t, Config{URL: tap.URL})
+	s.indexApart = true
+	ctx := context.Background()
+	if _, err := s.Register(ctx, store.Session{ID: "s1", ClientID: "c1", AdvertiseURL: "http://h", Namespaces: []string{"/n"}}, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Claim(ctx, "/n", "warm", "s1"); err != nil { // loads the scripts
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		what    string
+		claimed bool
+		trips   [][]string
+	}{
+		{"a new id", true, [][]string{{"EVALSHA", "CLIENT CACHING", "GET"}, {"EVALSHA"}}},
+		{"a placed id", false, [][]string{{"EVALSHA", "CLIENT CACHING", "GET"}}},
+	} {
+		tap.Reset()
+		p, claimed, err := s.LookupOrClaim(ctx, "/n", "x", "s1")
+		if p.Session != "s1" || claimed != tc.claimed || err != nil {
+			t.Fatalf("%s: LookupOrClaim = %+v, %v, %v; want s1, claimed %v", tc.what, p, claimed, err, tc.claimed)
+		}
+		trips := tap.Trips()
+		var got [][]string
+		for _, tr := range trips {
+			got = append(got, tr.Names())
+		}
+		if !slices.EqualFunc(got, tc.trips, slices.Equal) {
+			t.Errorf("%s: round trips %v; want %v", tc.what, got, tc.trips)
+		}
+	}
+	if c, err := s.PlacementCounts(ctx, "s1", []string{"/n"}); err != nil || c["/n"] != 2 {
+		t.Fatalf("PlacementCounts = %v, %v; want 2 (warm and x indexed)", c, err)
+	}
+}
+
 // TestPlacementCountsCostIsFlat: PlacementCounts reads the namespaces'
 // count fields of the session's index with one HMGET, whatever the number
 // of placements the index holds (the registry's worker list reads it for

@@ -45,17 +45,22 @@
 //     NOSCRIPT the three are sent again with EVAL; that once, the first
 //     attempt's GET tracked the key before the script wrote it, and the
 //     caller hears of its own write.
-//   - LookupOrClaim and Claim, on a cluster: LookupOrClaim first reads the
-//     placement tracked (CLIENT CACHING YES, GET; one round trip) and stops
-//     there when there is one. The claim: index add (HSETNX on
-//     pinned:o:<sid>) then the place script (without the index) on
-//     pinned:p:{<ns>/<id>}, pipelined in one round trip (index first, so a
-//     crash leaves only a spurious index entry; the two keys may sit on
-//     different nodes, where that ordering is best effort); an index add
-//     again after winning (see the race below); on losing, the index entry
-//     is removed unless the placement turned out to be ours. Two or three
-//     round trips; the claim's write tells the caller of itself (it tracked
-//     the key by its read).
+//   - LookupOrClaim and Claim, on a cluster: the place script without the
+//     index on pinned:p:{<ns>/<id>}, CLIENT CACHING YES and GET, in one
+//     round trip on the placement's node (as on a single node; the three
+//     share its slot); then, only when the script wrote the placement, the
+//     index add (HSETNX on pinned:o:<sid>, another slot). Two round trips
+//     for a new id, one for a placed one; a lost claim writes nothing and
+//     has nothing to remove. Claim first, index second keeps the index
+//     race-free without a second add (see the race below); the price is
+//     that a pinboard dying between the two (or losing the index's node
+//     for that moment) leaves a placement its session's index lacks: it
+//     routes as any placement, a reader finds its session gone once the
+//     session ends and takes it over, but the janitor does not reap it and
+//     the session's count is one short until it is released. (The planted
+//     bug claim_no_nx, pinned_faults builds only, keeps the older order:
+//     a tracked read, then index add and a blind claim pipelined, an index
+//     add again after winning, removal after losing.)
 //   - Epochs: the claim and replace scripts allocate the new placement's
 //     epoch in the same script, from its counter pinned:e:{<ns>/<id>}:
 //     max(counter + 1, replaced epoch + 1, TIME in µs) (wire.NextEpoch on
@@ -110,8 +115,9 @@
 //     rewrite and reschedule, and add a dead letter, dropping the oldest
 //     beyond the cap); dead letters: one script per shard, pipelined.
 //   - Unindex is always "HDEL, then GET the placement, and index again if it
-//     names this session". Together with "index again after every winning
-//     write" (in the writing script itself for a claim on a single node)
+//     names this session". Together with "index after every winning write"
+//     (in the writing script itself for a claim on a single node; after the
+//     claim's reply on a cluster; before and again after it for a replace)
 //     this keeps the invariant "a placement naming session S is in
 //     S's index" under any interleaving of a release and a re-claim of the
 //     same id by the same session (each pinboard's operations on one key are

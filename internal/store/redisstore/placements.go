@@ -140,8 +140,12 @@ func (s *Store) ClaimPlacement(ctx context.Context, ns, id, sessionID string) (s
 		return store.Placement{}, err
 	}
 	name := wire.PlacementName(ns, id)
-	if s.apart(c) {
+	if faults.Has(faults.ClaimNoNX) {
 		p, _, err := s.claimApart(ctx, c, ns, name, sessionID)
+		return p, err
+	}
+	if s.apart(c) {
+		p, _, err := s.placeThenIndex(ctx, c, ns, name, sessionID)
 		return p, err
 	}
 	p, _, err := s.place(ctx, c, ns, name, sessionID)
@@ -154,7 +158,7 @@ func (s *Store) ClaimPlacement(ctx context.Context, ns, id, sessionID string) (s
 // builds only), whose blind claim needs the read and the write apart, so
 // that two pinboards can both read "none" and both write.
 func (s *Store) apart(c rueidis.Client) bool {
-	return c.Mode() == rueidis.ClientModeCluster || faults.Has(faults.ClaimNoNX)
+	return c.Mode() == rueidis.ClientModeCluster || faults.Has(faults.ClaimNoNX) || s.indexApart
 }
 
 // LookupOrClaim implements store.Store. On a single node it is one script
@@ -172,6 +176,10 @@ func (s *Store) LookupOrClaim(ctx context.Context, ns, id, sessionID string) (st
 	if !s.apart(c) {
 		return s.place(ctx, c, ns, name, sessionID)
 	}
+	if !faults.Has(faults.ClaimNoNX) {
+		return s.placeThenIndex(ctx, c, ns, name, sessionID)
+	}
+	// The planted bug's blind claim: a read, then the claim apart.
 	res := c.DoMulti(ctx, c.B().ClientCaching().Yes().Build(), c.B().Get().Key(wire.KeyPlacementName(name)).Build())
 	if err := res[0].Error(); err != nil {
 		return store.Placement{}, false, s.wrap(ctx, "placement", err)
@@ -185,6 +193,41 @@ func (s *Store) LookupOrClaim(ctx context.Context, ns, id, sessionID string) (st
 		return p, false, err
 	}
 	return s.claimApart(ctx, c, ns, name, sessionID)
+}
+
+// placeThenIndex is LookupOrClaim on a cluster, where the claiming
+// session's index lives in another slot than the placement: scriptPlace
+// without the index and the tracked GET in one round trip on the
+// placement's node (as place), then, only when the script wrote the
+// placement, the index add: two round trips for a new id, one for a placed
+// id. Claim first, index second is what makes the index race-free without
+// a second add (see the package doc): a release of the same id by the same
+// session removes its index entry before it reads the placement again, so
+// either the release's read sees the new placement and indexes it, or the
+// removal came first and this add comes after it.
+func (s *Store) placeThenIndex(ctx context.Context, c rueidis.Client, ns, name, sessionID string) (store.Placement, bool, error) {
+	res, get := trackedAfter(ctx, c, scriptPlace.with(placementKeys(name), sessionID, s.fenceSeconds, i64(s.clock.Now().UnixMilli()), s.epochTTL),
+		wire.KeyPlacementName(name))
+	written, claimed, err := s.placeReply(ctx, res)
+	if err != nil {
+		return store.Placement{}, false, err
+	}
+	v, err := get.ToString()
+	if err != nil && !rueidis.IsRedisNil(err) {
+		return store.Placement{}, false, s.wrap(ctx, "placement", err)
+	}
+	p, err := parsePlacement(v)
+	if err != nil {
+		return store.Placement{}, false, err
+	}
+	if claimed {
+		// The index of what this script wrote, even when another write
+		// followed it (its writer indexes its own).
+		if err := s.indexAdd(ctx, c, written.Session, ns, name); err != nil {
+			return store.Placement{}, false, err
+		}
+	}
+	return p, claimed && p == written, nil
 }
 
 // place runs scriptPlace on a single node and reads the placement back,

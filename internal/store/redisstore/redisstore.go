@@ -133,6 +133,11 @@ type Store struct {
 	backoffMin time.Duration
 	backoffMax time.Duration
 
+	// indexApart makes a single node index placements as a cluster does
+	// (apart from the claim script): set by tests only, to count the
+	// cluster path's round trips through a tap.
+	indexApart bool
+
 	client  atomic.Pointer[conn] // nil until connected
 	circuit *circuit
 	set     *metrics.Set
