@@ -270,15 +270,11 @@ func (s *Store) placeReply(ctx context.Context, res rueidis.RedisResult) (store.
 	return p, claimed == 1, err
 }
 
-// claimApart claims name for sessionID on a cluster, where the session's
-// index and the placement live in different slots: the index add and
-// scriptPlace (without the index) in one pipeline (index first: a crash
-// leaves a spurious index entry, never an unindexed placement; across
-// nodes that order is best effort), then, after a win, the index add again
-// (see the package doc's race); after a loss, the index entry is removed
-// unless the placement turned out to be ours. Two or three round trips.
-// The claim is not tracked: the write tells this client of itself when it
-// read the placement before, and the next read tracks it again.
+// claimApart is the claim of the planted bug claim_no_nx (pinned_faults
+// builds only), in the order clusters used before placeThenIndex: the
+// index add and the (blind) claim script in one pipeline, then, after a
+// win, the index add again (see the package doc's race); after a loss, the
+// index entry is removed unless the placement turned out to be ours.
 func (s *Store) claimApart(ctx context.Context, c rueidis.Client, ns, name, sessionID string) (store.Placement, bool, error) {
 	claim := scriptPlace
 	if faults.Has(faults.ClaimNoNX) {

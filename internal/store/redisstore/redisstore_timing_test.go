@@ -68,8 +68,8 @@ func BenchmarkCachedReads(b *testing.B) {
 // BenchmarkColdPlacement is a pinboard's cache miss on an id nobody holds
 // (LookupOrClaim of a new id), on one redis-server and on a local
 // three-master cluster: one script in one round trip on a node; on a
-// cluster a tracked read, then the index add and the claim pipelined, then
-// the index add again (three round trips; see the package doc). The ratio
+// cluster the claim with its tracked read, then the index add (two round
+// trips; see the package doc). The ratio
 // of the two is what a cold placement pays for a cluster on an idle
 // machine, where a round trip costs a loopback hop and two wake-ups.
 func BenchmarkColdPlacement(b *testing.B) {
