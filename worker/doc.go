@@ -72,7 +72,12 @@
 // HandleChallenge are safe for concurrent use at any time. All lease
 // transitions happen on the Run goroutine; the lease is an immutable snapshot
 // behind an atomic pointer. Registry calls run on goroutines owned by Run,
-// which waits for them before returning. Functions registered with OnLease
+// which waits for them before returning, and so do wind_down's passes over
+// the idle instances (CloseIdle; seconds with a million idle instances):
+// the loop never waits for one, so nothing a host walks delays a heartbeat.
+// Its other calls into a host are cheap (Headroom, Len, one instance's
+// Evict) or fence (AbortAll on a loss or at the wind_down deadline).
+// Functions registered with OnLease
 // run on the Run goroutine and must return promptly. Attach must happen
 // before Run; detach (Host.Close) may happen at any time.
 //

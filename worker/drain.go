@@ -50,10 +50,12 @@ func (w *Worker) drainSnapshot() (drainMode, int64) {
 }
 
 // enterDrain raises the drain state to at least mode and the deadline to the
-// earliest one seen (0 = none). On a change it logs, closes idle instances
-// when wind_down starts, and wakes the loop so the next heartbeat reports it
-// at once.
-func (w *Worker) enterDrain(mode drainMode, deadlineMs int64, source string) {
+// earliest one seen (0 = none). On a change it logs and wakes the loop so
+// the next heartbeat reports it at once. It reports whether wind_down
+// started with this call: the caller then closes the idle instances
+// (Shutdown on its own goroutine, the loop through closeIdleSoon), never
+// before the loop was woken.
+func (w *Worker) enterDrain(mode drainMode, deadlineMs int64, source string) (windDown bool) {
 	w.drain.mu.Lock()
 	old, oldDeadline := drainMode(w.drain.mode.Load()), w.drain.deadlineMs
 	if mode > old {
@@ -65,20 +67,30 @@ func (w *Worker) enterDrain(mode drainMode, deadlineMs int64, source string) {
 	now, nowDeadline := drainMode(w.drain.mode.Load()), w.drain.deadlineMs
 	w.drain.mu.Unlock()
 	if now == old && nowDeadline == oldDeadline {
-		return
+		return false
 	}
 	attrs := []any{"mode", now.String(), "source", source}
 	if nowDeadline != 0 {
 		attrs = append(attrs, "deadline", time.UnixMilli(nowDeadline))
 	}
 	w.log.Info("drain started", attrs...)
-	if now == modeWindDown && old != modeWindDown {
-		for _, h := range w.attached() {
-			h.CloseIdle(reasonWindDown)
-		}
-	}
 	select {
 	case w.kick <- struct{}{}:
+	default:
+	}
+	return now == modeWindDown && old != modeWindDown
+}
+
+// closeIdleSoon asks Run's idle closer (loop.idleCloser) to close the idle
+// instances of every attached host, and returns at once; requests made
+// while a pass runs are served by one more pass. The loop closes idle
+// instances only this way: a host's CloseIdle walks every idle instance
+// under its shard locks, which takes seconds at a million instances while
+// thousands of closers compete for the same locks, and a loop waiting for
+// it sends no heartbeat (docs/scale.md, S8).
+func (w *Worker) closeIdleSoon() {
+	select {
+	case w.closeIdleReq <- struct{}{}:
 	default:
 	}
 }
@@ -89,7 +101,9 @@ func (w *Worker) applyMessage(m wire.Message) {
 	case wire.MessageDrain:
 		w.enterDrain(modeDrain, m.DeadlineMs, "pinboard")
 	case wire.MessageWindDown:
-		w.enterDrain(modeWindDown, m.DeadlineMs, "pinboard")
+		if w.enterDrain(modeWindDown, m.DeadlineMs, "pinboard") {
+			w.closeIdleSoon()
+		}
 	case wire.MessageEvict:
 		w.evict(m.Namespace, m.ID)
 	default:
@@ -140,7 +154,8 @@ func (l *loop) driveDrain(now clock.Instant) {
 //  1. wind_down starts (Draining is true, so hosts refuse new activations
 //     with 503 draining); the next heartbeat, sent at once, reports draining
 //     with headroom 0 and ctx's deadline as drainDeadline;
-//  2. idle instances are closed now and every ShutdownPollInterval, until
+//  2. idle instances are closed now and every ShutdownPollInterval, on
+//     the calling goroutine (the heartbeats never wait for a pass), until
 //     every host is empty (Len() == 0) or ctx ends, which aborts what
 //     remains and closes the connections to the pinboard, failing the calls
 //     in flight. A close does not wait for its release: Release queues it
@@ -178,9 +193,10 @@ func (w *Worker) Shutdown(ctx context.Context) error {
 		deadlineMs, by = d.UnixMilli(), d.UnixNano()
 	}
 	w.shutdownBy.Store(by)
+	w.shuttingDown.Store(true)
 	later := w.startLaterReleases()
 	defer later.finish()
-	w.enterDrain(modeWindDown, deadlineMs, "shutdown")
+	w.enterDrain(modeWindDown, deadlineMs, "shutdown") // awaitEmpty closes the idle instances
 	err := w.awaitEmpty(ctx)
 	if ctx.Err() != nil {
 		// Calls in flight (a heartbeat to a pinboard that does not answer,

@@ -64,6 +64,9 @@ type fakeHost struct {
 	// onCloseIdle, when set, runs at each CloseIdle without the lock (the
 	// real host releases each closed instance's placement there).
 	onCloseIdle func()
+	// closedIdle, when set, runs at the end of each CloseIdle (the harness
+	// wakes the loop, so that until sees what the call changed).
+	closedIdle func()
 }
 
 type abortRec struct {
@@ -114,9 +117,12 @@ func (h *fakeHost) CloseIdle(reason string) {
 		h.onCloseIdle()
 	}
 	h.mu.Lock()
-	defer h.mu.Unlock()
 	h.closeIdle = append(h.closeIdle, reason)
 	h.idle = 0
+	h.mu.Unlock()
+	if h.closedIdle != nil {
+		h.closedIdle()
+	}
 }
 func (h *fakeHost) Evict(id, reason string) bool {
 	h.mu.Lock()
@@ -603,7 +609,7 @@ func newHarness(t *testing.T, tweak ...func(*Config)) *harness {
 	w.jitter = func(n int64) int64 { return n - 1 } // the ceiling: deterministic backoff
 	w.hooks = &testHooks{idle: h.idle, poke: h.poke}
 	h.w = w
-	h.host = &fakeHost{ns: "/counter", cap: 100, w: w, clk: clk}
+	h.host = &fakeHost{ns: "/counter", cap: 100, w: w, clk: clk, closedIdle: h.pokeLoop}
 	if _, err := w.Attach(h.host); err != nil {
 		t.Fatal(err)
 	}

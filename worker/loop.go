@@ -67,12 +67,14 @@ func (w *Worker) Run(ctx context.Context) error {
 	if w.hooks != nil {
 		l.poke = w.hooks.poke
 	}
+	l.closer.Go(l.idleCloser)
 	err := l.run(ctx)
 	if w.current.Load() != nil {
 		l.lose(ErrStopped, w.clock.Now())
 	}
-	close(l.quit) // calls still in flight drop their results
+	close(l.quit) // calls still in flight drop their results; the idle closer stops
 	l.calls.Wait()
+	l.closer.Wait()
 	w.pinboard.close()
 	return err
 }
@@ -106,7 +108,8 @@ type loop struct {
 	results chan result
 	quit    chan struct{} // closed when the loop has stopped reading results
 	calls   sync.WaitGroup
-	pending int // calls started and not yet handled, all kinds and sessions
+	closer  sync.WaitGroup // idleCloser
+	pending int            // calls started and not yet handled, all kinds and sessions
 	poke    <-chan struct{}
 	stopReq <-chan struct{} // nil after it fired
 
@@ -258,6 +261,23 @@ func (l *loop) start(r result, path string, body any, pair challengePair) {
 	}()
 }
 
+// idleCloser closes the idle instances of every attached host
+// (CloseIdle(wind_down)) each time closeIdleSoon asks, until quit. It runs
+// beside the loop so that a pass, which takes seconds with a million idle
+// instances, never delays a heartbeat or the handling of its ack.
+func (l *loop) idleCloser() {
+	for {
+		select {
+		case <-l.w.closeIdleReq:
+			for _, h := range l.w.attached() {
+				h.CloseIdle(reasonWindDown)
+			}
+		case <-l.quit:
+			return
+		}
+	}
+}
+
 // headroom is what the worker offers in registrations and heartbeats: the
 // attached hosts' headroom, or 0 while draining.
 func (l *loop) headroom() int {
@@ -291,10 +311,8 @@ func (l *loop) sendRegister(now clock.Instant) {
 func (l *loop) sendHeartbeat(now clock.Instant, final bool) {
 	w := l.w
 	mode, dl := w.drainSnapshot()
-	if mode == modeWindDown {
-		for _, h := range w.attached() { // close instances as they go idle
-			h.CloseIdle(reasonWindDown)
-		}
+	if mode == modeWindDown && !w.shuttingDown.Load() {
+		w.closeIdleSoon() // close instances as they go idle, off the loop (Shutdown's awaitEmpty does it itself)
 	}
 	pair := newChallengePair()
 	l.seq++

@@ -57,16 +57,21 @@ type Worker struct {
 	// shutdownBy is the deadline of the latest Shutdown (unix ns; 0: none):
 	// no call to the pinboard outlasts it (callDeadline).
 	shutdownBy atomic.Int64
+	// shuttingDown is set by Shutdown, whose awaitEmpty closes idle
+	// instances every ShutdownPollInterval: the loop's ticks then ask for
+	// no pass of their own.
+	shuttingDown atomic.Bool
 
 	mu        sync.Mutex
 	hosts     []host.Attached // appended until Run starts, then only shrinks (detach); replaced, never modified
 	started   bool
 	observers []*leaseObserver // OnLease; replaced, never modified
 
-	kick    chan struct{} // wakes the loop to heartbeat now (drain state changed)
-	stopReq chan struct{} // closed by Shutdown: final heartbeat, then Run returns
-	stopped sync.Once
-	runDone chan struct{} // closed when Run returns
+	kick         chan struct{} // wakes the loop to heartbeat now (drain state changed)
+	closeIdleReq chan struct{} // asks Run's idle closer for a CloseIdle(wind_down) pass (closeIdleSoon)
+	stopReq      chan struct{} // closed by Shutdown: final heartbeat, then Run returns
+	stopped      sync.Once
+	runDone      chan struct{} // closed when Run returns
 
 	// Test seams; zero in production.
 	jitter func(n int64) int64 // uniform in [0, n); rand.Int64N
@@ -88,16 +93,17 @@ func New(cfg Config) (*Worker, error) {
 		return nil, err
 	}
 	w := &Worker{
-		cfg:      cfg,
-		clock:    cfg.Clock,
-		clientID: rand.Text(),
-		secret:   []byte(rand.Text()),
-		pinboard: newPinboardClient(pb, cfg),
-		adv:      adv.String(),
-		kick:     make(chan struct{}, 1),
-		stopReq:  make(chan struct{}),
-		runDone:  make(chan struct{}),
-		jitter:   mrand.Int64N,
+		cfg:          cfg,
+		clock:        cfg.Clock,
+		clientID:     rand.Text(),
+		secret:       []byte(rand.Text()),
+		pinboard:     newPinboardClient(pb, cfg),
+		adv:          adv.String(),
+		kick:         make(chan struct{}, 1),
+		closeIdleReq: make(chan struct{}, 1),
+		stopReq:      make(chan struct{}),
+		runDone:      make(chan struct{}),
+		jitter:       mrand.Int64N,
 	}
 	w.releases = newReleaseBatcher(w.pinboard, w.clientID, cfg.ReleaseBatch)
 	w.log = cfg.Logger.With("logger", "pinned.worker", "client", w.clientID)
