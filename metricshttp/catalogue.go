@@ -67,7 +67,7 @@ var catalogue = []Family{
 	{"pinned_proxy_unreachable_total", "counter", "", "proxy", "503 unreachable: the worker could not be reached"},
 	{"pinned_proxy_overloaded_total", "counter", "", "proxy", "503 overloaded: the worker's connection pool and queue were full"},
 	{"pinned_proxy_bad_gateway_total", "counter", "", "proxy", "502: a worker's answer was malformed or ambiguous"},
-	{"pinned_proxy_spliced_bytes_total", "counter", "", "proxy", "response body bytes an event loop moved from a worker to a client with splice(2) (SpliceMin)"},
+	{"pinned_proxy_spliced_bytes_total", "counter", "direction", "proxy", "body bytes an event loop moved with splice(2) (SpliceMin), by direction: response (a worker's body, to the client), request (a client's body, to the worker)"},
 	{"pinned_proxy_splice_fallbacks_total", "counter", "", "proxy", "bodies that would have been spliced but got no pipe (descriptors or the user's pipe pages ran out): copied instead"},
 	{"pinned_proxy_upstream_timeouts_total", "counter", "", "proxy", "504: no response head in time"},
 	{"pinned_proxy_rejected_total", "counter", "", "proxy", "requests refused before forwarding (4xx: framing, limits, ids)"},

@@ -39,8 +39,10 @@ const (
 	DefaultBufferedResponseMax = 16 << 10
 	// DefaultStreamBufferSize is the copy buffer of a streamed body.
 	DefaultStreamBufferSize = 32 << 10
-	// DefaultSpliceMin: an event loop moves a Content-Length response body
-	// of at least this many bytes with splice(2), never through its memory.
+	// DefaultSpliceMin: an event loop moves a Content-Length body of at
+	// least this many bytes, a worker's response body or a client's request
+	// body (but what of it came with the head), with splice(2), never
+	// through its memory.
 	DefaultSpliceMin = 64 << 10
 	// DefaultSplicePipeSize is the pipe a spliced body goes through: the
 	// most of one such body the proxy holds (in the kernel) at a time.
@@ -137,7 +139,9 @@ type Config struct {
 	// StreamBufferSize: DefaultStreamBufferSize.
 	StreamBufferSize int
 	// SpliceMin: DefaultSpliceMin; negative means never splice (the event
-	// loops copy every body). The fasthttp engine always copies.
+	// loops copy every response body, and hand a request body over
+	// ReplayBodyMax to the fasthttp engine). The fasthttp engine always
+	// copies.
 	SpliceMin int64
 	// SplicePipeSize: DefaultSplicePipeSize, or as close as the system
 	// allows (/proc/sys/fs/pipe-max-size, the user's pipe pages).

@@ -21,12 +21,14 @@
 // (internal/base/netloop): front.go accepts and hands over, loop.go reads
 // client connections and writes answers, loopexchange.go is the exchange
 // with a worker, looppool.go a loop's worker connections, loopstream.go
-// relayed bodies (loopsplice.go those it splices: a Content-Length body of
-// at least SpliceMin never enters the proxy's memory), looptunnel.go
-// WebSocket tunnels. A loop takes the common
-// case (HTTP/1.1, origin-form, no body or a Content-Length body of at most
-// ReplayBodyMax, WebSocket handshakes) and hands any other connection, with
-// the bytes it read, to the fasthttp engine for the rest of its life.
+// relayed bodies (loopsplice.go those it splices, either way: a
+// Content-Length body of at least SpliceMin never enters the proxy's
+// memory, but for what of a request body came with its head),
+// looptunnel.go WebSocket tunnels. A loop takes the common case (HTTP/1.1,
+// origin-form, no body, a Content-Length body of at most ReplayBodyMax or
+// of at least SpliceMin, WebSocket handshakes) and hands any other
+// connection, with the bytes it read, to the fasthttp engine for the rest
+// of its life.
 //
 // The fasthttp engine is Handler on the fasthttp.Server NewServer makes:
 // proxy.go checks and prepares a request, forward.go is the exchange and
@@ -58,7 +60,8 @@
 //     is sent again only when it is idempotent (or Deliver's) and its body
 //     is held: once more to the same worker, then only to a new holder if
 //     the placement moved. Sends are bounded by MaxAttempts, retries by the
-//     worker's retry budget.
+//     worker's retry budget. A body that streams (on the fasthttp engine) or
+//     is spliced (on a loop) is not held: both engines tell decide so.
 //   - Per request, the proxy's own code allocates nothing, starts no
 //     goroutine, and takes no lock shared by all requests: exchanges come
 //     from a pool (a sync.Pool; a loop's free list), replies are prebuilt,
@@ -78,12 +81,17 @@
 //     owns it until CloseWithError; a tunnel's hijack handler owns its
 //     second pump and returns only when both have ended. Run's janitor is
 //     the caller's, until its context ends.
-//   - A worker connection goes back to the pool only after its response was
-//     read to the end with nothing left over and without Connection: close
-//     (a spliced body: a peek at the socket after its last byte found
-//     nothing).
-//   - A spliced stream holds at most one pipe of SplicePipeSize bytes; a
-//     pipe that may hold bytes is closed, never pooled.
+//   - A worker connection goes back to the pool only after its request went
+//     out whole and its response was read to the end with nothing left over
+//     and without Connection: close (a spliced body: a peek at the socket
+//     after its last byte found nothing). A request whose spliced body did
+//     not go out whole closes it, and the client's connection too after the
+//     answer: the rest of that body is unread, and nothing after it can be
+//     taken for a request.
+//   - A spliced stream (a response body, or a request body) holds at most
+//     one pipe of SplicePipeSize bytes: it splices from its source only into
+//     an empty pipe, so a slow receiver stalls only its own stream; a pipe
+//     that may hold bytes is closed, never pooled.
 //   - Nothing of one request or connection reaches another: every pooled
 //     object is fully reset when it goes back to its pool, and what is
 //     filled anew for each use (a parsed head, a scan) is reset where it

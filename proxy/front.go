@@ -44,10 +44,11 @@ type FrontConfig struct {
 // finds nothing (a short read means drained until the next edge).
 //
 // The loops take the common case: HTTP/1.1, origin-form targets, no body or
-// a body of at most ReplayBodyMax with a Content-Length, no upgrade, no
-// Expect, a head that fasthttp parses and the proxy's rules accept. Any
-// other request (and a head the proxy refuses: the answer then comes from
-// the same code as always) makes its loop hand the connection over to
+// a body with a Content-Length of at most ReplayBodyMax (held) or at least
+// SpliceMin (spliced), no upgrade but WebSocket handshakes, no Expect, a
+// head that fasthttp parses and the proxy's rules accept. Any other
+// request (and a head the proxy refuses: the answer then comes from the
+// same code as always) makes its loop hand the connection over to
 // Fallback, with the bytes already read, for the rest of its life: the
 // fasthttp path (Proxy.Handler) serves it as if it had accepted it. Both
 // paths apply the same rules, so a client cannot tell them apart except by

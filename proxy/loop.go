@@ -282,6 +282,8 @@ func (c *clientConn) OnEvent(ev uint32) {
 	}
 	if c.state == stIdle || c.state == stHead {
 		c.readRequests()
+	} else if c.state == stBusy && c.rready && c.x != nil && c.x.up.on {
+		c.x.clientReadable() // a spliced request body (loopsplice.go)
 	}
 }
 
@@ -445,6 +447,25 @@ func (c *clientConn) takeRequest(b []byte) (*loopExchange, int) {
 	if len(b) < headLen+need {
 		lp.putExchange(x) // parsed again once the body is in
 		return nil, 0
+	}
+	if u := &x.up; u.length > 0 {
+		// A body to splice: what came with the head is sent from here,
+		// the rest goes from the socket through a pipe (loopsplice.go).
+		need = int(min(int64(len(b)-headLen), u.length))
+		u.left = u.length - int64(need)
+		if u.left > 0 {
+			pp, err := lp.getPipe()
+			if err != nil {
+				// No pipe (out of descriptors or pipe pages): the
+				// fasthttp path streams it, copying.
+				p.m.spliceFallbacks.Inc()
+				lp.putExchange(x)
+				lp.f.handOver(c, b)
+				c.state = stDone
+				return nil, -1
+			}
+			u.pipe, u.on = pp, true
+		}
 	}
 	x.body = append(x.body[:0], b[headLen:headLen+need]...)
 	x.recvNs = lp.nl.Now()

@@ -67,6 +67,8 @@ type loopExchange struct {
 
 	// Streaming state (loopstream.go).
 	st streamState
+	// A request body spliced to the worker (loopsplice.go).
+	up uploadState
 
 	timer netloop.Timer
 	tkind uint8 // what timer stands for
@@ -91,6 +93,7 @@ const (
 	tQueue
 	tResponse
 	tStream
+	tUpload // a spliced request body's progress (StreamIdleTimeout)
 )
 
 // Asynchronous steps.
@@ -141,16 +144,21 @@ func (lp *loop) putExchange(x *loopExchange) {
 		lp.putPipe(x.st.pipe, x.st.inPipe == 0)
 	}
 	x.st = streamState{line: x.st.line[:0], trail: x.st.trail[:0]}
+	if x.up.pipe != nil {
+		lp.putPipe(x.up.pipe, x.up.inPipe == 0)
+	}
+	x.up = uploadState{}
 	if len(lp.xs) < 1024 {
 		lp.xs = append(lp.xs, x)
 	}
 }
 
 // parse reads a request head held whole in head and decides whether a loop
-// serves it. It returns the length of the body that follows the head (0 or
-// a Content-Length of at most ReplayBodyMax) and true, or false: the
-// connection goes to the fasthttp path, which answers whatever it is
-// (including every refusal) as it always did.
+// serves it. It returns how many bytes of the body must have arrived with
+// the head before the request starts (0; a Content-Length of at most
+// ReplayBodyMax, held whole; or the start of a body to splice, x.up.length:
+// upStart) and true, or false: the connection goes to the fasthttp path,
+// which answers whatever it is (including every refusal) as it always did.
 func (x *loopExchange) parse(head []byte) (int, bool) {
 	c := x.c
 	p := x.lp.p
@@ -222,7 +230,11 @@ func (x *loopExchange) parse(head []byte) (int, bool) {
 			return 0, true
 		}
 		if cl > p.cfg.ReplayBodyMax {
-			return 0, false
+			if p.cfg.SpliceMin <= 0 || int64(cl) < p.cfg.SpliceMin {
+				return 0, false // streamed by the fasthttp path
+			}
+			x.up.length = int64(cl)
+			cl = upStart(cl, x.lp.bufSize-len(head))
 		}
 	}
 	x.tgt = append(x.tgt[:0], target...)
@@ -333,7 +345,7 @@ func (x *loopExchange) dispatch(r Route) {
 		x.fail(&p.replies.noWorker)
 		return
 	}
-	if overWorker(r.Session, int64(len(x.body))) {
+	if overWorker(r.Session, x.bodyLen()) {
 		// Refused before a byte goes out: the worker's server would.
 		p.m.rejected.Inc()
 		x.fail(p.bodyOverWorker(r.Session))
@@ -462,9 +474,15 @@ func (x *loopExchange) send(w *workerConn, reused bool) {
 	if x.rbuf == nil {
 		x.rbuf = lp.getRespBuf()
 	}
-	if x.ws {
+	switch {
+	case x.ws:
 		x.arm(tResponse, p.cfg.TunnelHandshakeTimeout)
-	} else {
+	case x.up.on:
+		// Writing a long body: its progress moves the timer
+		// (uploadMoved); the wait for the answer starts once it is sent.
+		x.up.armed = x.startNs
+		x.arm(tUpload, p.cfg.StreamIdleTimeout)
+	default:
 		x.arm(tResponse, p.cfg.ResponseHeaderTimeout)
 	}
 	x.write()
@@ -502,6 +520,10 @@ func (x *loopExchange) write() {
 		}
 		x.sent += n
 	}
+	if x.up.on {
+		x.pumpUpload() // the rest of the body, from the client's socket
+		return
+	}
 	x.c.sp.stamp(hopSent)
 	if w.rready {
 		x.readResponse()
@@ -527,10 +549,11 @@ func (x *loopExchange) sendFailed(err error) {
 	x.settle(p.decide(x.outcome(end, reused), x.ep))
 }
 
-// outcome describes the attempt that ended (end) for decide. A loop holds
-// every request's body whole: each can be sent again.
+// outcome describes the attempt that ended (end) for decide. A request
+// whose body is held whole can be sent again; one whose body is spliced
+// cannot, as on the fasthttp path (bodyLength): its body is not held.
 func (x *loopExchange) outcome(end attemptEnd, reused bool) outcome {
-	o := outcome{end: end, reused: reused, idempotent: x.idempotent, replayable: true,
+	o := outcome{end: end, reused: reused, idempotent: x.idempotent, replayable: x.up.length == 0,
 		resent: x.resentOnce, attempt: x.attempt, holder: x.route.Session}
 	if end == endAnswered {
 		o.status = x.resp.StatusCode()
@@ -858,7 +881,7 @@ func (x *loopExchange) record(status int, reason string, bytes int64) {
 	if x.ep != nil {
 		holder = x.ep.id
 	}
-	rec.Record(x.name, holder, status, reason, int64(len(x.body))+max(bytes, 0),
+	rec.Record(x.name, holder, status, reason, x.bodyLen()+max(bytes, 0),
 		time.Duration(x.lp.nl.Now()-x.recvNs), netloop.Time(x.recvNs))
 }
 
@@ -876,6 +899,13 @@ func (x *loopExchange) fail(rp *reply) {
 	c := x.c
 	if x.wc != nil {
 		x.dropConn()
+	}
+	if x.up.on {
+		// The rest of a spliced body is still in the client's socket:
+		// nothing after it can be read as a request. The connection closes
+		// after the answer, lingering so that the client reads it.
+		c.closeAfter = true
+		c.linger = true
 	}
 	x.lp.p.countResponse(rp.status)
 	x.record(rp.status, rp.reason, 0)
@@ -956,6 +986,8 @@ func (x *loopExchange) OnTimer() {
 		x.fail(&p.replies.timeout)
 	case tStream:
 		x.streamTimeout()
+	case tUpload:
+		x.uploadTimeout()
 	}
 }
 

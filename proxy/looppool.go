@@ -159,6 +159,14 @@ func (w *workerConn) OnEvent(ev uint32) {
 		x.write()
 		return
 	}
+	if x.up.on {
+		// A spliced request body is being sent: an answer (an early one
+		// too) is read once all of it has gone, as on the fasthttp path.
+		if ev&(netloop.EventWrite|netloop.EventError|netloop.EventHangup) != 0 {
+			x.pumpUpload()
+		}
+		return
+	}
 	if w.rready && x.sent >= len(x.out) {
 		if x.st.on {
 			x.workerReadable()

@@ -87,21 +87,23 @@ type proxyMetrics struct {
 	responses [6]*metrics.Counter
 	// upstream: from taking a worker connection to the worker's response
 	// head.
-	upstream        histogram
-	reresolves      *metrics.Counter // re-resolved after a closing/draining/lease/stale 503 or an unreachable worker
-	retries         *metrics.Counter // sent again to the same worker (decide's resend)
-	unreachable     *metrics.Counter // 503 unreachable
-	overloaded      *metrics.Counter // 503 overloaded
-	badGateway      *metrics.Counter // 502
-	splicedBytes    *metrics.Counter // response body bytes moved with splice(2)
-	spliceFallbacks *metrics.Counter // bodies that would be spliced but got no pipe
-	timeouts        *metrics.Counter // 504
-	rejected        *metrics.Counter // refused before forwarding (4xx)
-	budgetExhausted *metrics.Counter // a retry refused by the retry budget
-	tunnels         *metrics.Counter // tunnels opened
-	tunnelsRejected *metrics.Counter // tunnels refused at the cap
-	endpointsClosed *metrics.Counter // endpoints the janitor closed
-	handovers       *metrics.Counter // client connections a Front's loops handed to the fasthttp path
+	upstream     histogram
+	reresolves   *metrics.Counter // re-resolved after a closing/draining/lease/stale 503 or an unreachable worker
+	retries      *metrics.Counter // sent again to the same worker (decide's resend)
+	unreachable  *metrics.Counter // 503 unreachable
+	overloaded   *metrics.Counter // 503 overloaded
+	badGateway   *metrics.Counter // 502
+	splicedBytes *metrics.Counter // response body bytes moved with splice(2)
+	// splicedRequestBytes: request body bytes moved with splice(2).
+	splicedRequestBytes *metrics.Counter
+	spliceFallbacks     *metrics.Counter // bodies that would be spliced but got no pipe
+	timeouts            *metrics.Counter // 504
+	rejected            *metrics.Counter // refused before forwarding (4xx)
+	budgetExhausted     *metrics.Counter // a retry refused by the retry budget
+	tunnels             *metrics.Counter // tunnels opened
+	tunnelsRejected     *metrics.Counter // tunnels refused at the cap
+	endpointsClosed     *metrics.Counter // endpoints the janitor closed
+	handovers           *metrics.Counter // client connections a Front's loops handed to the fasthttp path
 }
 
 func (m *proxyMetrics) register(p *Proxy) {
@@ -116,7 +118,8 @@ func (m *proxyMetrics) register(p *Proxy) {
 	m.unreachable = s.GetOrCreateCounter("pinned_proxy_unreachable_total")
 	m.overloaded = s.GetOrCreateCounter("pinned_proxy_overloaded_total")
 	m.badGateway = s.GetOrCreateCounter("pinned_proxy_bad_gateway_total")
-	m.splicedBytes = s.GetOrCreateCounter("pinned_proxy_spliced_bytes_total")
+	m.splicedBytes = s.GetOrCreateCounter(`pinned_proxy_spliced_bytes_total{direction="response"}`)
+	m.splicedRequestBytes = s.GetOrCreateCounter(`pinned_proxy_spliced_bytes_total{direction="request"}`)
 	m.spliceFallbacks = s.GetOrCreateCounter("pinned_proxy_splice_fallbacks_total")
 	m.timeouts = s.GetOrCreateCounter("pinned_proxy_upstream_timeouts_total")
 	m.rejected = s.GetOrCreateCounter("pinned_proxy_rejected_total")

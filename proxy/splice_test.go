@@ -16,9 +16,9 @@ import (
 	"github.com/pinned-go/pinned/proxy"
 )
 
-// spliced reads pinned_proxy_spliced_bytes_total.
+// spliced reads the response side of pinned_proxy_spliced_bytes_total.
 func spliced(f *front) uint64 {
-	return f.p.Metrics().GetOrCreateCounter("pinned_proxy_spliced_bytes_total").Get()
+	return f.p.Metrics().GetOrCreateCounter(`pinned_proxy_spliced_bytes_total{direction="response"}`).Get()
 }
 
 // patterned returns n bytes that differ from one offset to the next (a

@@ -34,7 +34,7 @@ var proxyIntLimits = []struct {
 		proxy: func(c *proxy.Config) *int { return &c.ReplayBodyMax }},
 	{flag: "max-client-conns", usage: "client connections served at once", def: proxy.DefaultMaxConns,
 		proxy: func(c *proxy.Config) *int { return &c.MaxConns }},
-	{flag: "splice-min", usage: "response bodies with a Content-Length of at least this go from the worker's socket to the client's with splice(2), not through the proxy's memory; -1: never", def: proxy.DefaultSpliceMin,
+	{flag: "splice-min", usage: "bodies with a Content-Length of at least this, responses and requests, go from socket to socket with splice(2), not through the proxy's memory; -1: never", def: proxy.DefaultSpliceMin,
 		proxy64: func(c *proxy.Config) *int64 { return &c.SpliceMin }},
 	{flag: "splice-pipe-size", usage: "the pipe a spliced body goes through: the most of it held at a time", def: proxy.DefaultSplicePipeSize,
 		proxy: func(c *proxy.Config) *int { return &c.SplicePipeSize }},
