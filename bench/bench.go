@@ -133,7 +133,9 @@ type Sample struct {
 	// second, failed ones included, as wrk counts them (loadgen's own
 	// achievedRate counts successes only; Goodput is the 2xx rate).
 	Rate float64 `json:"rate"`
-	// MBps is response body megabytes (10^6) per second.
+	// MBps is body megabytes (10^6) per second the way the workload moves
+	// them, the larger of the two: response bodies for downloads, request
+	// bodies for uploads.
 	MBps             float64 `json:"mbps,omitempty"`
 	P50, P99, P999   float64 // milliseconds
 	Sent, Errors     int64

@@ -113,7 +113,7 @@ func sampleOf(rep *loadgen.Report) Sample {
 	}
 	if rep.ElapsedSeconds > 0 {
 		s.Rate = float64(rep.Requests.Sent) / rep.ElapsedSeconds
-		s.MBps = float64(rep.Bytes.Received) / rep.ElapsedSeconds / 1e6
+		s.MBps = float64(max(rep.Bytes.Received, rep.Bytes.Sent)) / rep.ElapsedSeconds / 1e6
 	}
 	var ok int64
 	for code, n := range rep.Statuses {

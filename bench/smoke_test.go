@@ -100,6 +100,8 @@ func TestSmoke(t *testing.T) {
 		zero("proxy", "closed-64 "+tg+" errors")
 		positive("streaming", "1MiB "+tg+" MB/s")
 		positive("streaming", "8MiB "+tg+" MB/s")
+		positive("streaming", "up1MiB "+tg+" MB/s")
+		zero("streaming", "up1MiB "+tg+" errors")
 	}
 	if v := suite["proxy"].Values["closed-64 pinboard/direct rate"]; !(v > 0.01 && v < 10) {
 		t.Errorf("pinboard/direct = %v; want a sane ratio", v)

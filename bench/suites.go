@@ -416,15 +416,19 @@ func (s *session) streamingSuite(ctx context.Context) error {
 			args: []string{"-scenario", "download", "-path", "/counter/{id}/blob?size=1048576", "-c", "16", "-keys", "100"}},
 		{name: bigName, desc: fmt.Sprintf("GET /counter/{id}/blob?size=%d, closed loop, 2 connections", big),
 			args: []string{"-scenario", "download", "-path", fmt.Sprintf("/counter/{id}/blob?size=%d", big), "-c", "2", "-keys", "100", "-timeout", "120s"}},
+		{name: "up1MiB", desc: "POST /counter/{id}/incr with a 1 MiB body (Content-Length, generated while sent), closed loop, 16 connections",
+			args: []string{"-scenario", "upload", "-path", "/counter/{id}/incr", "-c", "16", "-keys", "100"}},
 	}
 	if err := s.rounds(ctx, f.rig, ws, ts); err != nil {
 		return err
 	}
 	b := &s.md
 	b.WriteString("## streaming\n\n")
-	fmt.Fprintf(b, "Large responses streamed by the counter (`GET /blob`, Content-Length framed, generated while written). nginx and HAProxy "+
-		"have response buffering off for /blob. MB/s is response body bytes (10^6) per second; the proxy's resident memory after the run shows "+
-		"that bodies are not buffered whole. Targets alternate in rounds (%s).\n\n", targetNames(ts))
+	fmt.Fprintf(b, "Large responses streamed by the counter (`GET /blob`, Content-Length framed, generated while written), and large "+
+		"request bodies streamed to it (`POST /incr`, which the counter reads whole and ignores). nginx and HAProxy have response buffering "+
+		"off for /blob, and nginx request buffering off. MB/s is body bytes (10^6) per second, responses' for the downloads and requests' "+
+		"for the upload; the proxy's resident memory after the run shows that bodies are not buffered whole. Targets alternate in rounds (%s).\n\n",
+		targetNames(ts))
 	for _, w := range ws {
 		fmt.Fprintf(b, "#### %s — %s\n\n", w.name, w.desc)
 		var rows [][]string
