@@ -105,7 +105,9 @@ func (h *Host) abortLocked(inst *Instance) {
 	for ws := range x.sockets {
 		ws.kick()
 	}
-	h.logDebug("instance aborted", "instance", inst.id, "epoch", inst.epoch, "reason", x.reason)
+	if h.debug() { // the arguments would be boxed at every abort otherwise
+		h.logDebug("instance aborted", "instance", inst.id, "epoch", inst.epoch, "reason", x.reason)
+	}
 }
 
 // maxClosers bounds the goroutines closing idle instances at once. A worker
@@ -226,7 +228,9 @@ func (h *Host) closeInstance(inst *Instance) {
 	x.streams, x.sockets = nil, nil
 	sh.mu.Unlock()
 
-	h.logDebug("instance closed", "instance", inst.id, "epoch", inst.epoch, "reason", reason)
+	if h.debug() { // the arguments would be boxed at every close otherwise
+		h.logDebug("instance closed", "instance", inst.id, "epoch", inst.epoch, "reason", reason)
+	}
 }
 
 func (h *Host) callTeardown(inst *Instance) {

@@ -61,6 +61,11 @@ func (h *Host) logThrottled(level slog.Level, msg string, attrs ...any) {
 	h.log.Log(context.Background(), level, msg, attrs...)
 }
 
+// debug reports whether debug records are written. A caller on a path every
+// instance takes checks it before building logDebug's arguments, whose
+// boxing allocates even when the record is dropped.
+func (h *Host) debug() bool { return h.log.Enabled(context.Background(), slog.LevelDebug) }
+
 // logDebug writes a lifecycle record at debug level when enabled.
 func (h *Host) logDebug(msg string, attrs ...any) {
 	if h.log.Enabled(context.Background(), slog.LevelDebug) {
