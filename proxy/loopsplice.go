@@ -1,8 +1,6 @@
 package proxy
 
 import (
-	"time"
-
 	"golang.org/x/sys/unix"
 
 	"github.com/pinned-go/pinned/internal/base/netloop"
@@ -297,13 +295,7 @@ func (x *loopExchange) uploadDone() {
 
 // uploadMoved notes that bytes of the body moved: its idle timer
 // (StreamIdleTimeout) starts again, moved at most four times per timeout.
-func (x *loopExchange) uploadMoved() {
-	lp, p := x.lp, x.lp.p
-	if now := lp.nl.Now(); time.Duration(now-x.up.armed) > p.cfg.StreamIdleTimeout/4 {
-		x.up.armed = now
-		x.arm(tUpload, p.cfg.StreamIdleTimeout)
-	}
-}
+func (x *loopExchange) uploadMoved() { x.idleMoved(&x.up.armed, tUpload) }
 
 // uploadTimeout: no byte of the body moved for StreamIdleTimeout. As on
 // the fasthttp path: a worker that takes nothing more is a write that

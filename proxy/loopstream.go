@@ -352,11 +352,15 @@ func (x *loopExchange) pump() {
 
 // streamMoved notes that bytes of the stream moved: its idle timer
 // (StreamIdleTimeout) starts again, moved at most four times per timeout.
-func (x *loopExchange) streamMoved() {
+func (x *loopExchange) streamMoved() { x.idleMoved(&x.st.armed, tStream) }
+
+// idleMoved restarts a body's idle timer (kind, StreamIdleTimeout) when
+// more than a quarter of the timeout passed since *armed.
+func (x *loopExchange) idleMoved(armed *int64, kind uint8) {
 	lp, p := x.lp, x.lp.p
-	if now := lp.nl.Now(); time.Duration(now-x.st.armed) > p.cfg.StreamIdleTimeout/4 {
-		x.st.armed = now
-		x.arm(tStream, p.cfg.StreamIdleTimeout)
+	if now := lp.nl.Now(); time.Duration(now-*armed) > p.cfg.StreamIdleTimeout/4 {
+		*armed = now
+		x.arm(kind, p.cfg.StreamIdleTimeout)
 	}
 }
 

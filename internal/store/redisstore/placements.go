@@ -206,28 +206,7 @@ func (s *Store) LookupOrClaim(ctx context.Context, ns, id, sessionID string) (st
 // either the release's read sees the new placement and indexes it, or the
 // removal came first and this add comes after it.
 func (s *Store) placeThenIndex(ctx context.Context, c rueidis.Client, ns, name, sessionID string) (store.Placement, bool, error) {
-	res, get := trackedAfter(ctx, c, scriptPlace.with(placementKeys(name), sessionID, s.fenceSeconds, i64(s.clock.Now().UnixMilli()), s.epochTTL),
-		wire.KeyPlacementName(name))
-	written, claimed, err := s.placeReply(ctx, res)
-	if err != nil {
-		return store.Placement{}, false, err
-	}
-	v, err := get.ToString()
-	if err != nil && !rueidis.IsRedisNil(err) {
-		return store.Placement{}, false, s.wrap(ctx, "placement", err)
-	}
-	p, err := parsePlacement(v)
-	if err != nil {
-		return store.Placement{}, false, err
-	}
-	if claimed {
-		// The index of what this script wrote, even when another write
-		// followed it (its writer indexes its own).
-		if err := s.indexAdd(ctx, c, written.Session, ns, name); err != nil {
-			return store.Placement{}, false, err
-		}
-	}
-	return p, claimed && p == written, nil
+	return s.placeTracked(ctx, c, ns, name, sessionID, false)
 }
 
 // place runs scriptPlace on a single node and reads the placement back,
@@ -237,9 +216,18 @@ func (s *Store) placeThenIndex(ctx context.Context, c rueidis.Client, ns, name, 
 // tracks from; claimed only when it is what the script wrote (another
 // client may have changed it in between: then its value is the answer).
 func (s *Store) place(ctx context.Context, c rueidis.Client, ns, name, sessionID string) (store.Placement, bool, error) {
-	keys := append(placementKeys(name), wire.KeyOwned(sessionID))
-	res, get := trackedAfter(ctx, c, scriptPlace.with(keys, sessionID, s.fenceSeconds, i64(s.clock.Now().UnixMilli()), s.epochTTL,
-		name, wire.OwnedCountPrefix+ns), wire.KeyPlacementName(name))
+	return s.placeTracked(ctx, c, ns, name, sessionID, true)
+}
+
+// placeTracked is place (indexed in the script) and placeThenIndex (the
+// index added after a write, in a round trip of its own).
+func (s *Store) placeTracked(ctx context.Context, c rueidis.Client, ns, name, sessionID string, indexInScript bool) (store.Placement, bool, error) {
+	call := scriptPlace.with(placementKeys(name), sessionID, s.fenceSeconds, i64(s.clock.Now().UnixMilli()), s.epochTTL)
+	if indexInScript {
+		call = scriptPlace.with(append(placementKeys(name), wire.KeyOwned(sessionID)), sessionID, s.fenceSeconds,
+			i64(s.clock.Now().UnixMilli()), s.epochTTL, name, wire.OwnedCountPrefix+ns)
+	}
+	res, get := trackedAfter(ctx, c, call, wire.KeyPlacementName(name))
 	written, claimed, err := s.placeReply(ctx, res)
 	if err != nil {
 		return store.Placement{}, false, err
@@ -249,7 +237,17 @@ func (s *Store) place(ctx context.Context, c rueidis.Client, ns, name, sessionID
 		return store.Placement{}, false, s.wrap(ctx, "placement", err)
 	}
 	p, err := parsePlacement(v)
-	return p, claimed && p == written, err
+	if err != nil {
+		return store.Placement{}, false, err
+	}
+	if claimed && !indexInScript {
+		// The index of what this script wrote, even when another write
+		// followed it (its writer indexes its own).
+		if err := s.indexAdd(ctx, c, written.Session, ns, name); err != nil {
+			return store.Placement{}, false, err
+		}
+	}
+	return p, claimed && p == written, nil
 }
 
 // placeReply decodes scriptPlace's {claimed, placement}.
