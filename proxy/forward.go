@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/valyala/fasthttp"
+	"golang.org/x/sys/unix"
 
 	"github.com/pinned-go/pinned/internal/base/wire"
 )
@@ -825,12 +826,22 @@ func (x *exchange) atEOF() {
 // CloseWithError ends the streamed body: the server calls it once it has
 // written the response (err is its write error). The worker connection goes
 // back to the pool only when the body was read to its end cleanly.
+//
+// A streamed body's last read can end exactly at its end, with bytes the
+// worker sent past it (more than it announced, in the same write) still
+// in the socket, not in the reader's buffer: pooled, the connection would
+// hand them to the next request as its answer. So the end of a stream
+// peeks at the socket (sentMore) and drops the connection if anything is
+// there (a byte, the worker's close, an error). Buffered answers are read
+// through the reader, which holds whatever came with their last bytes.
 func (x *exchange) CloseWithError(err error) error {
 	if err != nil || !x.eof {
 		x.drop()
 		if err != nil && !x.eof && x.p.errLog.Allow() {
 			x.p.log.Debug("stream ended early", "session", x.ep.id, "err", err)
 		}
+	} else if sentMore(x.conn) {
+		x.drop()
 	} else {
 		x.release()
 	}
@@ -872,4 +883,31 @@ func (x *exchange) copyBuffer() []byte {
 		x.streamBuf = make([]byte, x.p.cfg.StreamBufferSize)
 	}
 	return x.streamBuf
+}
+
+// sentMore reports whether the peer of c has sent a byte not yet read (or
+// closed its side, or the socket failed): a non-blocking peek, one system
+// call. A connection that cannot be peeked at reports false.
+func sentMore(c net.Conn) bool {
+	var rc syscall.RawConn
+	switch c := c.(type) {
+	case *waitConn:
+		rc = c.raw
+	case syscall.Conn:
+		var err error
+		if rc, err = c.SyscallConn(); err != nil {
+			return true
+		}
+	default:
+		return false
+	}
+	var perr error
+	if err := rc.Read(func(fd uintptr) bool {
+		var b [1]byte
+		_, _, perr = unix.Recvfrom(int(fd), b[:], unix.MSG_PEEK|unix.MSG_DONTWAIT)
+		return true // never wait
+	}); err != nil {
+		return true
+	}
+	return perr != unix.EAGAIN
 }
