@@ -83,8 +83,9 @@
 //     the caller's, until its context ends.
 //   - A worker connection goes back to the pool only after its request went
 //     out whole and its response was read to the end with nothing left over
-//     and without Connection: close (a spliced body: a peek at the socket
-//     after its last byte found nothing). A request whose spliced body did
+//     and without Connection: close (a spliced body, or a body the fasthttp
+//     engine streamed: a peek at the socket after its last byte found
+//     nothing). A request whose spliced body did
 //     not go out whole closes it, and the client's connection too after the
 //     answer: the rest of that body is unread, and nothing after it can be
 //     taken for a request.
