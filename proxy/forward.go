@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/valyala/fasthttp"
-	"golang.org/x/sys/unix"
 
 	"github.com/pinned-go/pinned/internal/base/wire"
 )
@@ -901,13 +900,12 @@ func sentMore(c net.Conn) bool {
 	default:
 		return false
 	}
-	var perr error
+	quiet := false
 	if err := rc.Read(func(fd uintptr) bool {
-		var b [1]byte
-		_, _, perr = unix.Recvfrom(int(fd), b[:], unix.MSG_PEEK|unix.MSG_DONTWAIT)
+		quiet = socketQuiet(int(fd))
 		return true // never wait
 	}); err != nil {
 		return true
 	}
-	return perr != unix.EAGAIN
+	return !quiet
 }

@@ -161,9 +161,7 @@ func (x *loopExchange) pumpSplice() {
 // length would be taken for the next answer); endStream does the rest.
 func (x *loopExchange) spliceDone() {
 	if w := x.wc; w != nil && !x.closeAfter {
-		var b [1]byte
-		_, _, err := unix.Recvfrom(w.fd, b[:], unix.MSG_PEEK|unix.MSG_DONTWAIT)
-		if err == unix.EAGAIN && !w.hup {
+		if socketQuiet(w.fd) && !w.hup {
 			w.rready = false // nothing follows: the connection is idle
 		} else {
 			// A byte after the announced length (n > 0), the worker's
@@ -172,6 +170,16 @@ func (x *loopExchange) spliceDone() {
 		}
 	}
 	x.endStream()
+}
+
+// socketQuiet reports whether a peek at fd would block: the peer sent
+// nothing more and did not close (a byte, the close or an error: false).
+// The end of a body relayed whole asks it before the connection is pooled
+// (spliceDone on the loops, sentMore on the fasthttp engine).
+func socketQuiet(fd int) bool {
+	var b [1]byte
+	_, _, err := unix.Recvfrom(fd, b[:], unix.MSG_PEEK|unix.MSG_DONTWAIT)
+	return err == unix.EAGAIN
 }
 
 // uploadState is a spliced request body's state: length bytes announced,
