@@ -76,7 +76,7 @@ func (rc routeCache) InvalidateIf(name []byte, match func(proxy.Route) bool) {
 	})
 }
 
-// Begin, Invalidate, InvalidateAll and Stats are placecache's.
+// Begin is placecache's Begin.
 func (rc routeCache) Begin(name []byte) placecache.Token { return rc.c.Begin(name) }
 
 // Invalidate is placecache's Invalidate.

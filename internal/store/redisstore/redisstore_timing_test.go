@@ -13,17 +13,8 @@ import (
 // The proxy's steady-state reads: a tracked placement or session served
 // from the client-side cache, without a Redis round trip.
 func BenchmarkCachedReads(b *testing.B) {
-	srv := redistest.Start(b)
-	s, err := New(Config{URL: srv.URL})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer s.Close()
+	s := benchStore(b, redistest.Start(b).URL, time.Minute)
 	ctx := context.Background()
-	if err := s.Connect(ctx); err != nil {
-		b.Fatal(err)
-	}
-	s.Register(ctx, store.Session{ID: "s1", ClientID: "c1", AdvertiseURL: "http://h", Namespaces: []string{"/n"}}, time.Minute)
 	s.Claim(ctx, "/n", "x", "s1")
 	b.Run("Placement", func(b *testing.B) {
 		s.Placement(ctx, "/n", "x")
@@ -81,18 +72,8 @@ func BenchmarkColdPlacement(b *testing.B) {
 			} else {
 				url = redistest.StartCluster(b).URL
 			}
-			s, err := New(Config{URL: url})
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer s.Close()
+			s := benchStore(b, url, time.Hour)
 			ctx := context.Background()
-			if err := s.Connect(ctx); err != nil {
-				b.Fatal(err)
-			}
-			if _, err := s.Register(ctx, store.Session{ID: "s1", ClientID: "c1", AdvertiseURL: "http://h", Namespaces: []string{"/n"}}, time.Hour); err != nil {
-				b.Fatal(err)
-			}
 			b.ReportAllocs()
 			for i := 0; b.Loop(); i++ {
 				p, claimed, err := s.LookupOrClaim(ctx, "/n", "cold-"+strconv.Itoa(i), "s1")
@@ -102,4 +83,22 @@ func BenchmarkColdPlacement(b *testing.B) {
 			}
 		})
 	}
+}
+
+// benchStore connects a store to the Redis at url, closed when b ends, with
+// session s1 registered for lease in namespace /n.
+func benchStore(b *testing.B, url string, lease time.Duration) *Store {
+	s, err := New(Config{URL: url})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(s.Close)
+	ctx := context.Background()
+	if err := s.Connect(ctx); err != nil {
+		b.Fatal(err)
+	}
+	if _, err := s.Register(ctx, store.Session{ID: "s1", ClientID: "c1", AdvertiseURL: "http://h", Namespaces: []string{"/n"}}, lease); err != nil {
+		b.Fatal(err)
+	}
+	return s
 }
